@@ -1,0 +1,53 @@
+"""Errors with documented exit codes.
+
+Every error the CLI reports is a :class:`TraceAnalyzerError`: one line naming the file and the
+problem, and an exit code from :data:`EXIT_CODES`. Nothing else reaches the user as a traceback.
+"""
+
+from __future__ import annotations
+
+#: Exit codes of the ``traceanalyzer`` command (also listed in the README).
+EXIT_CODES = {
+    0: "success (warnings, if any, went to stderr)",
+    1: "internal error: a bug in traceanalyzer (please report it with the input)",
+    2: "usage error: bad command-line arguments",
+    3: "input not found or unreadable (missing file, empty directory, permission denied)",
+    4: "invalid input: not a trace, invalid JSON/gzip/SQLite, unsupported format",
+    5: "no GPU activity: a valid trace with nothing to analyse (e.g. a CPU-only profile)",
+    6: "internal consistency check failed (partition invariant violated): the input is named",
+    7: "invalid run configuration (missing or inconsistent model/parallel settings)",
+    8: "regression gate failed (traceanalyzer gate)",
+}
+
+
+class TraceAnalyzerError(Exception):
+    exit_code = 1
+
+    def __init__(self, message: str, path: object | None = None):
+        self.path = str(path) if path is not None else None
+        self.message = message
+        super().__init__(f"{self.path}: {message}" if self.path else message)
+
+
+class InputNotFound(TraceAnalyzerError):
+    exit_code = 3
+
+
+class InvalidTrace(TraceAnalyzerError):
+    exit_code = 4
+
+
+class NoGpuActivity(TraceAnalyzerError):
+    exit_code = 5
+
+
+class InvariantViolation(TraceAnalyzerError):
+    exit_code = 6
+
+
+class ConfigError(TraceAnalyzerError):
+    exit_code = 7
+
+
+class GateFailed(TraceAnalyzerError):
+    exit_code = 8
