@@ -240,18 +240,27 @@ def _raw_frame(events: list, path: Path) -> pl.DataFrame:
     """
     top = {k: v for k, v in _RAW.items() if k != "args"}
     try:
-        df = pl.from_dicts(events, schema=top, strict=False)
+        df = _typed_dicts(events, top)
         try:
-            args = pl.from_dicts([e.get("args") or {} for e in events], schema=_ARGS.to_schema(), strict=False)
+            arg_dicts = [e.get("args") or {} for e in events]
+            args = _typed_dicts(arg_dicts, _ARGS.to_schema())
         except Exception:  # non-object args somewhere: treat them as absent
-            args = pl.from_dicts(
-                [a if isinstance(a := e.get("args"), dict) else {} for e in events],
-                schema=_ARGS.to_schema(),
-                strict=False,
-            )
+            arg_dicts = [a if isinstance(a := e.get("args"), dict) else {} for e in events]
+            args = _typed_dicts(arg_dicts, _ARGS.to_schema())
     except Exception as exc:  # polars raises several types on malformed rows
         raise InvalidTrace(f"malformed events ({_short(exc)})", path) from None
     return df.with_columns(args.to_struct("args"))
+
+
+def _typed_dicts(rows: list, schema: dict) -> pl.DataFrame:
+    """``pl.from_dicts`` with ``schema``; if some value has the wrong JSON type (a string
+    where a number belongs, as ROCm's ``"0x0"``), read every column as text and cast, turning
+    values that do not parse into nulls."""
+    try:
+        return pl.from_dicts(rows, schema=schema, strict=False)
+    except Exception:
+        text = pl.from_dicts(rows, schema={k: pl.String for k in schema}, strict=False)
+        return text.select(pl.col(k).cast(v, strict=False) for k, v in schema.items())
 
 
 def _input_dims(raw: pl.DataFrame, events: list) -> pl.Series:
