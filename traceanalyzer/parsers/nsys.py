@@ -135,7 +135,7 @@ class _SqliteTables:
         info = self._info(table)
         sql = "SELECT " + ", ".join(f'"{c}"' for c in cols) + f' FROM "{table}"'
         rows = self.conn.execute(sql).fetchall()
-        return pl.DataFrame(rows, schema={c: info[c] for c in cols}, orient="row")
+        return pl.DataFrame(rows, schema={c: info[c] for c in cols}, orient="row", strict=False)
 
     def close(self) -> None:
         self.conn.close()
@@ -167,7 +167,7 @@ class _FrameTables:
         f = self.files[table]
         if self.reader == "parquet":
             return pl.read_parquet(f, columns=cols)
-        return pl.read_ipc(f, columns=cols, memory_map=False)
+        return pl.read_ipc(f, columns=cols)
 
     def close(self) -> None:
         pass
@@ -230,7 +230,7 @@ def _legacy_json_tables(path: Path) -> _FrameTables:
         raw = pl.read_ndjson(io.BytesIO(body), infer_schema_length=None)
         if key not in raw.columns:
             return None
-        return raw.select(pl.col("Type"), pl.col(key)).unnest(key)
+        return raw.select(pl.col("Type").alias("_type"), pl.col(key)).unnest(key)
 
     def num(c: str, frame: pl.DataFrame) -> pl.Expr:
         return (pl.col(c).cast(STR).cast(I64, strict=False) if c in frame.columns else pl.lit(None, I64)).alias(c)
@@ -247,7 +247,7 @@ def _legacy_json_tables(path: Path) -> _FrameTables:
     if cuda is not None:
         base = [num(k, cuda).alias(v) for k, v in gpu_map.items()]
         has = lambda k: k in cuda.columns  # noqa: E731
-        kern = cuda.filter(pl.col("Type") == 79)
+        kern = cuda.filter(pl.col("_type") == 79)
         if has("kernel") and kern.height:
             frames[KERNEL] = kern.select(*base, *[sub("kernel", f, kern).alias(f) for f in
                                                    ("demangledName", "shortName", "mangledName")])
@@ -286,7 +286,7 @@ def _legacy_json_tables(path: Path) -> _FrameTables:
     if nv is not None:
         frames[NVTX] = nv.select(
             num("Timestamp", nv).alias("start"), num("EndTimestamp", nv).alias("end"),
-            pl.col("Type").cast(I64).alias("eventType"),
+            pl.col("_type").cast(I64).alias("eventType"),
             (pl.col("Text").cast(STR) if "Text" in nv.columns else pl.lit(None, STR)).alias("text"),
             num("TextId", nv).alias("textId"), num("GlobalTid", nv).alias("globalTid"),
             num("DomainId", nv).alias("domainId"),
