@@ -303,6 +303,7 @@ def _columnar_tables(path: Path, suffixes: tuple[str, ...], reader: str) -> _Fra
 # Sniffing
 # --------------------------------------------------------------------------------------------
 
+_LEGACY_DATA_RE = re.compile(rb'\s*\{\s*"data"\s*:\s*\[')
 _NSYS_TABLE_RE = re.compile(r"^(StringIds|CUPTI_ACTIVITY_KIND_\w+|NVTX_EVENTS|META_DATA_EXPORT|EXPORT_META_DATA)$")
 
 
@@ -352,6 +353,10 @@ def sniff_nsys(path: Path) -> str | None:
         return "nsys-sqlite"
     if not magic.lstrip().startswith(b"{"):
         return None
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if _LEGACY_DATA_RE.match(head):  # the string-table line can be megabytes long
+        return "nsys-json"
     try:
         obj = _first_json_line(path)
     except OSError:
