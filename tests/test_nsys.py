@@ -396,3 +396,50 @@ def test_missing_string_table_and_no_gpu_activity(tmp_path):
     con.close()
     with pytest.raises(NoGpuActivity):
         load_nsys(cpu)
+
+
+# ------------------------------------------------------------------------------------------------
+# NVTX step / recompute ranges become annotations on the launching thread (what the step and
+# recompute logic downstream consumes)
+# ------------------------------------------------------------------------------------------------
+
+def test_nvtx_step_and_checkpoint_ranges_cover_their_launches(tmp_path):
+    db = tmp_path / "steps.sqlite"
+    shutil.copy(FIX / "mfu_2gpu_before_cut.sqlite", db)
+    con = sqlite3.connect(db)
+    # the thread of process 144 that launched the NCCL kernel (correlation 2612712)
+    gtid = con.execute("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId = 2612712").fetchone()[0]
+    lo, hi = 60126000000, 60130000000
+    con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                "VALUES (?, ?, 59, 'ProfilerStep#7', ?, 0)", (lo, hi, gtid))
+    con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid, domainId) "
+                "VALUES (?, ?, 60, 'CheckpointFunctionBackward, seq = 3', ?, ?, 0)", (lo, lo + 1_000_000, gtid, gtid))
+    con.commit()
+    con.close()
+    ev = load_nsys(db).events
+    step = ev.filter(pl.col("name") == "ProfilerStep#7")
+    pid, tid = str((gtid >> 24) & 0xFFFFFF), str(gtid & 0xFFFFFF)
+    assert step.select("rank", "kind", "pid", "tid", "start_ns", "end_ns").rows() == [
+        (0, "annotation", pid, tid, lo, hi)]
+    ck = ev.filter(pl.col("name").str.contains("CheckpointFunctionBackward"))
+    assert ck.select("rank", "kind", "tid").rows() == [(0, "annotation", tid)]
+    # launches on that thread inside the step map to GPU work of rank 0 by (rank, correlation)
+    launches = ev.filter((pl.col("kind") == "runtime") & (pl.col("tid") == tid) & (pl.col("start_ns") >= lo)
+                         & (pl.col("end_ns") <= hi)).select("rank", "correlation")
+    work = ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"])).select("rank", "correlation", "start_ns")
+    joined = launches.join(work, on=["rank", "correlation"])
+    want = sql(db, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN (SELECT correlationId, globalPid FROM "
+                   "CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_MEMCPY "
+                   "UNION ALL SELECT correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_MEMSET) g "
+                   "ON g.correlationId = r.correlationId AND (g.globalPid >> 24) = (r.globalTid >> 24) "
+                   "WHERE r.globalTid = ? AND r.start >= ? AND r.end <= ?", gtid, lo, hi)[0][0]
+    assert joined.height == want > 0
+    assert set(joined["rank"]) == {0}
+
+
+def test_dispatcher_routes_nsys_exports():
+    from traceanalyzer.parsers import load
+
+    for suffix, fmt in ((".sqlite", "nsys-sqlite"), ("_pqtdir", "nsys-parquet"), (".json", "nsys-json")):
+        t = load(FIX / f"mfu_2gpu_before_cut{suffix}")
+        assert set(t.meta["format"]) == {fmt} and t.ranks == [0, 1]
