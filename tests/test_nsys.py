@@ -77,6 +77,17 @@ def sql_device_numbers(path: Path, device: int) -> dict[str, int]:
             "idle": (hi - lo) - busy, "window": hi - lo}
 
 
+def sql_breakdown(path: Path, device: int) -> dict[str, int]:
+    """The partition by priority compute > comm > other > idle over [first, last GPU activity],
+    from plain SQL unions: exposed_comm = |compute u nccl| - |compute|, other = busy - |compute u nccl|."""
+    d = sql_device_numbers(path, device)
+    kern = ("SELECT k.start AS s, k.end AS e FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+            f"WHERE k.deviceId = {int(device)}")
+    kernels = union_ns(path, kern)
+    return {"duration": d["window"], "compute": d["compute"], "exposed_comm": kernels - d["compute"],
+            "other": d["busy"] - kernels, "idle": d["idle"]}
+
+
 def frame_union_ns(df: pl.DataFrame) -> int:
     """Union length of [start_ns, end_ns) rows, from the definition (sort, running max, gaps)."""
     if df.height == 0:
@@ -443,3 +454,39 @@ def test_dispatcher_routes_nsys_exports():
     for suffix, fmt in ((".sqlite", "nsys-sqlite"), ("_pqtdir", "nsys-parquet"), (".json", "nsys-json")):
         t = load(FIX / f"mfu_2gpu_before_cut{suffix}")
         assert set(t.meta["format"]) == {fmt} and t.ranks == [0, 1]
+
+
+# ------------------------------------------------------------------------------------------------
+# End to end: the generic breakdown on every real export (runs once classify is merged)
+# ------------------------------------------------------------------------------------------------
+
+def _breakdown():
+    try:
+        from traceanalyzer.classify import breakdown
+    except ImportError:
+        pytest.skip("traceanalyzer.classify.breakdown not on this branch yet")
+    return breakdown
+
+
+@needs_shared
+@pytest.mark.parametrize("path", REAL, ids=[p.name for p in REAL])
+def test_breakdown_partition_on_every_real_export(path):
+    breakdown = _breakdown()
+    steps = breakdown(load_nsys(path))
+    # no step ranges in these captures: the whole capture is one step per rank
+    assert steps.height == steps["rank"].n_unique() == len(load_nsys(path).ranks)
+    total = sum(steps[f"{b}_ns"] for b in ("compute", "recompute", "exposed_comm", "other", "idle"))
+    assert (total == steps["duration_ns"]).all()
+
+
+@needs_shared
+@pytest.mark.parametrize("name", MFU)
+def test_breakdown_matches_sql_on_mfu(name):
+    breakdown = _breakdown()
+    path = NSYS / name
+    steps = breakdown(load_nsys(path)).sort("rank")
+    for rank, dev in enumerate((0, 1)):
+        want = sql_breakdown(path, dev)
+        row = steps.filter(pl.col("rank") == rank).row(0, named=True)
+        assert {k: row[f"{k}_ns"] for k in want} == want
+        assert row["recompute_ns"] == 0
