@@ -1,8 +1,10 @@
 #!/usr/bin/env python
 """Reference numbers from Meta's Holistic Trace Analysis (HTA) and from plain Python.
 
-Run under the HTA venv (never the system Python; HTA pins pandas/plotly/jupyter):
+Run under the HTA venv (never the system Python; HTA pulls pandas/plotly/jupyter):
 
+    python -m venv /work/venv-hta
+    /work/venv-hta/bin/pip install holistictraceanalysis "pandas==2.2.3"   # pandas 3 crashes HTA on MI300X
     /work/venv-hta/bin/python scripts/hta_reference.py --out tests/data/hta_reference.json
 
 What it writes, per job (one trace file alone, or a whole multi-rank folder) and per rank:
