@@ -42,10 +42,12 @@ def test_raw_is_a_partition(job, fname, entry):
     assert raw["compute_ns"] + raw["exposed_comm_ns"] + raw["other_ns"] + raw["idle_ns"] == raw["span_ns"]
     assert raw["busy_ns"] + raw["idle_ns"] == raw["span_ns"]
     # rung r0 (our definitions, computed from HTA-style rows) agrees with the raw pass
+    # (the ladder works on HTA-style float rows: equal to within float rounding, <= 1 ns per event)
     r0 = entry["ladder"]["r0_ours"]
-    assert r0["idle_time"] == raw["idle_ns"]
-    assert r0["compute_time"] == raw["compute_ns"]
-    assert r0["comm_under_compute"] == raw["comm_under_compute_ns"]
+    slack = 1 + 2 * (raw["n_kernels_compute"] + raw["n_kernels_comm"] + raw["n_memcpy_memset"])
+    assert abs(r0["idle_time"] - raw["idle_ns"]) <= slack
+    assert abs(r0["compute_time"] - raw["compute_ns"]) <= slack
+    assert abs(r0["comm_under_compute"] - raw["comm_under_compute_ns"]) <= slack
 
 
 @pytest.mark.parametrize("job,fname,entry", FILES, ids=[f"{j}:{f}" for j, f, _ in FILES])

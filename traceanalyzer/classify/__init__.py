@@ -39,7 +39,8 @@ class Analysis:
         )
 
 
-def analyze(trace: Trace, step_name: str = DEFAULT_STEP) -> Analysis:
+def analyze(trace: Trace, step_name: str | None = DEFAULT_STEP) -> Analysis:
+    """Classify a trace. ``step_name`` names the step range (``None``: whole trace = one step)."""
     source = ", ".join(str(s) for s in trace.sources[:3]) or "trace"
     if not trace.events.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height:
         truncated = trace.meta.filter(pl.col("truncated"))
@@ -60,6 +61,6 @@ def analyze(trace: Trace, step_name: str = DEFAULT_STEP) -> Analysis:
     return Analysis(trace=trace, steps=steps, gpu=gpu, windows=windows, warnings=[*trace.warnings, *warnings])
 
 
-def breakdown(trace: Trace, step_name: str = DEFAULT_STEP) -> pl.DataFrame:
+def breakdown(trace: Trace, step_name: str | None = DEFAULT_STEP) -> pl.DataFrame:
     """Per-rank, per-step exact partition of GPU time (see :mod:`.partition`)."""
     return analyze(trace, step_name).steps

@@ -69,11 +69,16 @@ def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def gpu_windows(events: pl.DataFrame, name: str = DEFAULT_STEP) -> tuple[pl.DataFrame, list[str]]:
-    """Per rank and step: ``rank, step, wstart_ns, wend_ns, cpu_start_ns, cpu_end_ns``."""
+def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[pl.DataFrame, list[str]]:
+    """Per rank and step: ``rank, step, wstart_ns, wend_ns, cpu_start_ns, cpu_end_ns``.
+
+    ``name=None`` ignores step markers: each rank's whole GPU span is one step (step 0).
+    """
     warnings: list[str] = []
     ev = events.lazy()
-    cpu = cpu_steps(ev, name)
+    cpu = cpu_steps(ev, name or DEFAULT_STEP)
+    if name is None:
+        cpu = cpu.filter(pl.lit(False))
     assigned = (
         gpu_step_of(ev, cpu)
         .filter(pl.col("step").is_not_null())
@@ -109,7 +114,8 @@ def gpu_windows(events: pl.DataFrame, name: str = DEFAULT_STEP) -> tuple[pl.Data
         )
         win = pl.concat([win, whole.select(win.columns).cast(win.schema)])
         ranks = ", ".join(str(r) for r in sorted(stepless.to_list()))
-        warnings.append(f"rank {ranks}: no '{name}' step markers: the whole GPU span is analysed as one step (step 0)")
+        if name is not None:
+            warnings.append(f"rank {ranks}: no '{name}' step markers: the whole GPU span is analysed as one step (step 0)")
     cpu_counts = cpu.group_by("rank").len().collect()
     dropped = cpu_counts.join(win.group_by("rank").len(), on="rank", how="left", suffix="_kept").filter(
         pl.col("len_kept").fill_null(0) < pl.col("len")

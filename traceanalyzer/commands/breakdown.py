@@ -20,10 +20,11 @@ def breakdown(
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: analyse each rank's whole GPU span as one step.")] = False,
 ) -> None:
     """Split every rank's GPU time, per step, into compute / recompute / exposed comm / other / idle."""
     trace = load_with_progress(paths, show=True)
-    analysis = analyze(trace, step_range)
+    analysis = analyze(trace, None if whole_trace else step_range)
     if format is Format.json:
         with output_stream(output) as fh:
             fh.write(json_render.dumps(json_render.document(analysis)))
