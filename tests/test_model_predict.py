@@ -79,7 +79,7 @@ def test_compare_splits_gap_exactly_and_recompute_is_biggest():
     s_, l, h, V = 4096, 80, 8192, 131072
     fl, flog = 72 * s_ * l * h**2 * (1 + s_ / (6 * h)), 6 * s_ * h * V
     hfu_mfu = (4 * fl + 3 * flog) / (3 * fl + 3 * flog)
-    assert round(hfu_mfu, 3) == 1.329
+    assert round(hfu_mfu, 3) == 1.328  # 80 layers (84: 1.329)
     ratio = usr["tflops_per_gpu"] / pub["tflops_per_gpu"]
     assert c["causes"]["recompute"] == pytest.approx(c["predicted_gap"] * math.log(1 / hfu_mfu) / math.log(ratio), rel=1e-9)
     assert c["causes"]["peak"] == 0 and c["causes"]["kernel_efficiency"] == 0
