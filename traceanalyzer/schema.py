@@ -28,7 +28,12 @@ dtype              String     collective element type
 pg_name            String     "Process Group Name"
 pg_desc            String     "Process Group Description"
 pg_ranks           String     "Process Group Ranks" as written ("[0, 1, ...]")
-input_dims         String     "Input Dims" (record_shapes) as compact JSON text
+coll_seq           Int64      "Seq": per-process-group collective sequence number (Kineto 2026+)
+src_rank           Int64      "Src Rank" of point-to-point operations
+dst_rank           Int64      "Dst Rank" of point-to-point operations
+input_dims         String     "Input Dims" (record_shapes) as compact JSON text, for shaped ops
+                              (GEMM / conv / attention: names matching mm|linear|matmul|conv|
+                              attention|einsum); null elsewhere
 =================  =========  ==================================================================
 
 ``KINDS``:
@@ -95,6 +100,9 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "pg_name": pl.String,
     "pg_desc": pl.String,
     "pg_ranks": pl.String,
+    "coll_seq": pl.Int64,
+    "src_rank": pl.Int64,
+    "dst_rank": pl.Int64,
     "input_dims": pl.String,
 }
 

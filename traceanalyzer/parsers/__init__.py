@@ -1,0 +1,151 @@
+"""Parsers: files on disk -> one :class:`~traceanalyzer.schema.Trace` per job.
+
+Public surface: :func:`load` (a file or a directory of rank files) and :func:`discover`.
+Format is detected by content: gzip/JSON Chrome traces go to the Kineto parser, Nsight Systems
+exports to the nsys parser.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable
+
+import polars as pl
+
+from traceanalyzer.errors import InputNotFound, InvalidTrace
+from traceanalyzer.parsers import kineto
+from traceanalyzer.schema import Trace
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".jsonl", ".nsys-rep")
+
+ProgressFn = Callable[[Path], None]
+
+
+def discover(path: Path) -> list[Path]:
+    """The trace files a path stands for: the file itself, or the trace files in a directory."""
+    path = Path(path)
+    if not path.exists():
+        raise InputNotFound("no such file or directory", path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise InputNotFound("not a regular file or directory", path)
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES))
+    if not files:
+        # nsys parquet/arrow directories are one trace
+        if _nsys_sniff(path):
+            return [path]
+        raise InputNotFound("directory holds no trace files (*.json, *.json.gz, *.sqlite)", path)
+    return files
+
+
+def _nsys_sniff(path: Path) -> str | None:
+    try:
+        from traceanalyzer.parsers.nsys import sniff_nsys
+    except ImportError:
+        return None
+    return sniff_nsys(path)
+
+
+def load(path: str | Path | Iterable[str | Path], progress: ProgressFn | None = None) -> Trace:
+    """Load one trace file, a directory of rank files, or a list of files as one job."""
+    if isinstance(path, (str, Path)):
+        files = discover(Path(path))
+    else:
+        files = [f for p in path for f in discover(Path(p))]
+    if not files:
+        raise InputNotFound("no trace files given")
+    kineto_files, nsys_files = [], []
+    for f in files:
+        (nsys_files if f.is_dir() or _nsys_sniff(f) else kineto_files).append(f)
+    traces: list[Trace] = []
+    if kineto_files:
+        traces.append(_load_kineto(kineto_files, progress))
+    for f in nsys_files:
+        from traceanalyzer.parsers.nsys import load_nsys
+
+        if progress:
+            progress(f)
+        traces.append(load_nsys(f))
+    if len(traces) == 1:
+        return traces[0]
+    return _merge(traces)
+
+
+def _load_kineto(files: list[Path], progress: ProgressFn | None) -> Trace:
+    frames, metas, warnings = [], [], []
+    for f in files:
+        df, meta, warns = kineto.parse_file(f)
+        frames.append(df)
+        metas.append(meta)
+        warnings.extend(warns)
+        if progress:
+            progress(f)
+    _assign_ranks(files, metas, warnings)
+    _share_base_time(frames, metas, warnings)
+    events = pl.concat(
+        [df.with_columns(pl.lit(m["rank"], dtype=pl.Int32).alias("rank")) for df, m in zip(frames, metas)],
+        how="vertical",
+    )
+    return Trace(events=events, meta=kineto.meta_frame(metas), warnings=warnings, sources=list(files))
+
+
+def _assign_ranks(files: list[Path], metas: list[dict], warnings: list[str]) -> None:
+    """Rank from distributedInfo, else from the file name, else the file's position."""
+    for f, m in zip(files, metas):
+        if m["rank"] is None:
+            m["rank"] = kineto.rank_from_name(f)
+            if m["rank"] is None and len(files) > 1:
+                warnings.append(f"{f}: no rank in distributedInfo or file name")
+    if any(m["rank"] is None for m in metas):
+        taken = {m["rank"] for m in metas if m["rank"] is not None}
+        nxt = 0
+        for m in metas:
+            if m["rank"] is None:
+                while nxt in taken:
+                    nxt += 1
+                m["rank"] = nxt
+                taken.add(nxt)
+    seen: dict[int, Path] = {}
+    for f, m in zip(files, metas):
+        if m["rank"] in seen:
+            raise InvalidTrace(
+                f"rank {m['rank']} appears twice (also in {seen[m['rank']]}): "
+                "a directory must hold the rank traces of one job",
+                f,
+            )
+        seen[m["rank"]] = f
+    sizes = {m["world_size"] for m in metas if m["world_size"] is not None}
+    if len(sizes) > 1:
+        raise InvalidTrace(
+            f"files disagree on world size {sorted(sizes)}: they come from different jobs",
+            files[0].parent,
+        )
+
+
+def _share_base_time(frames: list[pl.DataFrame], metas: list[dict], warnings: list[str]) -> None:
+    """A truncated rank file loses its trailing ``baseTimeNanoseconds``: borrow the job's base."""
+    bases = {m["base_time_ns"] for m in metas if m["base_time_ns"]}
+    if len(bases) != 1:
+        return
+    (base,) = bases
+    for i, m in enumerate(metas):
+        if not m["base_time_ns"] and frames[i].height:
+            first = frames[i].get_column("start_ns").min()
+            if first is not None and first < base // 2:  # relative timestamps
+                frames[i] = frames[i].with_columns(pl.col("start_ns") + base, pl.col("end_ns") + base)
+                m["base_time_ns"] = base
+                warnings.append(f"{m['file']}: no baseTimeNanoseconds (truncated?): used the job's base time")
+
+
+def _merge(traces: list[Trace]) -> Trace:
+    events = pl.concat([t.events for t in traces], how="vertical")
+    meta = pl.concat([t.meta for t in traces], how="vertical")
+    if meta.get_column("rank").is_duplicated().any():
+        raise InvalidTrace("the inputs contain the same rank more than once")
+    return Trace(
+        events=events,
+        meta=meta,
+        warnings=[w for t in traces for w in t.warnings],
+        sources=[s for t in traces for s in t.sources],
+    )

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+SHARED = ROOT.parent / "shared"
+TRACES = SHARED / "traces"
+DEMO = FIXTURES / "kineto" / "mi300x_resnet_act_checkpoint_rank0.json.gz"
+DLRM = FIXTURES / "kineto" / "dlrm-v100-8rank"
+
+
+def real_gpu_traces() -> list[Path]:
+    """Every real Kineto GPU trace under shared/traces (hta/ and kineto-public/)."""
+    if not TRACES.exists():
+        return []
+    return sorted(p for d in ("hta", "kineto-public") for p in (TRACES / d).rglob("*.json.gz"))
+
+
+def needs_shared():
+    return pytest.mark.skipif(not TRACES.exists(), reason=f"shared traces not found at {TRACES}")
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the CLI as a user would (python -m traceanalyzer), capturing text output."""
+    return subprocess.run(
+        [sys.executable, "-m", "traceanalyzer", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )

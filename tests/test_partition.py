@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import gzip
+import re
+
+import orjson
+import polars as pl
+import pytest
+
+import traceanalyzer as ta
+from traceanalyzer.classify import BUCKETS
+from traceanalyzer.errors import NoGpuActivity
+
+from conftest import DEMO, DLRM, FIXTURES, real_gpu_traces
+from reference import partition as ref_partition
+
+
+def _gpu_traces():
+    out = []
+    for p in real_gpu_traces() or [DEMO]:
+        if "cupti_profiler" in str(p):  # range-profiler mode: no GPU activity events at all
+            continue
+        out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("path", _gpu_traces(), ids=lambda p: p.name)
+def test_partition_sums_exactly_to_each_step_on_every_real_trace(path):
+    df = ta.breakdown(ta.load(path))
+    assert df.height >= 1
+    total = df.select(pl.sum_horizontal([f"{b}_ns" for b in BUCKETS])).to_series()
+    assert (total == df["duration_ns"]).all()
+    us = df.select(pl.sum_horizontal([f"{b}_us" for b in BUCKETS])).to_series()
+    assert ((us - df["duration_us"]).abs() < 1.0).all()
+    for b in [*BUCKETS, "overlapped_comm"]:
+        assert (df[f"{b}_ns"] >= 0).all()
+    assert (df["duration_ns"] > 0).all()
+
+
+def test_cupti_range_profiler_trace_has_no_gpu_activity():
+    paths = [p for p in real_gpu_traces() if "cupti_profiler" in str(p)]
+    if not paths:
+        pytest.skip("shared traces not available")
+    with pytest.raises(NoGpuActivity):
+        ta.breakdown(ta.load(paths[0]))
+
+
+def _reference_for_single_step(path):
+    """Independent computation on one ProfilerStep trace straight from the JSON."""
+    doc = orjson.loads(gzip.open(path).read())
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    step = [e for e in ev if re.fullmatch(r"ProfilerStep#\d+", e.get("name", ""))]
+    assert len(step) == 1
+    s0, s1 = step[0]["ts"], step[0]["ts"] + step[0]["dur"]
+    launch = {e["args"]["correlation"]: e["ts"] for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    comm_ext = {e["args"]["External id"] for e in ev if e.get("name") == "record_param_comms"}
+    gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    mine = [e for e in gpu if s0 <= launch.get(e["args"].get("correlation"), -1) < s1]
+    w0 = min(e["ts"] for e in mine) * 1000
+    w1 = max(e["ts"] + e["dur"] for e in mine) * 1000
+    intervals = []
+    for e in gpu:
+        if e["cat"] != "kernel":
+            cls = "other"
+        elif e["name"].lower().startswith("nccl") or e["args"].get("External id") in comm_ext:
+            cls = "comm"
+        else:
+            cls = "compute"
+        intervals.append((e["ts"] * 1000, (e["ts"] + e["dur"]) * 1000, cls))
+    return ref_partition(intervals, w0, w1), w1 - w0
+
+
+@pytest.mark.parametrize("rank", range(8))
+def test_dlrm_partition_equals_a_hand_computation_from_the_raw_json(rank):
+    path = sorted(DLRM.glob(f"worker{rank}_*"))[0]
+    ref, dur = _reference_for_single_step(path)
+    row = ta.breakdown(ta.load(path)).row(0, named=True)
+    assert row["duration_ns"] == dur
+    for b in ["compute", "recompute", "exposed_comm", "other", "idle", "overlapped_comm"]:
+        assert row[f"{b}_ns"] == ref[b], b
+
+
+def test_dlrm_rank0_pinned_values():
+    # pinned from the hand computation above (µs)
+    row = ta.breakdown(ta.load(sorted(DLRM.glob("worker0_*"))[0])).row(0, named=True)
+    assert (row["duration_us"], row["compute_us"], row["exposed_comm_us"], row["idle_us"]) == (13009.0, 1034.0, 5537.0, 6419.0)
+    assert row["overlapped_comm_us"] == 261.0 and row["other_us"] == 19.0
+
+
+def test_steps_tile_the_gpu_timeline_without_gaps():
+    a = ta.analyze(ta.load(DEMO))
+    w = a.windows.sort("wstart_ns")
+    assert w["step"].to_list() == [15, 16, 17]
+    assert w["wstart_ns"][1:].to_list() == w["wend_ns"][:-1].to_list()
+
+
+def test_recompute_is_found_on_the_checkpointing_trace_and_zero_elsewhere():
+    df = ta.breakdown(ta.load(DEMO))
+    assert (df["recompute_ns"] > 0).all()
+    assert ta.breakdown(ta.load(DLRM))["recompute_ns"].sum() == 0
+
+
+def test_no_step_markers_means_one_step_with_a_warning():
+    a = ta.analyze(ta.load(FIXTURES / "kineto" / "a100_alexnet_nosteps.json.gz"))
+    assert a.steps.height == 1 and a.steps["step"][0] == 0
+    assert any("no 'ProfilerStep' step markers" in w for w in a.warnings)
+    gpu = a.trace.gpu_events()
+    assert a.steps["duration_ns"][0] == gpu["end_ns"].max() - gpu["start_ns"].min()
+
+
+def test_cpu_only_trace_raises_no_gpu_activity():
+    with pytest.raises(NoGpuActivity):
+        ta.breakdown(ta.load(FIXTURES / "kineto" / "cpu_only_gpt.pt.trace.json.gz"))
