@@ -179,6 +179,7 @@ def compare_predictions(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         shares[big] += gap - sum(shares.values())
     out = {
         "a": a["name"], "b": b["name"], "convention": a["convention"],
+        "global_batch_a": a["layout"]["global_batch"], "global_batch_b": b["layout"]["global_batch"],
         "predicted_a": ya, "predicted_b": yb, "predicted_gap": gap,
         "causes": dict(sorted(shares.items(), key=lambda kv: -abs(kv[1]))),
         "factors_a": fa, "factors_b": fb,
