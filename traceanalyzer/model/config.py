@@ -17,7 +17,8 @@ accepted as aliases of the short ones)::
     convention = "megatron"        # FLOPs convention: megatron | megatron2024 | palm
 
     [model]   layers, hidden, ffn, heads, kv_heads, head_dim, vocab, seq_length,
-              activation = "gelu" | "swiglu", experts, top_k, moe_ffn, moe_layer_freq
+              activation = "gelu" | "swiglu", experts, top_k, moe_ffn, moe_layer_freq,
+              fwd_flops_per_sample (non-transformer models: forward FLOPs of one sample)
     [batch]   global_batch, micro_batch
     [parallel] tp, pp, dp, cp, ep, vp, sequence_parallel, distributed_optimizer,
               tp_comm_overlap, overlap_grad_reduce, overlap_param_gather, grad_reduce_dtype
@@ -62,6 +63,9 @@ class ModelConfig:
     top_k: int = 1
     moe_ffn: int | None = None  # default = ffn
     moe_layer_freq: int = 1  # layer i is MoE iff i % freq == 0 (Megatron's integer form)
+    # Non-transformer models (CNNs, DLRM): forward FLOPs of one sample (2 per multiply-add).
+    # When set, model FLOPs per step = 3 × this × global_batch and the transformer keys are unused.
+    fwd_flops_per_sample: float | None = None
 
     @property
     def swiglu(self) -> bool:
@@ -189,7 +193,7 @@ class RunConfig:
     def recomputed_layers(self) -> int:
         """Transformer layers (whole model) whose forward runs twice under full recompute."""
         r = self.recompute
-        if r.granularity != "full":
+        if r.granularity != "full" or self.model.fwd_flops_per_sample is not None:
             return 0
         layers = self.need(self.model.layers, "[model] layers", "the recompute cost")
         if r.method == "block" and r.num_layers is not None:

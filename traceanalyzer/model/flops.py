@@ -40,6 +40,7 @@ CONVENTION_NOTES = {
     "megatron": "Megatron-LM since 2025-03-06: causal attention (s² term halved), model FLOPs only",
     "megatron2024": "Megatron-LM before 2025-03-06 / NeMo 24.07: non-causal attention, model FLOPs only",
     "palm": "PaLM App. B: 6N + 12·L·H·Q·T (non-causal), model FLOPs only",
+    "per-sample": "3 × the configured forward FLOPs per sample × samples per step (fwd, wgrad, dgrad)",
 }
 
 
@@ -99,6 +100,12 @@ def step_flops(cfg: RunConfig, convention: str | None = None, global_batch: int 
         raise ValueError(f"unknown FLOPs convention {conv!r}; one of {CONVENTIONS}")
     need = cfg.need
     what = "the model FLOPs per step"
+    if cfg.model.fwd_flops_per_sample is not None:  # non-transformer: 3 × forward (fwd, wgrad, dgrad)
+        B = need(global_batch if global_batch is not None else cfg.batch.global_batch,
+                 "[batch] global_batch", "the FLOPs per step (samples per optimizer step)")
+        fwd = float(cfg.model.fwd_flops_per_sample) * B
+        rec = fwd if cfg.recompute.granularity == "full" else 0.0
+        return StepFlops("per-sample", B, 0.0, 0.0, 3 * fwd, 0.0, rec)
     L = need(cfg.model.layers, "[model] layers", what)
     h = need(cfg.model.hidden, "[model] hidden", what)
     need(cfg.model.heads, "[model] heads", what)

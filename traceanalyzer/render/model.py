@@ -147,7 +147,7 @@ def waterfall_sections(wf: dict[str, Any]) -> list[Section]:
             ["matmul ops with shapes", f"{gm['ops']:,} ({gm['ops_per_step']:.1f} per step)"],
             ["forward matmul FLOPs / step / GPU (trace)", sci(gm["trace_fwd_flops_per_step"])],
             ["× 3 (fwd + wgrad + dgrad)", sci(gm["trace_train_flops_per_step"])],
-            ["config model FLOPs / step / GPU", f"{sci(gm['config_flops_per_step'])} [{conv}]"],
+            [gm['config_flops_what'] + ' / step / GPU', f"{sci(gm['config_flops_per_step'])} [{conv}]"],
             ["ratio trace / config", f"{gm['ratio']:.3f}"],
             ["verdict", gm["verdict"]],
         ]
@@ -164,7 +164,8 @@ def trace_comparison_sections(cmp: dict[str, Any]) -> list[Section]:
     for t in cmp["terms"]:
         s.rows.append([label(t["term"]), num(t["a"], 2), num(t["b"], 2), f"{t['contribution']:+,.2f}"])
     s.rows.append(["= gap (sum of contributions)", "", "", f"{cmp['sum_contributions']:+,.2f}"])
-    s.notes.append("Contribution of a loss = (loss in B − loss in A) + (peak A − peak B) share; the contributions sum to the gap exactly.")
+    s.notes.append("achieved = peak − Σ losses, so a loss contributes (loss in B − loss in A) and the peak (peak A − peak B);"
+                   " the contributions sum to the gap exactly.")
     return [s]
 
 
