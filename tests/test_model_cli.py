@@ -32,3 +32,23 @@ def test_predict_markdown_sweep_and_errors(tmp_path):
     bad.write_text("[model]\nlayers = 2\n")
     r = run_cli("predict", "--config", bad)
     assert r.returncode == 7 and "is missing" in r.stderr and "needed for" in r.stderr
+
+
+TRACES = ROOT.parent / "shared" / "traces"
+needs_shared = pytest.mark.skipif(not TRACES.exists(), reason=f"shared traces not found at {TRACES}")
+
+
+@needs_shared
+def test_reconcile_and_compare_cli():
+    mi = TRACES / "kineto-public/tracelens-amd/mi300x_resnet_act_checkpoint_rank0.json.gz"
+    cfg = EX / "traces" / "mi300x-resnet18-ckpt.toml"
+    r = run_cli("reconcile", mi, "--config", cfg, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = orjson.loads(r.stdout)
+    assert doc["sum_tflops"] == pytest.approx(1307.4, rel=1e-12)
+    assert doc["gemm_check"]["ok"] and "exact" not in doc
+    r = run_cli("compare", mi, mi, "--config", cfg, "--format", "markdown")
+    assert r.returncode == 0, r.stderr
+    assert "= gap (sum of contributions) |  |  | +0.00 |" in r.stdout
+    r = run_cli("compare", mi, mi)
+    assert r.returncode == 7 and "--config" in r.stderr
