@@ -86,3 +86,22 @@ def test_compare_splits_gap_exactly_and_recompute_is_biggest():
     # reported gap = predicted gap + unexplained, exactly
     assert c["reported_gap"] == pytest.approx(296.5 - 419.7)
     assert c["predicted_gap"] + c["unexplained"] == pytest.approx(c["reported_gap"], abs=1e-9)
+
+
+def test_worked_example_tables_match_predict():
+    """docs/worked-example-70b.md: the sweep rows are what predict() computes."""
+    doc = (EXAMPLES.parent / "worked-example-70b.md").read_text()
+    eff = predict(PUB)["kernel_efficiency"]
+    for gbs in (32, 64, 128, 256, 512):
+        u = predict(USR, kernel_efficiency=eff, global_batch=gbs)
+        h = predict(USR, kernel_efficiency=eff, global_batch=gbs, exposed_comm={"tp": 0.0})
+        row = f"| {gbs} | {gbs // 2} | {u['bubble_fraction']:.3f} | {u['tflops_per_gpu']:.1f} | {h['tflops_per_gpu']:.1f} |"
+        assert row in doc, row
+        c = compare_predictions(u, PUB_PRED)
+        cs = c["causes"]
+        row = (f"| {gbs} | {cs['recompute']:+.1f} | {cs['bubble']:+.1f} | {cs['exposed_comm']:+.1f} | "
+               f"{c['predicted_gap']:+.1f} | {c['unexplained']:+.1f} | {c['reported_gap']:+.1f} |").replace("-", "−")
+        assert row in doc, row
+
+
+PUB_PRED = predict(PUB)
