@@ -1,0 +1,226 @@
+"""FLOPs formulas checked against published figures (not against our own code).
+
+Every expected number below is quoted from a publication; the citation is next to it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from traceanalyzer.model import step_flops, tflops_per_gpu, utilization, peak_tflops
+from traceanalyzer.model.config import BatchConfig, HardwareConfig, ModelConfig, ParallelConfig, RecomputeConfig, RunConfig
+
+
+def gpt(layers, hidden, heads, *, seq=2048, vocab=51200, gbs=1, gpus=1, recompute="none", conv="megatron2024", tp=1, pp=1):
+    """GPT-3-style model (MHA, 4h GeLU MLP) as in Narayanan 2021 / Korthikanti 2022."""
+    return RunConfig(
+        convention=conv,
+        model=ModelConfig(layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_length=seq),
+        batch=BatchConfig(global_batch=gbs),
+        parallel=ParallelConfig(tp=tp, pp=pp, dp=gpus // (tp * pp)),
+        recompute=RecomputeConfig(granularity=recompute),
+        hardware=HardwareConfig(gpu="A100", num_gpus=gpus),
+    ).validate()
+
+
+# ---------------------------------------------------------------------------------------------
+# Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
+# Megatron-LM" (SC'21, arXiv:2104.04473) and the Megatron-LM README of that era.
+
+def test_megatron_readme_2021_gpt3_175b_example():
+    # README at commit 50a4b5fa (2021-04): GPT-3 175B, TP 8, PP 16, 1024 A100, global batch 1536,
+    # seq 2048, full recompute ("--activations-checkpoint-method uniform"): "each iteration takes
+    # around 32 seconds resulting in 138 teraFLOPs per GPU which is 44% of the theoretical peak".
+    # Those figures count the recompute forward (Narayanan's 96·B·s·l·h² formula) = our HFU.
+    cfg = gpt(96, 12288, 96, gbs=1536, gpus=1024, recompute="full", tp=8, pp=16)
+    f = step_flops(cfg)
+    assert tflops_per_gpu(f.hardware, 32.0, 1024) == pytest.approx(138, abs=0.5)
+    assert round(100 * utilization(f.hardware, 32.0, 1024, peak_tflops("A100"))) == 44
+    # and the model FLOPs (no recompute) of the same run are only ~33 % MFU
+    assert round(100 * utilization(f.model, 32.0, 1024, 312)) == 33
+
+
+@pytest.mark.parametrize(
+    "layers,hidden,heads,tokens,gpus,tflops,days",
+    [
+        # §5.1 text: GPT-3 175B, 300B tokens, 1024 A100 at 140 TFLOP/s/GPU -> "34 days"
+        (96, 12288, 96, 300e9, 1024, 140, 34),
+        # §5.1 text: 1T model (Table 1 row: 128 layers, h 25600, 160 heads), 450B tokens,
+        # 3072 A100 at 163 TFLOP/s/GPU -> "84 days"
+        (128, 25600, 160, 450e9, 3072, 163, 84),
+    ],
+)
+def test_narayanan_training_time_estimates(layers, hidden, heads, tokens, gpus, tflops, days):
+    # The paper's days use the approximation 8·T·P/(n·X) of its own 96·B·s·l·h²(1 + s/6h + V/16lh)
+    # full-recompute count (it drops the s/6h attention term: 2.8 % at h=12288, 1.3 % at 25600),
+    # so the exact count gives 34.7 and 85.0 days.
+    cfg = gpt(layers, hidden, heads, gbs=1, recompute="full")
+    per_token = step_flops(cfg).hardware / cfg.model.seq_length
+    est_days = tokens * per_token / (gpus * tflops * 1e12) / 86400
+    assert est_days == pytest.approx(days, rel=0.025)
+    assert est_days > days  # the approximation is a lower bound
+
+
+def test_narayanan_appendix_full_recompute_closed_form():
+    # Appendix "Floating-point operations": F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)).
+    B, s, l, h, V = 1536, 2048, 96, 12288, 51200
+    closed = 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+    cfg = gpt(l, h, 96, seq=s, vocab=V, gbs=B, recompute="full")
+    assert step_flops(cfg).hardware == pytest.approx(closed, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+# (MLSys 2023, arXiv:2205.05198). Table 3 configurations (seq 2048, vocab 51200, TP 8), Table 5
+# iteration times; MFU in the Megatron-LM README of 2022-2024 (commit 841f789f):
+# "22B 41.5 % MFU / 43.7 % HFU, 175B 51.4 / 52.8, 530B 56.0 / 57.0, 1T 56.3 / 57.0" on A100.
+
+KORTHIKANTI = [
+    # name, layers, hidden, heads, gpus (= global batch), pp, selective+SP time, full time, MFU %
+    ("22B", 48, 6144, 64, 8, 1, 1.10, 1.42, 41.5),
+    ("175B", 96, 12288, 96, 64, 8, 13.75, 18.13, 51.4),
+    ("530B", 105, 20480, 128, 280, 35, 37.83, 49.05, 56.0),
+    ("1T", 128, 25600, 160, 512, 64, 71.49, 94.42, 56.3),
+]
+
+
+@pytest.mark.parametrize("name,layers,hidden,heads,gpus,pp,t_sel,t_full,mfu", KORTHIKANTI)
+def test_korthikanti_mfu(name, layers, hidden, heads, gpus, pp, t_sel, t_full, mfu):
+    # App. A: model FLOPs 72·B·s·l·h²·(1 + s/6h + V/12hl); global batch = GPUs in Table 3.
+    gbs = 4 if name == "22B" else gpus
+    cfg = gpt(layers, hidden, heads, gbs=gbs, gpus=gpus, recompute="selective", tp=8, pp=pp)
+    got = 100 * utilization(step_flops(cfg).model, t_sel, gpus, peak_tflops("A100"))
+    assert got == pytest.approx(mfu, abs=0.25)  # README rounds; times are given to 3-4 digits
+
+
+@pytest.mark.parametrize("name,layers,hidden,heads,gpus,pp,t_sel,t_full,mfu", KORTHIKANTI)
+def test_korthikanti_full_vs_selective_time_ratio(name, layers, hidden, heads, gpus, pp, t_sel, t_full, mfu):
+    # Table 5 measured full-recompute / selective+SP step times (1.29-1.32) against the ratio of
+    # executed FLOPs: +1 forward of every layer vs +1 forward of the core attention.
+    full = step_flops(gpt(layers, hidden, heads, recompute="full")).hardware
+    sel = step_flops(gpt(layers, hidden, heads, recompute="selective")).hardware
+    assert full / sel == pytest.approx(t_full / t_sel, rel=0.03)
+
+
+def test_korthikanti_selective_hfu_counts_forward_only():
+    # Korthikanti App. A prints 72·B·s·l·h²(1 + s/3h + V/12hl) for selective recompute, i.e. the
+    # s² term counted again at fwd+bwd weight; one forward of QK^T and PV is a third of that.
+    # Hand-computed for 175B: MFU 51.39 % (README 51.4) -> HFU ours 51.39 × (1 + s/6h·(4/3) + V/12hl)
+    # / (1 + s/6h + V/12hl) = 51.86 %, the README's 52.8 % is the double count.
+    s, h, l, V = 2048, 12288, 96, 51200
+    cfg = gpt(96, 12288, 96, gbs=64, gpus=64, recompute="selective", tp=8, pp=8)
+    f = step_flops(cfg)
+    ratio = f.hardware / f.model
+    assert ratio == pytest.approx((1 + s / (6 * h) * 4 / 3 + V / (12 * h * l)) / (1 + s / (6 * h) + V / (12 * h * l)), rel=1e-12)
+    assert 100 * utilization(f.hardware, 13.75, 64, 312) == pytest.approx(51.86, abs=0.02)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chowdhery et al. 2022, "PaLM" (arXiv:2204.02311), §4.1 and Appendix B: PaLM 540B trains at
+# 238.3K tokens/s on 6144 TPU v4 (275 TFLOP/s bf16 each): 46.2 % MFU, 45.7 % without the
+# attention term. Model (Table 1): 118 layers, d_model 18432, 48 heads of 256, multi-query
+# attention, SwiGLU with d_ff = 4·d_model, shared 256k vocabulary, 540.35B parameters.
+
+def palm540():
+    return RunConfig(
+        convention="palm",
+        model=ModelConfig(layers=118, hidden=18432, heads=48, head_dim=256, kv_heads=1, ffn=73728,
+                          vocab=256000, seq_length=2048, activation="swiglu"),
+        batch=BatchConfig(global_batch=1),
+        hardware=HardwareConfig(num_gpus=1, peak_tflops=275),
+    ).validate()
+
+
+def test_palm_parameter_count_and_mfu():
+    f = step_flops(palm540())
+    n = (f.attn_linear + f.mlp + f.logits) / 6 / f.tokens  # 6N term -> N
+    assert n / 1e9 == pytest.approx(540.35, abs=0.01)
+    mfu = 238.3e3 * f.per_token / (6144 * 275e12)
+    assert round(100 * mfu, 1) == 46.2
+    mfu_no_attn = 238.3e3 * (f.per_token - f.attn_core / f.tokens) / (6144 * 275e12)
+    assert round(100 * mfu_no_attn, 1) == 45.7
+
+
+# ---------------------------------------------------------------------------------------------
+# NVIDIA performance tables: the 2025 formula change (analytic_model.md §1.6).
+
+def llama(layers, hidden, ffn, heads, kv, conv, seq=8192):
+    return RunConfig(
+        convention=conv,
+        model=ModelConfig(layers=layers, hidden=hidden, ffn=ffn, heads=heads, kv_heads=kv, vocab=128256,
+                          seq_length=seq, activation="swiglu"),
+        batch=BatchConfig(global_batch=1),
+    )
+
+
+@pytest.mark.parametrize(
+    "model,conv,tokens_per_s_gpu,published",
+    [
+        # NeMo 24.07 performance summary (FP8, 64 H100): Llama3-70B 1533 tok/s/GPU, 738 TFLOP/s/GPU
+        ((80, 8192, 28672, 64, 8), "megatron2024", 1533, 738),
+        # Megatron-Bridge 26.02 performance summary (FP8, 64 H100): Llama3-70B 1621 tok/s/GPU, 728
+        ((80, 8192, 28672, 64, 8), "megatron", 1621, 728),
+        # Megatron-Bridge 25.11 (FP8-CS, 1024 H100): Llama3.1-405B 292 tok/s/GPU, 737
+        ((126, 16384, 53248, 128, 8), "megatron", 292, 737),
+    ],
+)
+def test_nvidia_tables_pin_the_convention(model, conv, tokens_per_s_gpu, published):
+    f = step_flops(llama(*model, conv))
+    assert tokens_per_s_gpu * f.per_token / 1e12 == pytest.approx(published, abs=1.0)
+    other = "megatron" if conv == "megatron2024" else "megatron2024"
+    # the other convention misses the published figure by 4-7 %
+    assert abs(tokens_per_s_gpu * step_flops(llama(*model, other)).per_token / 1e12 - published) > 25
+
+
+def test_megatron_h100_table_uses_dense_peak():
+    # Megatron-LM README H100 table (commit f2e5db402c, 2024-07-15): TFLOP/s/GPU and MFU columns;
+    # the MFU denominator is the dense 989 (NVIDIA/Megatron-LM#1276), not the 2:4-sparse 1979.
+    rows = [(408.8, 41), (465.9, 47), (489.1, 49), (459.6, 46), (419.7, 42), (420.5, 43), (432.8, 44), (474.4, 48), (459.9, 47)]
+    peak = peak_tflops("NVIDIA H100 80GB HBM3", "bf16")
+    for tflops, mfu in rows:
+        assert abs(100 * tflops / peak - mfu) <= 0.52  # rounded to whole percent, over 989 (462B: 46.50 -> 47)
+        assert abs(100 * tflops / (2 * peak) - mfu) > 15  # the sparse figure would halve it
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-derived checks from analytic_model.md (re-computed by hand there).
+
+def readme70b(conv, recompute="none"):
+    return RunConfig(
+        convention=conv,
+        model=ModelConfig(layers=84, hidden=8192, heads=64, vocab=131072, seq_length=4096),
+        batch=BatchConfig(global_batch=384),
+        recompute=RecomputeConfig(granularity=recompute),
+    ).validate()
+
+
+def test_causal_change_factor():
+    # §1.2: F_2025/F_2024 = 0.962 for the README 70B row, 0.933 for Llama-3-70B at s=8192.
+    r = step_flops(readme70b("megatron")).model / step_flops(readme70b("megatron2024")).model
+    assert round(r, 3) == 0.962
+    l3 = step_flops(llama(80, 8192, 28672, 64, 8, "megatron")).model / step_flops(llama(80, 8192, 28672, 64, 8, "megatron2024")).model
+    assert round(l3, 3) == 0.933
+
+
+def test_full_recompute_hfu_over_mfu():
+    # §2.2: (4·F_layers + 3·F_logits)/(3·F_layers + 3·F_logits) = 1.329 for the README GPT-70B,
+    # 1.332 for Llama-2-70B (s 4096, vocab 32000).
+    f = step_flops(readme70b("megatron2024", "full"))
+    assert round(f.hardware / f.model, 3) == 1.329
+    l2 = replace(llama(80, 8192, 28672, 64, 8, "megatron2024", seq=4096), recompute=RecomputeConfig(granularity="full"))
+    l2 = replace(l2, model=replace(l2.model, vocab=32000))
+    f2 = step_flops(l2)
+    assert round(f2.hardware / f2.model, 3) == 1.332
+
+
+def test_block_recompute_counts_only_the_given_layers():
+    # --recompute-method block --recompute-num-layers 2 on PP 4: 8 of 48 layers run twice.
+    cfg = replace(gpt(48, 6144, 64, recompute="full", tp=1, pp=4, gpus=4),
+                  recompute=RecomputeConfig(granularity="full", method="block", num_layers=2))
+    f, g = step_flops(cfg), step_flops(gpt(48, 6144, 64))
+    layers = f.attn_linear + f.attn_core + f.mlp
+    assert f.recompute == pytest.approx(layers / 3 * 8 / 48)
+    assert g.recompute == 0

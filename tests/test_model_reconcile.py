@@ -1,0 +1,130 @@
+"""The reconciler on real traces (shared/traces) with configs written for them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import traceanalyzer as ta
+from traceanalyzer.model import load_config
+from traceanalyzer.model.config import BatchConfig, HardwareConfig, ModelConfig, RunConfig
+from traceanalyzer.reconcile import compare, gemm_check, loss_columns, matmul_flops, waterfall
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+TRACES = SHARED / "traces"
+CONFIGS = ROOT / "docs" / "examples" / "traces"
+pytestmark = pytest.mark.skipif(not TRACES.exists(), reason=f"shared traces not found at {TRACES}")
+
+MI300X = "kineto-public/tracelens-amd/mi300x_resnet_act_checkpoint_rank0.json.gz"
+RESNET50 = "kineto-public/kineto-tbplugin-resnet50-legacy/worker0.1623143089861.pt.trace.json.gz"
+CONTROL = "hta/trace_diff/control/control.json.gz"
+TEST = "hta/trace_diff/test/test.json.gz"
+GPT_CPU = "torch-cpu/cpu_no_ckpt.pt.trace.json.gz"
+
+_cache: dict[str, object] = {}
+
+
+def analysis(rel):
+    if rel not in _cache:
+        _cache[rel] = ta.analyze(ta.load(TRACES / rel))
+    return _cache[rel]
+
+
+@pytest.mark.parametrize("rel,cfg", [(MI300X, "mi300x-resnet18-ckpt"), (RESNET50, "v100-resnet50"),
+                                     (CONTROL, "a100-trace-diff-control"), (TEST, "v100-trace-diff-test")])
+def test_waterfall_sums_to_peak_exactly_and_traces_back_to_buckets(rel, cfg):
+    a = analysis(rel)
+    c = load_config(CONFIGS / f"{cfg}.toml")
+    wf = waterfall(a, c)
+    peak = Fraction(str(wf["peak_tflops"]))
+    assert sum(wf["exact"].values()) == peak  # exact, not approximately
+    st = a.steps
+    T = int(st["duration_ns"].sum())
+    n = st.height
+    # achieved = model FLOPs per GPU / measured mean step time
+    assert wf["achieved_tflops"] == pytest.approx(c.model.fwd_flops_per_sample * 3 * c.batch.global_batch / c.num_gpus / (T / n / 1e9) / 1e12, rel=1e-12)
+    # each loss is peak × bucket / total, from the integer-ns partition
+    for bucket in ("recompute", "exposed_comm", "other", "idle"):
+        assert wf["exact"][bucket] == peak * int(st[f"{bucket}_ns"].sum()) / T
+    assert wf["exact"]["kernel_efficiency"] == peak * int(st["compute_ns"].sum()) / T - wf["exact"]["achieved"]
+    assert wf["mfu"] == pytest.approx(wf["achieved_tflops"] / wf["peak_tflops"])
+
+
+def test_resnet50_v100_numbers():
+    # 3 × 7.6e9 FLOPs × 32 images per step over the measured mean step of 166.079 ms on one V100:
+    # 4.39 TFLOP/s, 28.0 % of the 15.7 TFLOP/s fp32 peak; 39.4 % of the step is idle.
+    wf = waterfall(analysis(RESNET50), load_config(CONFIGS / "v100-resnet50.toml"))
+    assert wf["step_time_s"] * 1e3 == pytest.approx(166.0795, abs=1e-3)
+    assert wf["achieved_tflops"] == pytest.approx(3 * 7.6e9 * 32 / 0.1660795 / 1e12, rel=1e-5)
+    assert round(100 * wf["mfu"], 1) == 28.0
+    idle = next(t for t in wf["terms"] if t["term"] == "idle")
+    assert round(100 * idle["tflops"] / 15.7, 1) == 39.4
+
+
+def test_recompute_measured_beside_predicted_on_mi300x():
+    wf = waterfall(analysis(MI300X), load_config(CONFIGS / "mi300x-resnet18-ckpt.toml"))
+    rec = next(t for t in wf["terms"] if t["term"] == "recompute")
+    comp = next(t for t in wf["terms"] if t["term"] == "kernel_efficiency")
+    # full recompute predicts +1 forward = 1/3 of the fwd+bwd compute; measured 0.27
+    assert rec["predicted_ms"] == pytest.approx(comp["time_ms"] / 3)
+    assert 0.2 < rec["time_ms"] / comp["time_ms"] < 0.34
+
+
+def test_compare_splits_gap_exactly():
+    wa = waterfall(analysis(CONTROL), load_config(CONFIGS / "a100-trace-diff-control.toml"))
+    wb = waterfall(analysis(TEST), load_config(CONFIGS / "v100-trace-diff-test.toml"))
+    c = compare(wa, wb)
+    assert sum(v for k, v in c["exact"].items() if k != "gap") == c["exact"]["gap"]
+    assert c["exact"]["gap"] == wa["exact"]["achieved"] - wb["exact"]["achieved"]
+    assert c["exact"]["peak"] == Fraction("19.5") - Fraction("15.7")  # A100 vs V100 fp32 peaks
+    mags = [abs(t["contribution"]) for t in c["terms"]]
+    assert mags == sorted(mags, reverse=True)
+    # and the comparison of a trace with itself is all zeros
+    z = compare(wa, wa)
+    assert z["exact"]["gap"] == 0 and all(v == 0 for v in z["exact"].values())
+
+
+def test_cause_columns_replace_plain_buckets():
+    st = analysis(CONTROL).steps
+    half = (pl.col("idle_ns") // 2)
+    fake = st.with_columns(half.alias("idle_host_bound_ns"), (pl.col("idle_ns") - half - 1000).alias("idle_bubble_ns"),
+                           pl.col("exposed_comm_ns").alias("exposed_comm_dp_ns"))
+    b = loss_columns(fake)
+    assert "idle" not in b and "exposed_comm" not in b
+    assert b["idle_unattributed"] == 1000 * st.height
+    assert b["exposed_comm_dp"] == int(st["exposed_comm_ns"].sum())
+    assert sum(b.values()) == int(st["duration_ns"].sum())
+
+
+def test_matmul_flops_from_shapes_hand_counted():
+    # MI300X ResNet fc layer, batch 10, 512 -> 1000: forward addmm 2·10·512·1000 and two backward
+    # mm of the same size per step = 3 × 10.24e6.
+    mf = matmul_flops(analysis(MI300X).trace)
+    assert mf["flops"].to_list() == [3 * 2 * 10 * 512 * 1000] * 3
+    # ResNet-50 fc, batch 32, 2048 -> 1000, legacy trace whose ProfilerStep are cpu_ops
+    mf = matmul_flops(analysis(RESNET50).trace)
+    assert mf.height == 6 and set(mf["flops"].to_list()) == {3 * 2 * 32 * 2048 * 1000}
+
+
+def tiny_gpt(hidden=64):
+    # shared/traces/torch-cpu/make_traces.py: VOCAB 256, D_MODEL 64, N_HEAD 4, SEQ 32, BATCH 4, N_LAYER 4
+    return RunConfig(model=ModelConfig(layers=4, hidden=hidden, heads=4, vocab=256, seq_length=32),
+                     batch=BatchConfig(global_batch=4), hardware=HardwareConfig(num_gpus=1)).validate()
+
+
+def test_gemm_check_catches_a_wrong_config():
+    trace = ta.load(TRACES / GPT_CPU)
+    # per token forward: 4 × (qkv 2·64·192 + proj 2·64·64 + fc1 2·64·256 + fc2 2·256·64) + head 2·64·256
+    # = 425,984; × 128 tokens × 3 = 163,577,856 per step — exactly what the trace's mm/addmm add up to
+    ok = gemm_check(trace, tiny_gpt())
+    assert ok["trace_train_flops_per_step"] == 163_577_856 and ok["ratio"] == pytest.approx(1.0) and ok["ok"]
+    wrong = gemm_check(trace, tiny_gpt(hidden=128))
+    assert not wrong["ok"] and "WRONG CONFIG" in wrong["verdict"] and wrong["ratio"] < 0.5
+    tiny = gemm_check(analysis(MI300X).trace, replace(load_config(CONFIGS / "mi300x-resnet18-ckpt.toml"),
+                                                      model=ModelConfig(fwd_flops_per_sample=1e5)))
+    assert not tiny["ok"] and tiny["ratio"] > 1.25

@@ -1,0 +1,75 @@
+"""``traceanalyzer reconcile`` and ``traceanalyzer compare``: measured buckets in TFLOP/s beside the theory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from traceanalyzer.classify import analyze
+from traceanalyzer.commands.common import load_with_progress, print_warnings
+from traceanalyzer.commands.predict import Format, emit
+from traceanalyzer.errors import ConfigError
+from traceanalyzer.model import load_config
+from traceanalyzer.model.config import CONVENTIONS
+from traceanalyzer.reconcile import attach_overlapped, compare as compare_waterfalls, waterfall
+from traceanalyzer.render.model import trace_comparison_sections, waterfall_sections
+
+
+def _public(d: dict[str, Any]) -> dict[str, Any]:
+    """Drop the exact fractions (kept for tests and the sum checks) from a JSON document."""
+    return {k: v for k, v in d.items() if k != "exact"}
+
+
+def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path], convention: Optional[str], step_range: str):
+    if convention is not None and convention not in CONVENTIONS:
+        raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
+    cfg = load_config(config, megatron_args)
+    analysis = analyze(load_with_progress([path], show=True), step_range)
+    wf = waterfall(analysis, cfg, convention=convention, step_name=step_range)
+    attach_overlapped(wf, analysis)
+    return wf, analysis.warnings
+
+
+def reconcile(
+    trace: Annotated[Path, typer.Argument(help="Trace file or directory of rank traces.", show_default=False)],
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML).")] = None,
+    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Megatron-LM launch arguments or a training log.")] = None,
+    convention: Annotated[Optional[str], typer.Option("--convention", help=f"FLOPs convention: {', '.join(CONVENTIONS)}.")] = None,
+    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+) -> None:
+    """Waterfall from peak to achieved TFLOP/s/GPU: every measured loss in TFLOP/s, beside the analytic prediction."""
+    wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range)
+    emit(waterfall_sections(wf), format, _public(wf), output)
+    print_warnings(warnings)
+
+
+def compare(
+    trace_a: Annotated[Path, typer.Argument(help="Trace A (file or directory).", show_default=False)],
+    trace_b: Annotated[Path, typer.Argument(help="Trace B (file or directory).", show_default=False)],
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration for both traces.")] = None,
+    config_a: Annotated[Optional[Path], typer.Option("--config-a", help="Run configuration of trace A.")] = None,
+    config_b: Annotated[Optional[Path], typer.Option("--config-b", help="Run configuration of trace B.")] = None,
+    convention: Annotated[Optional[str], typer.Option("--convention", help=f"FLOPs convention: {', '.join(CONVENTIONS)}.")] = None,
+    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+) -> None:
+    """Why does run A beat run B: the gap in achieved TFLOP/s/GPU split exactly into waterfall terms."""
+    ca, cb = config_a or config, config_b or config
+    if ca is None or cb is None:
+        raise ConfigError("a run configuration is missing: pass --config for both traces, or --config-a and --config-b")
+    wa, warn_a = _waterfall(trace_a, ca, None, convention, step_range)
+    wb, warn_b = _waterfall(trace_b, cb, None, convention, step_range)
+    cmp = compare_waterfalls(wa, wb)
+    sections = waterfall_sections(wa) + waterfall_sections(wb) + trace_comparison_sections(cmp)
+    emit(sections, format, {"a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output)
+    print_warnings([*warn_a, *warn_b])
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(reconcile)
+    app.command()(compare)

@@ -1,0 +1,203 @@
+"""Renderers for the analytic model and the reconciler: terminal tables, markdown, JSON.
+
+Formatting only: every number comes from :func:`traceanalyzer.model.predict` /
+:func:`traceanalyzer.reconcile.waterfall` / ``compare`` dicts. Each renderer builds a list of
+:class:`Section` (title, column headers, rows of strings); :func:`render` turns them into rich
+tables (``table``) or GitHub markdown (``markdown``); ``json`` dumps the dict itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+LABELS = {
+    "achieved": "achieved (model FLOPs)",
+    "kernel_efficiency": "kernel efficiency",
+    "recompute": "recompute",
+    "bubble": "pipeline bubble",
+    "exposed_comm": "exposed communication",
+    "exposed_comm_tp": "exposed comm: TP",
+    "exposed_comm_pp": "exposed comm: PP",
+    "exposed_comm_dp": "exposed comm: DP",
+    "exposed_comm_cp": "exposed comm: CP",
+    "exposed_comm_ep": "exposed comm: EP",
+    "other": "other GPU work (memcpy/memset)",
+    "idle": "idle",
+    "peak": "peak",
+    "unexplained": "unexplained (reported − predicted)",
+}
+
+
+def label(key: str) -> str:
+    if key in LABELS:
+        return LABELS[key]
+    if key.startswith("exposed_comm_"):
+        return "exposed comm: " + key[len("exposed_comm_"):]
+    if key.startswith("idle_"):
+        return "idle: " + key[len("idle_"):].replace("_", " ")
+    return key.replace("_", " ")
+
+
+@dataclass
+class Section:
+    title: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def num(x: Any, digits: int = 1) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "n/a"
+    return f"{x:,.{digits}f}"
+
+
+def sci(x: float | None) -> str:
+    return "—" if x is None else f"{x:.4g}"
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * x:.{digits}f} %"
+
+
+# ------------------------------------------------------------------------------------ predict
+def prediction_sections(pred: dict[str, Any]) -> list[Section]:
+    lay, hw, fl = pred["layout"], pred["hardware"], pred["flops"]
+    conv = f"FLOPs convention: {pred['convention']} ({pred['convention_note']})"
+    s1 = Section(f"Prediction — {pred['name']}", ["quantity", "value"], notes=[conv])
+    rows = [
+        ["GPUs / layout", f"{lay['gpus']} GPUs: TP{lay['tp']} PP{lay['pp']} DP{lay['dp']} CP{lay['cp']} EP{lay['ep']} VP{lay['vp']}"
+                          + (" +SP" if lay["sequence_parallel"] else "")],
+        ["batch", f"global {lay['global_batch']}, micro {lay['micro_batch']} → {lay['microbatches']} microbatches per pipeline"],
+        ["recompute", f"{lay['recompute']} ({lay['recomputed_layers']} layers run forward twice)"],
+        ["hardware", f"{hw['gpu']} {hw['precision']}, dense peak {num(hw['peak_tflops'])} TFLOP/s"],
+        ["model FLOPs / step", f"{sci(fl['model'])} ({sci(fl['model_per_token'])} per token) [{pred['convention']}]"],
+        ["hardware FLOPs / step", f"{sci(fl['hardware'])} (HFU/MFU = {fl['hfu_over_mfu']:.3f}) [{pred['convention']}]"],
+        ["ideal step time at peak", f"{num(pred['ideal_step_time_s'], 3)} s"],
+        ["pipeline bubble (p−1)/(v·m)", f"{pred['bubble_fraction']:.3f} of busy time ({pct(pred['bubble_share_of_step'])} of the step)"],
+        ["kernel efficiency", f"{pred['kernel_efficiency']:.3f} of peak — {pred['kernel_efficiency_source']}"],
+        ["predicted step time", f"{num(pred['step_time_s'], 3)} s"],
+        ["predicted throughput", f"{num(pred['tflops_per_gpu'])} TFLOP/s/GPU [{pred['convention']}], MFU {pct(pred['mfu'])}, HFU {pct(pred['hfu'])}"],
+    ]
+    rep = pred.get("reported")
+    if rep:
+        rows.append(["reported", f"{num(rep['tflops_per_gpu'])} TFLOP/s/GPU [{rep['convention']}] → step {num(rep['step_time_s'], 3)} s"
+                                 f" = {num(rep['tflops_per_gpu_in_convention'])} [{pred['convention']}]"])
+    s1.rows = rows
+    peak = hw["peak_tflops"]
+    s2 = Section(f"Predicted waterfall: peak = achieved + losses (TFLOP/s/GPU) [{pred['convention']}]",
+                 ["term", "TFLOP/s/GPU", "% of peak"])
+    for k, v in pred["waterfall"].items():
+        s2.rows.append([label(k), num(v), pct(v / peak)])
+    s2.rows.append(["= peak", num(sum(pred["waterfall"].values())), pct(1.0)])
+    s3 = Section("Communication per GPU per step", ["dim", "collective", "GB", "GB/s", "time ms", "exposed ms", "assumption"])
+    for c in pred["comm"]:
+        s3.rows.append([c["dim"], c["what"], num(c["bytes"] / 1e9, 2), f"{num(c['gbps'], 0)} ({c['scope']})",
+                        num(1e3 * c["time_s"]), num(1e3 * c["exposed_s"]), c["note"]])
+    return [s1, s2, s3]
+
+
+def comparison_sections(cmp: dict[str, Any]) -> list[Section]:
+    s = Section(f"Predicted gap: A = {cmp['a']} (global batch {cmp['global_batch_a']}) vs B = {cmp['b']} [{cmp['convention']}]",
+                ["cause", "TFLOP/s/GPU", "share of gap"])
+    gap = cmp["predicted_gap"]
+    s.rows.append(["predicted A", num(cmp["predicted_a"]), ""])
+    s.rows.append(["predicted B", num(cmp["predicted_b"]), ""])
+    for k, v in cmp["causes"].items():
+        s.rows.append([label(k), f"{v:+,.1f}", pct(v / gap) if gap else "—"])
+    s.rows.append(["= predicted gap A − B", f"{gap:+,.1f}", pct(1.0) if gap else "—"])
+    if "reported_gap" in cmp:
+        s.rows.append([label("unexplained"), f"{cmp['unexplained']:+,.1f}", ""])
+        s.rows.append([f"= reported gap ({num(cmp['reported_a'])} − {num(cmp['reported_b'])})", f"{cmp['reported_gap']:+,.1f}", ""])
+    s.notes.append("Shares: gap × Δln(factor)/Δln(throughput); throughput = peak × kernel efficiency ÷ (HFU/MFU) ÷ (1 + bubble) ÷ comm factor.")
+    return [s]
+
+
+# ------------------------------------------------------------------------------------ reconcile
+def waterfall_sections(wf: dict[str, Any]) -> list[Section]:
+    conv = wf["convention"]
+    head = Section(f"Reconciliation — {wf['trace']} with {wf['config']}", ["quantity", "value"],
+                   notes=[f"FLOPs convention: {conv} ({wf['convention_note']})"])
+    head.rows = [
+        ["ranks / steps", f"{wf['ranks']} ranks, {wf['steps']} steps (mean over them)"],
+        ["mean step time (measured)", f"{num(wf['step_time_s'] * 1e3, 3)} ms"],
+        ["hardware", f"{wf['gpu']} {wf['precision']}, dense peak {num(wf['peak_tflops'], 1)} TFLOP/s ({wf['gpu_source']})"],
+        ["model FLOPs / step / GPU", f"{sci(wf['model_flops_per_gpu'])} [{conv}]"],
+        ["achieved", f"{num(wf['achieved_tflops'], 2)} TFLOP/s/GPU, MFU {pct(wf['mfu'], 2)}, HFU {pct(wf['hfu'], 2)}"],
+    ]
+    peak = wf["peak_tflops"]
+    body = Section(f"Waterfall: peak = achieved + losses (TFLOP/s/GPU) [{conv}]",
+                   ["term", "TFLOP/s/GPU", "% of peak", "measured ms/step", "predicted", "measured"])
+    for t in wf["terms"]:
+        body.rows.append([label(t["term"]), num(t["tflops"], 2), pct(t["tflops"] / peak, 2),
+                          num(t["time_ms"], 3) if t.get("time_ms") is not None else "",
+                          t.get("predicted", "") or "", t.get("measured", "") or ""])
+    body.rows.append(["= peak", num(wf["sum_tflops"], 2), pct(wf["sum_tflops"] / peak, 2), num(wf["step_time_s"] * 1e3, 3), "", ""])
+    out = [head, body]
+    gm = wf.get("gemm_check")
+    if gm:
+        g = Section("Matmul FLOPs counted from the trace's shapes vs the config", ["quantity", "value"])
+        g.rows = [
+            ["matmul ops with shapes", f"{gm['ops']:,} ({gm['ops_per_step']:.1f} per step)"],
+            ["forward matmul FLOPs / step / GPU (trace)", sci(gm["trace_fwd_flops_per_step"])],
+            ["× 3 (fwd + wgrad + dgrad)", sci(gm["trace_train_flops_per_step"])],
+            [gm['config_flops_what'] + ' / step / GPU', f"{sci(gm['config_flops_per_step'])} [{conv}]"],
+            ["ratio trace / config", f"{gm['ratio']:.3f}"],
+            ["verdict", gm["verdict"]],
+        ]
+        out.append(g)
+    for w in wf.get("warnings", []):
+        out[0].notes.append("warning: " + w)
+    return out
+
+
+def trace_comparison_sections(cmp: dict[str, Any]) -> list[Section]:
+    s = Section(f"Gap in achieved TFLOP/s/GPU: A = {cmp['a']}, B = {cmp['b']} [{cmp['convention']}]",
+                ["term", "A", "B", "A − B (contribution to the gap)"])
+    s.rows.append(["achieved", num(cmp["achieved_a"], 2), num(cmp["achieved_b"], 2), f"{cmp['gap']:+,.2f}"])
+    for t in cmp["terms"]:
+        s.rows.append([label(t["term"]), num(t["a"], 2), num(t["b"], 2), f"{t['contribution']:+,.2f}"])
+    s.rows.append(["= gap (sum of contributions)", "", "", f"{cmp['sum_contributions']:+,.2f}"])
+    s.notes.append("achieved = peak − Σ losses, so a loss contributes (loss in B − loss in A) and the peak (peak A − peak B);"
+                   " the contributions sum to the gap exactly.")
+    return [s]
+
+
+# ------------------------------------------------------------------------------------ output
+def _markdown(sections: list[Section]) -> str:
+    out = []
+    for s in sections:
+        out.append(f"### {s.title}\n")
+        out.append("| " + " | ".join(s.columns) + " |")
+        out.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(s.columns))) + "|")
+        for r in s.rows:
+            out.append("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
+        for n in s.notes:
+            out.append(f"\n{n}")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None, console=None) -> str | None:
+    """Return markdown / JSON text, or print rich tables to ``console`` (``table``)."""
+    if fmt == "json":
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
+    if fmt == "markdown":
+        return _markdown(sections)
+    from rich.markup import escape
+    from rich.table import Table
+
+    for s in sections:
+        t = Table(title=escape(s.title), title_justify="left", caption=escape("\n".join(s.notes)) or None, caption_justify="left")
+        for i, c in enumerate(s.columns):
+            t.add_column(c, justify="left" if i == 0 or c in ("assumption", "collective", "value", "predicted", "measured") else "right")
+        for r in s.rows:
+            t.add_row(*map(escape, r))
+        console.print(t)
+    return None
