@@ -13,8 +13,8 @@ from traceanalyzer.commands.predict import Format, emit
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import load_config
 from traceanalyzer.model.config import CONVENTIONS
-from traceanalyzer.reconcile import attach_overlapped, compare as compare_waterfalls, waterfall
-from traceanalyzer.render.model import trace_comparison_sections, waterfall_sections
+from traceanalyzer.reconcile import attach_overlapped, compare as compare_waterfalls, compare_time, waterfall
+from traceanalyzer.render.model import time_comparison_sections, trace_comparison_sections, waterfall_sections
 
 
 def _public(d: dict[str, Any]) -> dict[str, Any]:
@@ -58,10 +58,20 @@ def compare(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
 ) -> None:
-    """Why does run A beat run B: the gap in achieved TFLOP/s/GPU split exactly into waterfall terms."""
+    """Why does run A beat run B: the gap split exactly into its causes.
+
+    With run configurations: the gap in achieved TFLOP/s/GPU, split into waterfall terms. Without:
+    the gap in mean step time, split into the time buckets (compute, exposed comm, idle...)."""
     ca, cb = config_a or config, config_b or config
-    if ca is None or cb is None:
-        raise ConfigError("a run configuration is missing: pass --config for both traces, or --config-a and --config-b")
+    if (ca is None) != (cb is None):
+        raise ConfigError("a run configuration is missing for one trace: pass --config for both, or --config-a and --config-b")
+    if ca is None:
+        an_a = analyze(load_with_progress([trace_a], show=True), step_range)
+        an_b = analyze(load_with_progress([trace_b], show=True), step_range)
+        cmp_t = compare_time(an_a, an_b)
+        emit(time_comparison_sections(cmp_t), format, {"comparison": _public(cmp_t)}, output)
+        print_warnings([*an_a.warnings, *an_b.warnings])
+        return
     wa, warn_a = _waterfall(trace_a, ca, None, convention, step_range)
     wb, warn_b = _waterfall(trace_b, cb, None, convention, step_range)
     cmp = compare_waterfalls(wa, wb)

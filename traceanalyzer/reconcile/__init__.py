@@ -34,7 +34,7 @@ from traceanalyzer.model.hardware import detect_gpu, peak_tflops
 from traceanalyzer.model.parallel import bubble_fraction, comm_volumes
 from traceanalyzer.schema import Trace
 
-__all__ = ["waterfall", "compare", "matmul_flops", "gemm_check", "loss_columns", "attach_overlapped"]
+__all__ = ["waterfall", "compare", "compare_time", "matmul_flops", "gemm_check", "loss_columns", "attach_overlapped"]
 
 LEAF_MATMULS = ["aten::mm", "aten::addmm", "aten::bmm"]
 COMPOSITE_MATMULS = ["aten::matmul", "aten::linear"]
@@ -345,4 +345,34 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                    "contribution": float(contrib[k])} for k in order],
         "sum_contributions": float(sum(contrib.values())),
         "exact": {"gap": gap, **contrib},
+    }
+
+
+def compare_time(a: Analysis, b: Analysis) -> dict[str, Any]:
+    """Without a run configuration: the gap in mean step time (B − A) split exactly into the
+    differences of the mean time buckets (same buckets and causes as the waterfall).
+
+    Each step is an exact partition, so mean step time = Σ mean buckets and the per-bucket
+    differences sum to the step-time gap exactly (``exact`` holds them as fractions of ns).
+    """
+    def means(an: Analysis) -> tuple[dict[str, Fraction], Fraction]:
+        n = an.steps.height
+        cols = loss_columns(an.steps)
+        return {k: Fraction(v, n) for k, v in cols.items()}, Fraction(int(an.steps["duration_ns"].sum()), n)
+
+    ma, ta = means(a)
+    mb, tb = means(b)
+    keys = list(ma) + [k for k in mb if k not in ma]
+    contrib = {k: mb.get(k, Fraction(0)) - ma.get(k, Fraction(0)) for k in keys}
+    gap = tb - ta
+    assert sum(contrib.values()) == gap
+    order = sorted(contrib, key=lambda k: -abs(contrib[k]))
+    src = lambda an: ", ".join(str(s) for s in an.trace.sources)  # noqa: E731
+    return {
+        "a": src(a), "b": src(b), "unit": "ms per step (mean over ranks and steps)",
+        "step_ms_a": float(ta) / 1e6, "step_ms_b": float(tb) / 1e6, "gap_ms": float(gap) / 1e6,
+        "terms": [{"term": k, "a_ms": float(ma.get(k, 0)) / 1e6, "b_ms": float(mb.get(k, 0)) / 1e6,
+                   "contribution_ms": float(contrib[k]) / 1e6} for k in order],
+        "sum_contributions_ms": float(sum(contrib.values())) / 1e6,
+        "exact": {"gap_ns": gap, **{f"{k}_ns": v for k, v in contrib.items()}},
     }

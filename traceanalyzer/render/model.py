@@ -169,6 +169,19 @@ def trace_comparison_sections(cmp: dict[str, Any]) -> list[Section]:
     return [s]
 
 
+def time_comparison_sections(cmp: dict[str, Any]) -> list[Section]:
+    s = Section(f"Step time, B − A: A = {cmp['a']}, B = {cmp['b']} ({cmp['unit']})",
+                ["term", "A ms", "B ms", "B − A ms (contribution to the gap)"])
+    s.rows.append(["step time", num(cmp["step_ms_a"], 3), num(cmp["step_ms_b"], 3), f"{cmp['gap_ms']:+,.3f}"])
+    for t in cmp["terms"]:
+        s.rows.append([label(t["term"]), num(t["a_ms"], 3), num(t["b_ms"], 3), f"{t['contribution_ms']:+,.3f}"])
+    s.rows.append(["= gap (sum of contributions)", "", "", f"{cmp['sum_contributions_ms']:+,.3f}"])
+    s.notes.append("No run configuration given, so the comparison is in time: each step is an exact partition, "
+                   "so the bucket differences sum to the step-time gap exactly. Pass --config (or --config-a/-b) "
+                   "for the same split in TFLOP/s/GPU.")
+    return [s]
+
+
 # ------------------------------------------------------------------------------------ output
 def _markdown(sections: list[Section]) -> str:
     out = []
