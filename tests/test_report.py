@@ -234,10 +234,13 @@ def _assert_shown(value, text):
 
 
 def _report(tmp_path, path, fmt, *extra):
+    """Run ``traceanalyzer report`` in-process (the CLI's own entry point, without the start-up
+    cost of a subprocess); the subprocess path is covered by the error test."""
+    from traceanalyzer.cli import main
+
     out = tmp_path / {"html": "r.html", "markdown": "r.md", "json": "r.json"}[fmt]
-    r = run_cli("report", path, "--format", fmt, "-o", out, *extra)
-    assert r.returncode == 0, r.stderr
-    assert "Traceback" not in r.stderr
+    code = main(["report", str(path), "--format", fmt, "-o", str(out), *map(str, extra)])
+    assert code == 0
     return out
 
 
@@ -424,21 +427,25 @@ def test_normalize_waterfall_accepts_dataclasses_and_rejects_junk():
 # CLI errors
 
 
-def test_report_errors_are_one_line_with_exit_codes(tmp_path):
-    r = run_cli("report", DEMO, "--config", tmp_path / "missing.toml", "-o", tmp_path / "r.html")
-    assert r.returncode == 7 and "no such run configuration file" in r.stderr
-    r = run_cli("report", DEMO, "--rank", "5", "-o", tmp_path / "r.html")
-    assert r.returncode == 2 and "no rank 5" in r.stderr
-    r = run_cli("report", DEMO)
-    assert r.returncode == 2 and "-o" in r.stderr
+def test_report_errors_are_one_line_with_exit_codes(tmp_path, capsys):
+    from traceanalyzer.cli import main
+
+    cases = [
+        (["--config", str(tmp_path / "missing.toml"), "-o", str(tmp_path / "r.html")], 7, "no such run configuration file"),
+        (["--rank", "5", "-o", str(tmp_path / "r.html")], 2, "no rank 5"),
+        ([], 2, "-o"),
+    ]
+    for extra, code, msg in cases:
+        assert main(["report", str(DEMO), *extra]) == code
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err
+    assert not (tmp_path / "r.html").exists()
+    # a real process: exit code 5 for a CPU-only trace, one line on stderr
     r = run_cli("report", FIXTURES / "kineto" / "cpu_only_gpt.pt.trace.json.gz", "-o", tmp_path / "r.html")
-    assert r.returncode == 5
-    for x in (r,):
-        assert "Traceback" not in x.stderr
+    assert r.returncode == 5 and len(r.stderr.strip().splitlines()) == 1
     # json goes to stdout without -o, and is the model
-    r = run_cli("report", DEMO, "--format", "json", "--rank", "0")
-    assert r.returncode == 0
-    doc = orjson.loads(r.stdout)
+    assert main(["report", str(DEMO), "--format", "json", "--rank", "0"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
     assert doc["timeline"]["rank"] == 0 and doc["reproduce"]["command"][:2] == ["traceanalyzer", "report"]
     assert "--rank" in doc["reproduce"]["command"]
 

@@ -36,8 +36,16 @@ CNAME = {"compute": "good", "recompute": "olive", "exposed_comm": "terrible", "o
 
 
 def _us(ns: pl.Expr) -> pl.Expr:
-    """Integer ns -> float µs with (at most) 3 decimals, as Kineto writes them."""
-    return (ns / 1000).round(3)
+    """Integer ns -> µs with (at most) 3 decimals, as Kineto writes them.
+
+    Built as the decimal text ``<µs>.<ns:03>`` and parsed (correctly rounded) to the float
+    nearest to it: ``ns / 1000`` would go through float64 first, and an epoch in ns (~1.7e18)
+    is far past float64's exact integers. So the value read back is the one the original
+    file's own timestamps could hold.
+    """
+    a = ns.abs()
+    sign = pl.when(ns < 0).then(pl.lit("-")).otherwise(pl.lit(""))
+    return pl.format("{}{}.{}", sign, a // 1000, (a % 1000).cast(pl.String).str.zfill(3)).cast(pl.Float64)
 
 
 def track_events(analysis: Analysis, runs: pl.DataFrame, rank: int, base_ns: int, pid: int) -> list[dict]:
