@@ -84,12 +84,6 @@ def _img(png: bytes | None, alt: str) -> str:
     return f'<img class="plot" alt="{escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _legend() -> str:
-    return '<p class="note">' + "".join(
-        f'<span class="swatch" style="background:{plots.COLORS[b]}"></span>{escape(plots.LABELS[b])}' for b in plots.BUCKET_ORDER
-    ) + "</p>"
-
-
 def render(model: dict[str, Any], images: dict[str, bytes] | None = None) -> str:
     """The report as one HTML document (str). ``images``: pre-rendered plots (else rendered here)."""
     images = plots.render_all(model) if images is None else images
