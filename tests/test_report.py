@@ -13,7 +13,6 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import orjson
-import polars as pl
 import pytest
 from PIL import Image
 

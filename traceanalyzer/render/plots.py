@@ -15,6 +15,8 @@ from matplotlib.figure import Figure
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.patches import Patch
 
+from traceanalyzer.report.model import LABELS  # the bucket labels of the JSON, one source
+
 BUCKET_ORDER = ["compute", "recompute", "exposed_comm", "other", "idle"]
 #: Okabe & Ito (2008), "Color Universal Design": distinguishable with every common colour-vision deficiency
 COLORS = {
@@ -28,14 +30,6 @@ COLORS = {
     "peak": "#555555",
     "kernel_efficiency": "#E69F00",  # orange
     "loss": "#8C8C8C",
-}
-LABELS = {
-    "compute": "compute",
-    "recompute": "recompute",
-    "exposed_comm": "exposed comm",
-    "other": "other",
-    "idle": "idle",
-    "overlapped_comm": "overlapped comm",
 }
 TEXT = "#222222"
 GRID = "#DDDDDD"
