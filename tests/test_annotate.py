@@ -53,12 +53,22 @@ def _check_tracks(doc, steps: pl.DataFrame, rank: int):
     sums = defaultdict(int)
     step_start = {}
     for e in added:
-        assert e["ph"] == "X" and isinstance(e["ts"], float | int) and e["dur"] > 0 and isinstance(e["name"], str)
+        assert e["ph"] == "X" and isinstance(e["ts"], float | int) and e["dur"] >= 0 and isinstance(e["name"], str)
         assert round(e["dur"], 3) == e["dur"] and round(e["ts"], 3) == e["ts"]  # µs, 3 decimals at most
+        assert round(e["args"]["length_us"], 3) == e["args"]["length_us"] > 0
+        if base:  # ns-exact timestamps: the slice is exactly the run
+            assert e["dur"] == e["args"]["length_us"]
+        else:  # epoch µs: float64 holds 0.25 µs steps, the viewer's slice is within that of the run
+            assert abs(e["dur"] - e["args"]["length_us"]) <= 0.5
         if e["tid"] == 1:
-            sums[(e["args"]["step"], LABEL_TO_BUCKET[e["name"]])] += round(e["dur"] * 1000)
+            sums[(e["args"]["step"], LABEL_TO_BUCKET[e["name"]])] += round(e["args"]["length_us"] * 1000)
         else:
             step_start[e["args"]["step"]] = _ns(e["ts"]) + base
+    # Perfetto reads ts/dur as llround(µs * 1000): adjacent runs on one thread must not overlap
+    # there, or it drops the later one as improperly nested
+    for tid in (1, 2):
+        spans = sorted((round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000)) for e in added if e["tid"] == tid)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"overlapping slices on tid {tid}"
     mine = steps.filter(pl.col("rank") == rank)
     for row in mine.iter_rows(named=True):
         assert step_start[row["step"]] == row["start_ns"]  # written relative to baseTimeNanoseconds

@@ -123,8 +123,8 @@ def render(model: dict[str, Any], images: dict[str, bytes] | None = None) -> str
         out.append(_img(images.get("waterfall"), "peak to achieved TFLOP/s per GPU"))
         out.append(_table(waterfall_table(model)))
     else:
-        out.append('<p class="note">No waterfall: it needs a run configuration (<code>--config run.toml</code>) '
-                   "and the reconciler; see the notes above.</p>")
+        why = "see the note at the top" if model["notes"] else "run the report with <code>--config run.toml</code>"
+        out.append(f'<p class="note">No waterfall (peak to achieved TFLOP/s): it needs a run configuration and the reconciler; {why}.</p>')
 
     out.append('<h2 id="heatmap">Cross-rank heatmap</h2>')
     out.append(_img(images.get("heatmap"), "share of the step per rank and bucket"))

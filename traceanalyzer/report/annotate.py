@@ -5,7 +5,8 @@ to collide with the trace's own pids: Perfetto needs integer pids), with two thr
 
 * ``buckets``: one complete (``X``) event per maximal run of one bucket inside a step window,
   named after the bucket (compute / recompute / exposed comm / other / idle), with
-  ``args = {bucket, step, overlapped_comm_us}``;
+  ``args = {bucket, step, length_us, overlapped_comm_us}`` (``length_us``: the exact length;
+  ``dur`` is the length as a viewer reading ``ts`` to the nanosecond sees it, see :func:`_span`);
 * ``steps``: one ``X`` event per step window with the step's partition in ``args`` (ms).
 
 Every added event has ``cat: "traceanalyzer"``, which the Kineto parser maps to kind ``other``:
@@ -48,6 +49,22 @@ def _us(ns: pl.Expr) -> pl.Expr:
     return pl.format("{}{}.{}", sign, a // 1000, (a % 1000).cast(pl.String).str.zfill(3)).cast(pl.Float64)
 
 
+def _viewer_ns(ns: pl.Expr) -> pl.Expr:
+    """The integer ns a viewer computes from the ``ts`` we write: ``llround(µs * 1000)``
+    (Perfetto's JSON importer). Equal to ``ns`` wherever float64 can hold the file's timestamps
+    to the nanosecond (``baseTimeNanoseconds``-relative files); in files with absolute epoch µs
+    (~1.7e15, float64 steps of 0.25 µs) it is ``ns`` rounded to that grid."""
+    return (_us(ns) * 1000).round(0, mode="half_away_from_zero").cast(pl.Int64)
+
+
+def _span(start_ns: pl.Expr, end_ns: pl.Expr, base_ns: int) -> list[pl.Expr]:
+    """``ts`` and ``dur`` of a slice: ``dur`` is taken between the viewer's own readings of the
+    two ends, so slices that touch in our nanoseconds touch in the viewer too (never overlap,
+    which Perfetto would reject as improper nesting)."""
+    t0, t1 = start_ns - base_ns, end_ns - base_ns
+    return [_us(t0).alias("ts"), _us(_viewer_ns(t1) - _viewer_ns(t0)).alias("dur")]
+
+
 def track_events(analysis: Analysis, runs: pl.DataFrame, rank: int, base_ns: int, pid: int) -> list[dict]:
     """The added events of one rank (metadata first), ready to append to ``traceEvents``.
     ``runs``: :func:`~traceanalyzer.report.model.bucket_runs` of the analysis."""
@@ -60,12 +77,12 @@ def track_events(analysis: Analysis, runs: pl.DataFrame, rank: int, base_ns: int
         label.alias("name"),
         pl.lit(pid).alias("pid"),
         pl.lit(TID_BUCKETS).alias("tid"),
-        _us(pl.col("start_ns") - base_ns).alias("ts"),
-        _us(pl.col("end_ns") - pl.col("start_ns")).alias("dur"),
+        *_span(pl.col("start_ns"), pl.col("end_ns"), base_ns),
         pl.col("bucket").replace_strict(CNAME, return_dtype=pl.String).alias("cname"),
         pl.struct(
             pl.col("bucket"),
             pl.col("step"),
+            _us(pl.col("end_ns") - pl.col("start_ns")).alias("length_us"),
             _us(pl.col("overlapped_comm_ns")).alias("overlapped_comm_us"),
         ).alias("args"),
     )
@@ -75,10 +92,10 @@ def track_events(analysis: Analysis, runs: pl.DataFrame, rank: int, base_ns: int
         pl.format("step {}", pl.col("step")).alias("name"),
         pl.lit(pid).alias("pid"),
         pl.lit(TID_STEPS).alias("tid"),
-        _us(pl.col("start_ns") - base_ns).alias("ts"),
-        _us(pl.col("duration_ns")).alias("dur"),
+        *_span(pl.col("start_ns"), pl.col("start_ns") + pl.col("duration_ns"), base_ns),
         pl.struct(
             pl.col("step"),
+            _us(pl.col("duration_ns")).alias("length_us"),
             *[(pl.col(f"{b}_ns") / 1e6).alias(f"{b}_ms") for b in [*BUCKETS, "overlapped_comm"]],
         ).alias("args"),
     )
