@@ -161,7 +161,7 @@ def waterfall(model: dict[str, Any]) -> bytes | None:
     for i, t in enumerate(terms, start=1):
         color = COLORS.get(t["key"], COLORS["loss"])
         ax.bar(i, t["tflops"], bottom=level - t["tflops"], color=color, width=0.7)
-        ax.text(i, level + 0.01 * wf["peak_tflops"], f"-{t['tflops']:.1f}", ha="center", va="bottom", fontsize=8.5, color=TEXT)
+        ax.text(i, level + 0.01 * wf["peak_tflops"], f"{-t['tflops']:+.1f}", ha="center", va="bottom", fontsize=8.5, color=TEXT)
         level -= t["tflops"]
     last = len(labels) - 1
     ax.bar(last, wf["achieved_tflops"], color=COLORS["achieved"], width=0.7)
