@@ -29,7 +29,7 @@ COLORS = {
     "achieved": "#009E73",
     "peak": "#555555",
     "kernel_efficiency": "#E69F00",  # orange
-    "loss": "#8C8C8C",
+    "loss": "#D9D9D9",  # other waterfall terms: light grey, hatched
 }
 TEXT = "#222222"
 GRID = "#DDDDDD"
@@ -146,6 +146,17 @@ def heatmap(model: dict[str, Any]) -> bytes:
     return _png(fig)
 
 
+def _term_style(key: str) -> tuple[str, str | None]:
+    """A waterfall term's colour: its bucket's (``exposed_comm_tp`` is exposed comm), orange for
+    kernel efficiency, else hatched light grey (never a bucket's colour)."""
+    for b in BUCKET_ORDER:
+        if key == b or key.startswith(b + "_"):
+            return COLORS[b], None
+    if key.startswith("kernel"):
+        return COLORS["kernel_efficiency"], None
+    return COLORS["loss"], "//"
+
+
 def waterfall(model: dict[str, Any]) -> bytes | None:
     """Peak TFLOP/s per GPU down to achieved: one bar per loss term (None without a waterfall)."""
     wf = model.get("waterfall")
@@ -159,8 +170,9 @@ def waterfall(model: dict[str, Any]) -> bytes | None:
     ax.bar(0, wf["peak_tflops"], color=COLORS["peak"], width=0.7)
     level = wf["peak_tflops"]
     for i, t in enumerate(terms, start=1):
-        color = COLORS.get(t["key"], COLORS["loss"])
-        ax.bar(i, t["tflops"], bottom=level - t["tflops"], color=color, width=0.7)
+        color, hatch = _term_style(t["key"])
+        ax.bar(i, t["tflops"], bottom=level - t["tflops"], color=color, width=0.7, hatch=hatch, edgecolor="#555555" if hatch else None,
+               linewidth=0.6 if hatch else 0)
         ax.text(i, level + 0.01 * wf["peak_tflops"], f"{-t['tflops']:+.1f}", ha="center", va="bottom", fontsize=8.5, color=TEXT)
         level -= t["tflops"]
     last = len(labels) - 1
