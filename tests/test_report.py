@@ -1,0 +1,457 @@
+"""``traceanalyzer report``: the report model against independent computations, and the HTML /
+Markdown renderings against the JSON (every displayed number), images, self-containedness."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import sys
+import types
+from collections import defaultdict
+from html.parser import HTMLParser
+from pathlib import Path
+
+import orjson
+import pytest
+from PIL import Image
+
+import traceanalyzer as ta
+from traceanalyzer.classify import BUCKETS
+from traceanalyzer.report import model as report_model
+from traceanalyzer.render import html as html_render
+from traceanalyzer.render import markdown as md_render
+from traceanalyzer.render import plots
+
+from conftest import DEMO, DLRM, FIXTURES, TRACES, real_gpu_traces, run_cli
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+LOSSES = ["recompute", "exposed_comm", "other", "idle"]
+
+
+def _model(path, **kw):
+    return report_model.build(ta.analyze(ta.load(path)), **kw)
+
+
+def _get(doc, path):
+    v = doc
+    for part in path.split("."):
+        v = v[int(part)] if isinstance(v, list) else v[part]
+    return v
+
+
+def _check_png(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_MAGIC
+    im = Image.open(io.BytesIO(data))
+    im.load()  # decodes every pixel: raises on a corrupt image
+    assert im.size[0] > 200 and im.size[1] > 100
+    extrema = im.convert("L").getextrema()
+    assert extrema[0] < extrema[1], "blank image"
+    return im.size
+
+
+# ---------------------------------------------------------------------------------------------
+# the model against independent computations
+
+
+def _naive(steps_rows):
+    """Per rank: steps, summed ns per field, from the breakdown rows (plain Python)."""
+    out = defaultdict(lambda: defaultdict(int))
+    for r in steps_rows:
+        out[r["rank"]]["steps"] += 1
+        for f in ["duration", *BUCKETS, "overlapped_comm"]:
+            out[r["rank"]][f] += r[f"{f}_ns"]
+    return out
+
+
+@pytest.mark.parametrize("path", [DLRM, DEMO], ids=["dlrm-8rank", "mi300x"])
+def test_model_numbers_against_the_breakdown(path):
+    analysis = ta.analyze(ta.load(path))
+    m = report_model.build(analysis)
+    naive = _naive(analysis.steps.to_dicts())
+    assert [r["rank"] for r in m["ranks"]] == sorted(naive)
+    for r in m["ranks"]:
+        n = naive[r["rank"]]
+        assert r["steps"] == n["steps"]
+        assert r["step_ms"] == pytest.approx(n["duration"] / n["steps"] / 1e6, rel=1e-12)
+        for b in BUCKETS:
+            assert r["buckets"][b]["ms"] == pytest.approx(n[b] / n["steps"] / 1e6, rel=1e-12, abs=1e-12)
+            assert r["buckets"][b]["pct"] == pytest.approx(100 * n[b] / n["duration"], rel=1e-12, abs=1e-12)
+        assert sum(r["buckets"][b]["pct"] for b in BUCKETS) == pytest.approx(100.0)
+    # headline: biggest loss over all ranks, mean step over all rank-steps
+    tot = {f: sum(n[f] for n in naive.values()) for f in ["duration", "steps", *LOSSES]}
+    big = max(LOSSES, key=lambda b: tot[b])
+    h = m["headline"]
+    assert h["biggest_loss"]["bucket"] == big
+    assert h["biggest_loss"]["pct"] == pytest.approx(100 * tot[big] / tot["duration"])
+    assert h["step_ms"] == pytest.approx(tot["duration"] / tot["steps"] / 1e6)
+    assert f"{h['biggest_loss']['ms']:.3f} ms per step" in h["sentence"]
+    # the slowest rank is the default timeline rank
+    assert m["timeline"]["rank"] == h["slowest_rank"] == max(m["ranks"], key=lambda r: r["step_ms"])["rank"]
+
+
+def test_dlrm_pinned_headline():
+    # DLRM, 8 V100 ranks, one step each: rank 1 is slowest (18.467 ms); idle is the biggest loss
+    m = _model(DLRM)
+    h = m["headline"]
+    assert h["slowest_rank"] == 1 and round(h["slowest_rank_step_ms"], 3) == 18.467
+    assert h["biggest_loss"]["bucket"] == "idle"
+    assert m["ranks"][0]["buckets"]["exposed_comm"]["ms"] == 5.537  # = test_partition's hand computation
+    assert m["ranks"][0]["buckets"]["idle"]["ms"] == 6.419
+
+
+def test_timeline_runs_are_maximal_and_sum_to_the_partition():
+    analysis = ta.analyze(ta.load(DEMO))
+    m = report_model.build(analysis, rank=0)
+    runs = m["timeline"]["runs"]
+    steps = {s["step"]: s for s in m["steps"] if s["rank"] == 0}
+    sums = defaultdict(float)
+    prev = None
+    for st, s, e, b in zip(runs["step"], runs["start_ms"], runs["end_ms"], runs["bucket"]):
+        assert e > s
+        if prev and prev[0] == st:
+            assert s == pytest.approx(prev[1])  # contiguous inside a step
+            assert b != prev[2]  # maximal: neighbours differ
+        prev = (st, e, b)
+        sums[(st, b)] += e - s
+    for st, row in steps.items():
+        for b in BUCKETS:
+            assert sums[(st, b)] == pytest.approx(row[f"{b}_ms"], abs=1e-9)
+    assert {r["step"] for r in m["timeline"]["steps"]} == set(steps) == {15, 16, 17}
+
+
+def _naive_exposed_by_name(gpu_rows, w0, w1):
+    """Plain-Python reference: every elementary segment of [w0, w1) with comm active and no
+    compute/recompute is shared equally among the active comm kernels."""
+    iv = [(max(s, w0), min(e, w1), c, n) for s, e, c, n in gpu_rows if min(e, w1) > max(s, w0)]
+    cuts = sorted({w0, w1, *[x[0] for x in iv], *[x[1] for x in iv]})
+    out = defaultdict(float)
+    for a, b in zip(cuts, cuts[1:]):
+        active = [x for x in iv if x[0] <= a and x[1] >= b]
+        if any(x[2] in ("compute", "recompute") for x in active):
+            continue
+        comm = [x for x in active if x[2] == "comm"]
+        for x in comm:
+            out[x[3]] += (b - a) / len(comm)
+    return out
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_exposed_collectives_equal_a_naive_sweep(rank):
+    path = sorted(DLRM.glob(f"worker{rank}_*"))[0]
+    analysis = ta.analyze(ta.load(path))
+    m = report_model.build(analysis, top=1000)
+    (w0, w1) = analysis.windows.select("wstart_ns", "wend_ns").row(0)
+    rows = analysis.gpu.select("start_ns", "end_ns", "cls", "name").rows()
+    ref = _naive_exposed_by_name(rows, w0, w1)
+    got = {c["name"]: c["exposed_ms"] * 1e6 for c in m["top_exposed_collectives"]}
+    assert set(got) == {k for k, v in ref.items() if v > 0}
+    for k, v in ref.items():
+        if v > 0:
+            assert got[k] == pytest.approx(v, rel=1e-9)
+    # and they add up to the partition's exposed comm exactly
+    assert sum(got.values()) == pytest.approx(analysis.steps["exposed_comm_ns"].sum(), rel=1e-12)
+
+
+def test_top_kernels_against_a_group_by_of_the_raw_json():
+    import gzip
+
+    path = sorted(DLRM.glob("worker0_*"))[0]
+    doc = orjson.loads(gzip.open(path).read())
+    kernels = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    m = _model(path, top=3)
+    # one step covering all GPU work on this rank's window: group the raw kernels by name
+    totals = defaultdict(float)
+    calls = defaultdict(int)
+    for e in kernels:
+        totals[e["name"]] += e["dur"]
+        calls[e["name"]] += 1
+    best = sorted(totals, key=lambda k: -totals[k])[:3]
+    assert [k["name"] for k in m["top_kernels"]] == best
+    for k in m["top_kernels"]:
+        assert k["total_ms"] == pytest.approx(totals[k["name"]] / 1000)
+        assert k["calls"] == calls[k["name"]]
+
+
+def _shared_gpu_traces():
+    return [p for p in real_gpu_traces() if "cupti_profiler" not in str(p)]
+
+
+@pytest.mark.skipif(not TRACES.exists(), reason=f"shared traces not found at {TRACES}")
+@pytest.mark.parametrize("path", _shared_gpu_traces(), ids=lambda p: p.parent.name + "/" + p.name[:40])
+def test_model_invariants_on_every_real_trace(path):
+    analysis = ta.analyze(ta.load(path))
+    m = report_model.build(analysis, top=1000)
+    orjson.dumps(m)  # JSON-ready
+    for r in m["ranks"]:
+        assert sum(r["buckets"][b]["ms"] for b in BUCKETS) == pytest.approx(r["step_ms"], rel=1e-9)
+    exposed = sum(c["exposed_ms"] for c in m["top_exposed_collectives"])
+    assert exposed == pytest.approx(analysis.steps["exposed_comm_ns"].sum() / 1e6, rel=1e-9, abs=1e-9)
+    inputs = m["reproduce"]["inputs"]
+    assert inputs[0]["size_bytes"] == Path(path).stat().st_size and len(inputs[0]["sha256"]) == 64
+
+
+# ---------------------------------------------------------------------------------------------
+# renderings against the JSON
+
+
+class _Collect(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.cells: list[tuple[str, str]] = []
+        self.imgs: list[str] = []
+        self.tags: list[tuple[str, dict]] = []
+        self._path = None
+        self._text = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append((tag, a))
+        if tag == "img":
+            self.imgs.append(a.get("src", ""))
+        if a.get("data-path"):
+            self._path, self._text = a["data-path"], []
+
+    def handle_data(self, data):
+        if self._path:
+            self._text.append(data)
+
+    def handle_endtag(self, tag):
+        if self._path and tag in ("td", "b"):
+            self.cells.append((self._path, "".join(self._text)))
+            self._path = None
+
+
+def _assert_shown(value, text):
+    """``text`` shows ``value`` rounded to the decimals it displays."""
+    if isinstance(value, int) and "." not in text:
+        assert int(text) == value
+        return
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    assert abs(float(text) - value) <= 0.5 * 10**-decimals + 1e-9, (text, value)
+    assert text == f"{value:.{decimals}f}"
+
+
+def _report(tmp_path, path, fmt, *extra):
+    """Run ``traceanalyzer report`` in-process (the CLI's own entry point, without the start-up
+    cost of a subprocess); the subprocess path is covered by the error test."""
+    from traceanalyzer.cli import main
+
+    out = tmp_path / {"html": "r.html", "markdown": "r.md", "json": "r.json"}[fmt]
+    code = main(["report", str(path), "--format", fmt, "-o", str(out), *map(str, extra)])
+    assert code == 0
+    return out
+
+
+EXTERNAL = [
+    re.compile(r"""(?:src|href|action|poster|data)\s*=\s*["']?\s*(?:https?:)?//""", re.I),
+    re.compile(r"<script[^>]*\bsrc\s*=", re.I),
+    re.compile(r"<link\b", re.I),
+    re.compile(r"@import", re.I),
+    re.compile(r"url\(\s*['\"]?\s*(?:https?:)?//", re.I),
+    re.compile(r"<iframe|<object|<embed", re.I),
+]
+
+
+@pytest.mark.parametrize("path", [DLRM, DEMO], ids=["dlrm-8rank", "mi300x"])
+def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
+    html = _report(tmp_path, path, "html").read_text()
+    doc = orjson.loads(_report(tmp_path, path, "json").read_bytes())
+    assert doc["schema"] == "traceanalyzer.report" and doc["schema_version"] == 1
+    p = _Collect()
+    p.feed(html)
+    paths = {c[0] for c in p.cells}
+    n_ranks = len(doc["ranks"])
+    # every number of every rank row and both top tables is shown, and shown right
+    for i in range(n_ranks):
+        for b in BUCKETS:
+            assert f"ranks.{i}.buckets.{b}.ms" in paths and f"ranks.{i}.buckets.{b}.pct" in paths
+    assert f"top_kernels.{len(doc['top_kernels']) - 1}.total_ms" in paths
+    assert "headline.step_ms" in paths
+    for cell_path, text in p.cells:
+        _assert_shown(_get(doc, cell_path), text)
+    assert doc["headline"]["sentence"] in html
+    # kernel names are escaped, not interpreted as tags
+    assert "<c10::" not in html
+    # images: partition, timeline, heatmap (no waterfall without a config), all embedded PNGs
+    assert len(p.imgs) == 3
+    for src in p.imgs:
+        assert src.startswith("data:image/png;base64,")
+        _check_png(base64.b64decode(src.split(",", 1)[1]))
+    for pat in EXTERNAL:
+        assert not pat.search(html), pat.pattern
+    for tag, attrs in p.tags:
+        assert tag != "script"
+        for k, v in attrs.items():
+            if k in ("src", "href"):
+                assert (v or "").startswith(("data:", "#")), (tag, k, v[:60])
+    # reproduction: command, version, inputs with sizes and hashes
+    assert "traceanalyzer report" in html and doc["tool"]["version"] in html
+    for f in doc["reproduce"]["inputs"]:
+        assert f["sha256"] in html and str(f["size_bytes"]) in html
+
+
+def _md_tables(text: str) -> dict[str, list[list[str]]]:
+    """Markdown tables keyed by their header line."""
+    out, cur, key = {}, None, None
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if cur is None:
+                key, cur = " | ".join(cells), []
+            elif not set(line) <= set("|-: "):
+                cur.append(cells)
+        elif cur is not None:
+            out[key], cur = cur, None
+    if cur is not None:
+        out[key] = cur
+    return out
+
+
+def test_markdown_numbers_equal_the_json_and_pngs_beside_it(tmp_path):
+    out = _report(tmp_path, DLRM, "markdown")
+    md = out.read_text()
+    doc = orjson.loads(_report(tmp_path, DLRM, "json").read_bytes())
+    assert len(md) < 20_000  # pasteable
+    tables = _md_tables(md)
+    ranks = next(v for k, v in tables.items() if k.startswith("rank | steps"))
+    assert len(ranks) == 8
+    for row, r in zip(ranks, doc["ranks"]):
+        assert int(row[0]) == r["rank"]
+        _assert_shown(r["step_ms"], row[2])
+        for j, b in enumerate(BUCKETS):
+            _assert_shown(r["buckets"][b]["ms"], row[3 + j])
+            _assert_shown(r["buckets"][b]["pct"], row[8 + j])
+        _assert_shown(r["overlapped_comm"]["ms"], row[13])
+    coll = next(v for k, v in tables.items() if k.startswith("collective kernel"))
+    for row, c in zip(coll, doc["top_exposed_collectives"]):
+        assert row[0].strip("`") == c["name"]
+        _assert_shown(c["exposed_ms"], row[2])
+        _assert_shown(c["pct_of_exposed_comm"], row[5])
+    head = tables["headline | value"]
+    assert any(r[1] == f"{doc['headline']['step_ms']:.3f}" for r in head)
+    refs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert refs == ["r_partition.png", "r_timeline.png", "r_heatmap.png"]
+    for ref in refs:
+        _check_png((out.parent / ref).read_bytes())
+
+
+def test_markdown_embed_uses_data_uris_and_writes_no_png(tmp_path):
+    out = _report(tmp_path, DEMO, "markdown", "--embed")
+    md = out.read_text()
+    refs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert len(refs) == 3 and all(r.startswith("data:image/png;base64,") for r in refs)
+    for r in refs:
+        _check_png(base64.b64decode(r.split(",", 1)[1]))
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_markdown_caps_long_tables():
+    m = _model(DLRM)
+    m["ranks"] = m["ranks"] * 3  # 24 rows
+    text = md_render.render(m, {})
+    rows = next(v for k, v in _md_tables(text).items() if k.startswith("rank | steps"))
+    assert len(rows) == md_render.MAX_RANKS
+    assert "8 more ranks" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# the waterfall hook (the reconciler is written on another branch)
+
+
+def _fake_reconciler(monkeypatch, result):
+    mod = types.ModuleType("traceanalyzer.reconcile")
+    calls = []
+
+    def waterfall(analysis, config):
+        calls.append(config)
+        return result
+
+    mod.waterfall = waterfall
+    monkeypatch.setitem(sys.modules, "traceanalyzer.reconcile", mod)
+    return calls
+
+
+def test_waterfall_hook_feeds_headline_plot_and_tables(tmp_path, monkeypatch):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("[model]\nlayers = 2\n")
+    terms = [{"key": "exposed_comm", "label": "exposed comm", "tflops": 500.0},
+             {"key": "kernel_efficiency", "label": "kernel efficiency", "tflops": 300.5}]
+    calls = _fake_reconciler(monkeypatch, {"achieved_tflops": 188.5, "peak_tflops": 989.0, "mfu": 0.1906,
+                                           "convention": "megatron", "terms": terms})
+    m = _model(DEMO, config=cfg)
+    assert calls == [cfg]
+    wf = m["waterfall"]
+    assert wf["achieved_tflops"] + sum(t["tflops"] for t in wf["terms"]) == pytest.approx(wf["peak_tflops"])
+    assert wf["residual_tflops"] == pytest.approx(0.0, abs=1e-9)
+    assert m["headline"]["achieved_tflops"] == 188.5 and m["headline"]["mfu"] == 0.1906
+    assert "Achieved 188.5 TFLOP/s per GPU, MFU 19.1%" in m["headline"]["sentence"]
+    assert m["reproduce"]["inputs"][-1]["role"] == "config"
+    images = plots.render_all(m)
+    assert list(images) == ["partition", "timeline", "waterfall", "heatmap"]
+    _check_png(images["waterfall"])
+    page = html_render.render(m, images)
+    p = _Collect()
+    p.feed(page)
+    shown = dict(p.cells)
+    assert shown["waterfall.terms.0.tflops"] == "500.0" and shown["headline.achieved_tflops"] == "188.5"
+    assert len(p.imgs) == 4
+
+
+def test_without_reconciler_the_report_says_so(tmp_path, monkeypatch):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("")
+    monkeypatch.setitem(sys.modules, "traceanalyzer.reconcile", None)  # import fails
+    m = _model(DEMO, config=cfg)
+    assert m["waterfall"] is None and m["headline"]["mfu"] is None
+    assert any("no reconciler" in n for n in m["notes"])
+
+
+def test_normalize_waterfall_accepts_dataclasses_and_rejects_junk():
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class W:
+        achieved_tflops: float = 100.0
+        peak_tflops: float = 400.0
+        terms: list = field(default_factory=lambda: [{"name": "idle", "tflops": 300.0}])
+
+    wf = report_model.normalize_waterfall(W())
+    assert wf["terms"] == [{"key": "idle", "label": "idle", "tflops": 300.0}] and wf["residual_tflops"] == 0.0
+    assert report_model.normalize_waterfall({"achieved_tflops": "x"}) is None
+    assert report_model.normalize_waterfall(None) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI errors
+
+
+def test_report_errors_are_one_line_with_exit_codes(tmp_path, capsys):
+    from traceanalyzer.cli import main
+
+    cases = [
+        (["--config", str(tmp_path / "missing.toml"), "-o", str(tmp_path / "r.html")], 7, "no such run configuration file"),
+        (["--rank", "5", "-o", str(tmp_path / "r.html")], 2, "no rank 5"),
+        ([], 2, "-o"),
+    ]
+    for extra, code, msg in cases:
+        assert main(["report", str(DEMO), *extra]) == code
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err
+    assert not (tmp_path / "r.html").exists()
+    # a real process: exit code 5 for a CPU-only trace, one line on stderr
+    r = run_cli("report", FIXTURES / "kineto" / "cpu_only_gpt.pt.trace.json.gz", "-o", tmp_path / "r.html")
+    assert r.returncode == 5 and len(r.stderr.strip().splitlines()) == 1
+    # json goes to stdout without -o, and is the model
+    assert main(["report", str(DEMO), "--format", "json", "--rank", "0"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["timeline"]["rank"] == 0 and doc["reproduce"]["command"][:2] == ["traceanalyzer", "report"]
+    assert "--rank" in doc["reproduce"]["command"]
+
+
+def test_chosen_rank_sets_the_timeline(tmp_path):
+    m = _model(DLRM, rank=6)
+    assert m["timeline"]["rank"] == 6
+    assert len(m["timeline"]["steps"]) == 1
+    total = sum(e - s for s, e in zip(m["timeline"]["runs"]["start_ms"], m["timeline"]["runs"]["end_ms"]))
+    assert total == pytest.approx(m["ranks"][6]["step_ms"])

@@ -1,0 +1,35 @@
+"""``traceanalyzer annotate``: the trace plus the classification as tracks, for Perfetto."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from traceanalyzer.classify import analyze
+from traceanalyzer.commands.common import err_console, load_with_progress, print_warnings
+from traceanalyzer.errors import TraceAnalyzerError
+
+
+def annotate(
+    paths: Annotated[list[Path], typer.Argument(help="Kineto trace file(s) or a directory of rank traces.", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Annotated trace to write (.json or .json.gz); a directory for several rank files.", show_default=False)],
+    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+) -> None:
+    """Write the trace with one extra track per rank showing compute / recompute / exposed comm / other / idle (open it in Perfetto UI)."""
+    from traceanalyzer.report.annotate import annotate as write_annotated
+
+    trace = load_with_progress(paths, show=True)
+    analysis = analyze(trace, step_range)
+    try:
+        written = write_annotated(analysis, output)
+    except OSError as exc:
+        raise TraceAnalyzerError(f"cannot write the annotated trace: {exc.strerror or exc}", output) from None
+    print_warnings(analysis.warnings)
+    for f in written:
+        err_console.print(f"wrote {f}", highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(annotate)

@@ -1,0 +1,105 @@
+"""``traceanalyzer report``: a report to attach to a ticket (HTML, Markdown or JSON)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from traceanalyzer.classify import analyze
+from traceanalyzer.commands.common import load_with_progress, output_stream, print_warnings
+from traceanalyzer.errors import TraceAnalyzerError
+
+
+class ReportFormat(str, Enum):
+    html = "html"
+    markdown = "markdown"
+    json = "json"
+
+
+def _command(paths: list[Path], config: Path | None, fmt: ReportFormat, embed: bool, output: Path | None,
+             rank: int | None, step_range: str, top: int) -> list[str]:
+    """The command line that reproduces this report (canonical form of the options given)."""
+    cmd = ["traceanalyzer", "report", *map(str, paths)]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    cmd += ["--format", fmt.value]
+    if embed:
+        cmd.append("--embed")
+    if rank is not None:
+        cmd += ["--rank", str(rank)]
+    if step_range != "ProfilerStep":
+        cmd += ["--step-range", step_range]
+    if top != 10:
+        cmd += ["--top", str(top)]
+    if output is not None:
+        cmd += ["-o", str(output)]
+    return cmd
+
+
+def report(
+    paths: Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces.", show_default=False)],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Report file to write (required for html and markdown; json goes to stdout without it).")] = None,
+    format: Annotated[ReportFormat, typer.Option("--format", "-f", help="html: one self-contained file; markdown: GitHub-flavoured, PNGs beside it; json: the full report model.")] = ReportFormat.html,
+    config: Annotated[Optional[Path], typer.Option("--config", help="Run configuration (TOML) for achieved TFLOP/s, MFU and the waterfall.")] = None,
+    embed: Annotated[bool, typer.Option("--embed", help="Markdown: embed the plots as data: URIs instead of PNG files beside it.")] = False,
+    rank: Annotated[Optional[int], typer.Option("--rank", help="Rank whose per-step timeline is shown (default: the slowest).")] = None,
+    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    top: Annotated[int, typer.Option("--top", min=1, max=1000, help="Rows in the top-kernel and top-collective tables.")] = 10,
+) -> None:
+    """Write a report to attach to a ticket: headline, plots, top kernels and collectives, how to reproduce."""
+    from traceanalyzer.report import model as report_model
+
+    if output is None and format is not ReportFormat.json:
+        raise typer.BadParameter(f"--format {format.value} writes files: give the report file with -o", param_hint="'-o'")
+    if output is not None and output.is_dir():
+        raise typer.BadParameter(f"{output} is a directory: give the report file name", param_hint="'-o'")
+    trace = load_with_progress(paths, show=True)
+    if rank is not None and rank not in trace.ranks:
+        raise typer.BadParameter(f"no rank {rank} in the trace (it has {len(trace.ranks)}: {trace.ranks[:16]})", param_hint="'--rank'")
+    analysis = analyze(trace, step_range)
+    m = report_model.build(
+        analysis, rank=rank, config=config, step_range=step_range, top=top,
+        command=_command(paths, config, format, embed, output, rank, step_range, top),
+    )
+    try:
+        _write(m, format, embed, output)
+    except OSError as exc:
+        raise TraceAnalyzerError(f"cannot write the report: {exc.strerror or exc}", output) from None
+    print_warnings([*analysis.warnings, *m["notes"]])
+
+
+def _write(m: dict, format: ReportFormat, embed: bool, output: Path | None) -> None:
+    if format is ReportFormat.json:
+        from traceanalyzer.render import json as json_render
+
+        with output_stream(output) as fh:
+            fh.write(json_render.dumps(m))
+        return
+    from traceanalyzer.render import plots
+
+    images = plots.render_all(m)
+    assert output is not None
+    if format is ReportFormat.html:
+        from traceanalyzer.render import html
+
+        output.write_text(html.render(m, images), encoding="utf-8")
+        return
+    from traceanalyzer.render import markdown
+
+    if embed:
+        refs = {stem: markdown.data_uri(png) for stem, png in images.items()}
+    else:
+        stem = output.name[: -len(".md")] if output.name.endswith(".md") else output.name
+        refs = {}
+        for plot, png in images.items():
+            name = f"{stem}_{plot}.png"
+            (output.parent / name).write_bytes(png)
+            refs[plot] = name
+    output.write_text(markdown.render(m, refs), encoding="utf-8")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(report)

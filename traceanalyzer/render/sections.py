@@ -1,0 +1,168 @@
+"""Text cells of a report model, shared by the HTML and Markdown renderers.
+
+Formatting only (fixed decimals, labels); every number is read from the report model. Each
+numeric cell keeps the JSON path of the number it shows (``Cell.path``), so the HTML can carry it
+(``data-path``) and tests can check every displayed number against ``--format json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceanalyzer.render.plots import BUCKET_ORDER, LABELS
+
+MS = "{:.3f}"
+PCT = "{:.1f}"
+US = "{:.1f}"
+TFLOPS = "{:.1f}"
+
+
+@dataclass
+class Cell:
+    text: str
+    path: str | None = None  # JSON path of the number shown, e.g. "ranks.0.buckets.idle.ms"
+    code: bool = False  # a kernel name or other identifier: monospace, escaped
+    title: str | None = None  # full text when ``text`` is shortened
+
+
+@dataclass
+class Table:
+    id: str
+    title: str
+    headers: list[str]
+    rows: list[list[Cell]] = field(default_factory=list)
+    note: str | None = None
+
+
+def num(model: dict[str, Any], path: str, fmt: str) -> Cell:
+    """A cell showing the number at ``path`` in ``model`` with ``fmt``."""
+    v: Any = model
+    for part in path.split("."):
+        v = v[int(part)] if isinstance(v, list) else v[part]
+    return Cell("" if v is None else fmt.format(v), path)
+
+
+def short(name: str, width: int = 90) -> Cell:
+    if len(name) <= width:
+        return Cell(name, code=True)
+    return Cell(name[: width - 1] + "…", code=True, title=name)
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return ""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def headline_cells(model: dict[str, Any]) -> list[tuple[str, Cell]]:
+    """The headline as (label, cell) pairs."""
+    h = model["headline"]
+    out = [("mean step time (ms)", num(model, "headline.step_ms", MS))]
+    if h["ranks"] > 1:
+        out.append((f"slowest rank ({h['slowest_rank']}) step time (ms)", num(model, "headline.slowest_rank_step_ms", MS)))
+    out.append(("compute share of the step (%)", num(model, "headline.compute_pct", PCT)))
+    if h["biggest_loss"]:
+        out.append((f"biggest loss: {h['biggest_loss']['label']} (ms per step)", num(model, "headline.biggest_loss.ms", MS)))
+        out.append((f"biggest loss: {h['biggest_loss']['label']} (% of step)", num(model, "headline.biggest_loss.pct", PCT)))
+    if h["achieved_tflops"] is not None:
+        out.append(("achieved TFLOP/s per GPU", num(model, "headline.achieved_tflops", TFLOPS)))
+    if h["mfu"] is not None:
+        out.append(("MFU (fraction of peak)", num(model, "headline.mfu", "{:.3f}")))
+    if h["hfu"] is not None:
+        out.append(("HFU (fraction of peak)", num(model, "headline.hfu", "{:.3f}")))
+    return out
+
+
+def ranks_table(model: dict[str, Any], limit: int | None = None) -> Table:
+    headers = ["rank", "steps", "step ms", *[f"{LABELS[b]} ms" for b in BUCKET_ORDER], *[f"{LABELS[b]} %" for b in BUCKET_ORDER], "overlapped comm ms"]
+    t = Table("ranks", "Partition per rank (mean per step)", headers)
+    ranks = model["ranks"]
+    shown = ranks if limit is None else ranks[:limit]
+    for i, r in enumerate(shown):
+        p = f"ranks.{i}"
+        t.rows.append(
+            [
+                num(model, f"{p}.rank", "{}"),
+                num(model, f"{p}.steps", "{}"),
+                num(model, f"{p}.step_ms", MS),
+                *[num(model, f"{p}.buckets.{b}.ms", MS) for b in BUCKET_ORDER],
+                *[num(model, f"{p}.buckets.{b}.pct", PCT) for b in BUCKET_ORDER],
+                num(model, f"{p}.overlapped_comm.ms", MS),
+            ]
+        )
+    if len(shown) < len(ranks):
+        t.note = f"{len(ranks) - len(shown)} more ranks in the HTML and JSON reports."
+    return t
+
+
+def timeline_table(model: dict[str, Any], limit: int | None = None) -> Table:
+    tl = model["timeline"]
+    rank = tl["rank"]
+    idx = [i for i, s in enumerate(model["steps"]) if s["rank"] == rank]
+    headers = ["step", "step ms", *[f"{LABELS[b]} ms" for b in BUCKET_ORDER]]
+    t = Table("timeline-steps", f"Rank {rank}, per step", headers)
+    shown = idx if limit is None else idx[:limit]
+    for i in shown:
+        p = f"steps.{i}"
+        t.rows.append([num(model, f"{p}.step", "{}"), num(model, f"{p}.duration_ms", MS), *[num(model, f"{p}.{b}_ms", MS) for b in BUCKET_ORDER]])
+    if len(shown) < len(idx):
+        t.note = f"{len(idx) - len(shown)} more steps in the HTML and JSON reports."
+    return t
+
+
+def waterfall_table(model: dict[str, Any]) -> Table | None:
+    wf = model.get("waterfall")
+    if not wf:
+        return None
+    t = Table("waterfall", "Waterfall: peak to achieved TFLOP/s per GPU", ["term", "TFLOP/s per GPU"])
+    t.rows.append([Cell("peak"), num(model, "waterfall.peak_tflops", TFLOPS)])
+    for i, term in enumerate(wf["terms"]):
+        t.rows.append([Cell(f"− {term['label']}"), num(model, f"waterfall.terms.{i}.tflops", TFLOPS)])
+    t.rows.append([Cell("= achieved"), num(model, "waterfall.achieved_tflops", TFLOPS)])
+    if wf.get("convention"):
+        t.note = f"FLOPs convention: {wf['convention']}."
+    return t
+
+
+def kernels_table(model: dict[str, Any]) -> Table:
+    t = Table("top-kernels", "Top kernels by total GPU time", ["kernel", "class", "calls", "total ms", "mean µs", "% of step time"])
+    for i, k in enumerate(model["top_kernels"]):
+        p = f"top_kernels.{i}"
+        t.rows.append([short(k["name"]), Cell(k["class"]), num(model, f"{p}.calls", "{}"), num(model, f"{p}.total_ms", MS),
+                       num(model, f"{p}.mean_us", US), num(model, f"{p}.pct_of_step_time", PCT)])
+    t.note = "GPU work starting inside a step window, summed over all ranks and steps; % of the summed step time."
+    return t
+
+
+def collectives_table(model: dict[str, Any]) -> Table:
+    t = Table("top-exposed-collectives", "Top exposed collectives",
+              ["collective kernel", "calls", "exposed ms", "kernel ms", "exposed % of kernel", "% of exposed comm"])
+    for i, k in enumerate(model["top_exposed_collectives"]):
+        p = f"top_exposed_collectives.{i}"
+        t.rows.append([short(k["name"]), num(model, f"{p}.calls", "{}"), num(model, f"{p}.exposed_ms", MS), num(model, f"{p}.total_ms", MS),
+                       num(model, f"{p}.exposed_pct_of_kernel", PCT), num(model, f"{p}.pct_of_exposed_comm", PCT)])
+    t.note = ("Exposed time: communication not hidden under compute or recompute, summed over all ranks and steps; "
+              "a moment with several collectives in flight is shared equally among them.")
+    if not model["top_exposed_collectives"]:
+        t.note = "No exposed communication."
+    return t
+
+
+def inputs_table(model: dict[str, Any]) -> Table:
+    t = Table("inputs", "Input files", ["role", "file", "size", "bytes", "sha256"])
+    for i, f in enumerate(model["reproduce"]["inputs"]):
+        t.rows.append([Cell(f["role"]), Cell(f["path"], code=True), Cell(human_bytes(f["size_bytes"])),
+                       num(model, f"reproduce.inputs.{i}.size_bytes", "{}"), Cell(f["sha256"] or "", code=True)])
+    return t
+
+
+def command_text(model: dict[str, Any]) -> str:
+    import shlex
+
+    cmd = model["reproduce"]["command"]
+    return shlex.join(cmd) if cmd else "(not recorded: report built through the Python API)"

@@ -1,0 +1,483 @@
+"""The report model: every number a report shows, computed here and nowhere else.
+
+:func:`build` turns an :class:`~traceanalyzer.classify.Analysis` into a plain, JSON-ready ``dict``
+(``schema_version`` :data:`SCHEMA_VERSION`, documented in ``docs/report-schema.md``). The HTML,
+Markdown and plot renderers only format what is in it; ``--format json`` writes it as is.
+
+All arithmetic starts from the classifier's integer nanoseconds; times in the model are
+milliseconds (``*_ms``) or microseconds (``*_us``) as floats, shares are percentages (``pct``).
+The optional ``waterfall`` section comes from the reconciler (``traceanalyzer.reconcile``, issue 5)
+when it is installed and a run configuration is given: see :func:`waterfall_section`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer import __version__
+from traceanalyzer.classify import BUCKETS, Analysis
+from traceanalyzer.classify.partition import segment_frame
+from traceanalyzer.errors import ConfigError, TraceAnalyzerError
+
+SCHEMA_VERSION = 1
+SCHEMA_NAME = "traceanalyzer.report"
+
+LABELS = {
+    "compute": "compute",
+    "recompute": "recompute",
+    "exposed_comm": "exposed comm",
+    "other": "other",
+    "idle": "idle",
+    "overlapped_comm": "overlapped comm",
+}
+#: the buckets that are losses (everything but compute)
+LOSSES = ["recompute", "exposed_comm", "other", "idle"]
+
+_MS = 1e6  # ns per ms
+
+
+# ---------------------------------------------------------------------------------------------
+# frames shared with the annotated-trace writer
+
+
+def segments(analysis: Analysis) -> pl.DataFrame:
+    """Elementary segments of every step window (``rank, step, t0, t1, n_*, bucket, overlapped,
+    len_ns``), sorted by rank and time: the cut the partition itself was computed on."""
+    return segment_frame(analysis.gpu, analysis.windows).sort("rank", "t0").collect()
+
+
+def bucket_runs(analysis: Analysis, seg: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Maximal runs of one bucket inside each step window.
+
+    Returns ``rank, step, start_ns, end_ns, bucket, overlapped_comm_ns`` sorted by rank and time.
+    Per (rank, step) the run lengths of a bucket sum exactly to that bucket in the partition.
+    """
+    seg = segments(analysis) if seg is None else seg
+    prev_bucket = pl.col("bucket").shift(1).over("rank", "step")
+    prev_end = pl.col("t1").shift(1).over("rank", "step")
+    new = ((pl.col("bucket") != prev_bucket) | (pl.col("t0") != prev_end)).fill_null(True)
+    return (
+        seg.lazy()
+        .with_columns(new.cum_sum().alias("__run"))
+        .group_by("__run")
+        .agg(
+            pl.col("rank").first(),
+            pl.col("step").first(),
+            pl.col("t0").min().alias("start_ns"),
+            pl.col("t1").max().alias("end_ns"),
+            pl.col("bucket").first(),
+            pl.col("len_ns").filter(pl.col("overlapped")).sum().alias("overlapped_comm_ns"),
+        )
+        .sort("rank", "start_ns")
+        .drop("__run")
+        .collect()
+    )
+
+
+def exposed_by_kernel(analysis: Analysis, seg: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Exposed communication time of every communication kernel.
+
+    Each exposed-comm segment is shared equally among the communication kernels active in it
+    (``len / n_comm``), so the kernels' exposed times sum exactly to the partition's
+    ``exposed_comm``. A kernel covers a contiguous range of segments (segments are elementary:
+    no event boundary falls inside one), found with two as-of joins on a per-rank prefix sum.
+
+    Returns ``rank, name, start_ns, end_ns, exposed_ns`` (Float64) for every comm kernel.
+    """
+    seg = segments(analysis) if seg is None else seg
+    share = (
+        pl.when(pl.col("bucket") == "exposed_comm")
+        .then(pl.col("len_ns") / pl.col("n_comm"))
+        .otherwise(0.0)
+        .cast(pl.Float64)
+    )
+    pref = seg.lazy().select("rank", "t0", "t1", share.alias("share")).with_columns(
+        pl.col("share").cum_sum().over("rank").alias("incl")
+    )
+    first = pref.select("rank", "t0", (pl.col("incl") - pl.col("share")).alias("before")).sort("t0")
+    last = pref.select("rank", "t1", pl.col("incl").alias("upto")).sort("t1")
+    comm = (
+        analysis.gpu.lazy()
+        .filter((pl.col("cls") == "comm") & (pl.col("end_ns") > pl.col("start_ns")))
+        .select("rank", "name", "start_ns", "end_ns")
+    )
+    return (
+        comm.sort("start_ns")
+        .join_asof(first, left_on="start_ns", right_on="t0", by="rank", strategy="forward", check_sortedness=False)
+        .sort("end_ns")
+        .join_asof(last, left_on="end_ns", right_on="t1", by="rank", strategy="backward", check_sortedness=False)
+        .with_columns(
+            pl.max_horizontal(pl.col("upto").fill_null(0.0) - pl.col("before").fill_null(pl.col("upto")), pl.lit(0.0))
+            .fill_null(0.0)
+            .alias("exposed_ns")
+        )
+        .select("rank", "name", "start_ns", "end_ns", "exposed_ns")
+        .sort("rank", "start_ns")
+        .collect()
+    )
+
+
+def in_windows(frame: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Rows of ``frame`` (``rank, start_ns, ...``) that start inside a step window, with ``step``."""
+    win = windows.select("rank", "step", "wstart_ns", "wend_ns").sort("wstart_ns")
+    return (
+        frame.sort("start_ns")
+        .join_asof(win, left_on="start_ns", right_on="wstart_ns", by="rank", strategy="backward", check_sortedness=False)
+        .filter(pl.col("step").is_not_null() & (pl.col("start_ns") < pl.col("wend_ns")))
+        .drop("wstart_ns", "wend_ns")
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the model
+
+
+def build(
+    analysis: Analysis,
+    *,
+    rank: int | None = None,
+    config: Path | None = None,
+    command: list[str] | None = None,
+    step_range: str = "ProfilerStep",
+    top: int = 10,
+    generated_utc: str | None = None,
+) -> dict[str, Any]:
+    """The report model of ``analysis`` (see ``docs/report-schema.md``).
+
+    ``rank``: the rank whose per-step timeline is shown (default: the slowest rank).
+    ``config``: run configuration for the reconciler (TFLOP/s, MFU, waterfall), when available.
+    ``command``: the command line that produced the report (recorded for reproduction).
+    """
+    notes: list[str] = []
+    totals = analysis.totals()
+    steps = analysis.steps
+    seg = segments(analysis)
+
+    ranks = _ranks(analysis, totals)
+    if not ranks:  # analyze() raises before this on a trace without GPU work; keep it total
+        raise TraceAnalyzerError("no step with GPU activity to report")
+    slowest = max(ranks, key=lambda r: (r["step_ms"], -r["rank"]))["rank"]  # a handful of rows
+    known = [r["rank"] for r in ranks]
+    if rank is None:
+        rank = slowest
+    elif rank not in known:
+        raise TraceAnalyzerError(f"--rank {rank}: no such rank in the trace (ranks: {_ranges(known)})")
+
+    wf, wf_notes = waterfall_section(analysis, config)
+    notes.extend(wf_notes)
+    headline = _headline(totals, ranks, slowest, wf)
+    inputs = [_file_info(Path(s), "trace") for s in analysis.trace.sources]
+    if config is not None:
+        inputs.append(_file_info(Path(config), "config"))
+
+    return {
+        "schema": SCHEMA_NAME,
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "traceanalyzer", "version": __version__},
+        "generated_utc": generated_utc or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "reproduce": {
+            "command": command,
+            "cwd": os.getcwd(),
+            "inputs": inputs,
+        },
+        "job": _job(analysis, step_range),
+        "buckets": [{"key": b, "label": LABELS[b]} for b in BUCKETS],
+        "headline": headline,
+        "ranks": ranks,
+        "steps": _steps(steps),
+        "timeline": _timeline(analysis, seg, rank),
+        "waterfall": wf,
+        "top_kernels": _top_kernels(analysis, totals, top),
+        "top_exposed_collectives": _top_exposed(analysis, seg, totals, top),
+        "warnings": list(analysis.warnings),
+        "notes": notes,
+    }
+
+
+def _ranges(xs: list[int]) -> str:
+    xs = sorted(xs)
+    return ", ".join(str(x) for x in xs[:16]) + (", ..." if len(xs) > 16 else "")
+
+
+def _job(analysis: Analysis, step_range: str) -> dict[str, Any]:
+    meta = analysis.trace.meta
+    col = lambda c: sorted({str(v) for v in meta.get_column(c).drop_nulls().to_list()})  # noqa: E731
+    ws = meta.get_column("world_size").drop_nulls()
+    return {
+        "ranks": meta.get_column("rank").sort().to_list(),
+        "world_size": int(ws.max()) if ws.len() else None,
+        "devices": col("device_name"),
+        "formats": col("format"),
+        "pytorch_versions": col("pytorch_version"),
+        "step_range": step_range,
+    }
+
+
+def _ranks(analysis: Analysis, totals: pl.DataFrame) -> list[dict[str, Any]]:
+    meta = analysis.trace.meta.select("rank", "device_name")
+    fields = [*BUCKETS, "overlapped_comm"]
+    t = totals.join(meta, on="rank", how="left").with_columns(
+        (pl.col("duration_ns") / pl.col("steps") / _MS).alias("step_ms"),
+        *[(pl.col(f"{f}_ns") / pl.col("steps") / _MS).alias(f"{f}_ms") for f in fields],
+        *[
+            pl.when(pl.col("duration_ns") > 0).then(100 * pl.col(f"{f}_ns") / pl.col("duration_ns")).otherwise(0.0).alias(f"{f}_pct")
+            for f in fields
+        ],
+    ).sort("rank")
+    out = []
+    for r in t.iter_rows(named=True):  # one row per rank
+        out.append(
+            {
+                "rank": r["rank"],
+                "device": r["device_name"],
+                "steps": r["steps"],
+                "step_ms": r["step_ms"],
+                "total_ms": r["duration_ns"] / _MS,
+                "buckets": {b: {"ms": r[f"{b}_ms"], "pct": r[f"{b}_pct"]} for b in BUCKETS},
+                "overlapped_comm": {"ms": r["overlapped_comm_ms"], "pct": r["overlapped_comm_pct"]},
+            }
+        )
+    return out
+
+
+def _headline(totals: pl.DataFrame, ranks: list[dict], slowest: int, wf: dict | None) -> dict[str, Any]:
+    n_rank_steps = int(totals.get_column("steps").sum())
+    dur = int(totals.get_column("duration_ns").sum())
+    losses = {b: int(totals.get_column(f"{b}_ns").sum()) for b in LOSSES}
+    step_ms = dur / n_rank_steps / _MS
+    biggest = max(LOSSES, key=lambda b: losses[b])
+    big = None
+    if losses[biggest] > 0:
+        big = {
+            "bucket": biggest,
+            "label": LABELS[biggest],
+            "ms": losses[biggest] / n_rank_steps / _MS,
+            "pct": 100 * losses[biggest] / dur if dur else 0.0,
+        }
+    n_ranks = len(ranks)
+    slow_ms = next(r["step_ms"] for r in ranks if r["rank"] == slowest)
+    scope = f"{n_ranks} rank{'s' if n_ranks != 1 else ''}, {n_rank_steps} rank-step{'s' if n_rank_steps != 1 else ''}"
+    sentence = f"Mean step time {step_ms:.3f} ms ({scope})"
+    if n_ranks > 1:
+        sentence += f", slowest rank {slowest} at {slow_ms:.3f} ms"
+    if big:
+        sentence += f"; the biggest loss is {big['label']}: {big['ms']:.3f} ms per step ({big['pct']:.1f}% of the step)."
+    else:
+        sentence += "; no loss: compute covers every step entirely."
+    head = {
+        "step_ms": step_ms,
+        "ranks": n_ranks,
+        "rank_steps": n_rank_steps,
+        "slowest_rank": slowest,
+        "slowest_rank_step_ms": slow_ms,
+        "compute_pct": 100 * int(totals.get_column("compute_ns").sum()) / dur if dur else 0.0,
+        "biggest_loss": big,
+        "achieved_tflops": None,
+        "mfu": None,
+        "hfu": None,
+        "peak_tflops": None,
+        "sentence": sentence,
+    }
+    if wf:
+        for k in ("achieved_tflops", "mfu", "hfu", "peak_tflops"):
+            head[k] = wf.get(k)
+        if wf.get("achieved_tflops") is not None:
+            extra = f" Achieved {wf['achieved_tflops']:.1f} TFLOP/s per GPU"
+            if wf.get("mfu") is not None:
+                extra += f", MFU {100 * wf['mfu']:.1f}%"
+            head["sentence"] += extra + "."
+    return head
+
+
+def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:
+    cols = [*BUCKETS, "overlapped_comm"]
+    return (
+        steps.sort("rank", "start_ns")
+        .select(
+            "rank",
+            "step",
+            "start_us",
+            (pl.col("duration_ns") / _MS).alias("duration_ms"),
+            *[(pl.col(f"{c}_ns") / _MS).alias(f"{c}_ms") for c in cols],
+        )
+        .to_dicts()
+    )
+
+
+def _timeline(analysis: Analysis, seg: pl.DataFrame, rank: int) -> dict[str, Any]:
+    """The chosen rank's bucket runs, times in ms from the start of their step."""
+    runs = bucket_runs(analysis, seg.filter(pl.col("rank") == rank))
+    win = analysis.windows.filter(pl.col("rank") == rank).sort("wstart_ns")
+    runs = runs.join(win.select("step", "wstart_ns"), on="step", how="left").sort("start_ns")
+    return {
+        "rank": rank,
+        "steps": [
+            {"step": s, "start_us": w0 / 1000, "duration_ms": (w1 - w0) / _MS}
+            for s, w0, w1 in win.select("step", "wstart_ns", "wend_ns").iter_rows()  # one row per step
+        ],
+        "runs": {
+            "step": runs.get_column("step").to_list(),
+            "start_ms": ((runs.get_column("start_ns") - runs.get_column("wstart_ns")) / _MS).to_list(),
+            "end_ms": ((runs.get_column("end_ns") - runs.get_column("wstart_ns")) / _MS).to_list(),
+            "bucket": runs.get_column("bucket").to_list(),
+        },
+    }
+
+
+def _top_kernels(analysis: Analysis, totals: pl.DataFrame, top: int) -> list[dict[str, Any]]:
+    wall = int(totals.get_column("duration_ns").sum())
+    gpu = in_windows(analysis.gpu.select("rank", "name", "kind", "cls", "start_ns", "end_ns"), analysis.windows)
+    agg = (
+        gpu.group_by("name", "cls")
+        .agg(
+            pl.col("kind").first().cast(pl.String).alias("kind"),
+            pl.len().alias("calls"),
+            (pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns"),
+            pl.col("rank").n_unique().alias("ranks"),
+        )
+        .sort(["total_ns", "name"], descending=[True, False])
+        .head(top)
+        .with_columns(
+            (pl.col("total_ns") / _MS).alias("total_ms"),
+            (pl.col("total_ns") / pl.col("calls") / 1000).alias("mean_us"),
+            (100 * pl.col("total_ns") / wall if wall else pl.lit(0.0)).alias("pct_of_step_time"),
+        )
+    )
+    return agg.select("name", pl.col("cls").alias("class"), "kind", "calls", "ranks", "total_ms", "mean_us", "pct_of_step_time").to_dicts()
+
+
+def _top_exposed(analysis: Analysis, seg: pl.DataFrame, totals: pl.DataFrame, top: int) -> list[dict[str, Any]]:
+    wall = int(totals.get_column("duration_ns").sum())
+    exposed_total = int(totals.get_column("exposed_comm_ns").sum())
+    k = exposed_by_kernel(analysis, seg)
+    # in scope: kernels starting inside a step window (as for top kernels), and any kernel with
+    # exposed time (it lies inside windows by construction), so the exposed times sum to the partition
+    inside = in_windows(k, analysis.windows).drop("step")
+    k = pl.concat([inside, k.join(inside, on=["rank", "name", "start_ns", "end_ns"], how="anti").filter(pl.col("exposed_ns") > 0)])
+    agg = (
+        k.group_by("name")
+        .agg(
+            pl.len().alias("calls"),
+            pl.col("rank").n_unique().alias("ranks"),
+            pl.col("exposed_ns").sum(),
+            (pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns"),
+        )
+        .filter(pl.col("exposed_ns") > 0)
+        .sort(["exposed_ns", "name"], descending=[True, False])
+        .head(top)
+        .with_columns(
+            (pl.col("exposed_ns") / _MS).alias("exposed_ms"),
+            (pl.col("total_ns") / _MS).alias("total_ms"),
+            (100 * pl.col("exposed_ns") / pl.col("total_ns")).alias("exposed_pct_of_kernel"),
+            (100 * pl.col("exposed_ns") / exposed_total if exposed_total else pl.lit(0.0)).alias("pct_of_exposed_comm"),
+            (100 * pl.col("exposed_ns") / wall if wall else pl.lit(0.0)).alias("pct_of_step_time"),
+        )
+    )
+    return agg.select(
+        "name", "calls", "ranks", "exposed_ms", "total_ms", "exposed_pct_of_kernel", "pct_of_exposed_comm", "pct_of_step_time"
+    ).to_dicts()
+
+
+def _file_info(path: Path, role: str) -> dict[str, Any]:
+    info: dict[str, Any] = {"path": str(path), "role": role, "size_bytes": None, "sha256": None}
+    try:
+        if path.is_file():
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 22), b""):
+                    h.update(chunk)
+            info["size_bytes"] = path.stat().st_size
+            info["sha256"] = h.hexdigest()
+        elif path.is_dir():  # an nsys parquet/arrow export directory
+            info["size_bytes"] = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        pass
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+# HOOK: the reconciler (issue 5)
+
+
+def waterfall_section(analysis: Analysis, config: Path | None) -> tuple[dict[str, Any] | None, list[str]]:
+    """The ``waterfall`` section, from the reconciler when it is installed and a config is given.
+
+    >>> HOOK for ``traceanalyzer.reconcile`` (issue 5, written on another branch) <<<
+    The reconciler is imported lazily so reports work without it. It is called as
+    ``traceanalyzer.reconcile.waterfall(analysis, config_path)`` (or ``reconcile(...)``) and may
+    return a dict, a dataclass or an object with ``to_dict()`` holding at least
+    ``achieved_tflops`` and ``peak_tflops``, optionally ``mfu``, ``hfu``, ``convention`` and
+    ``terms`` (each a ``{key|name, label, tflops}``; peak = achieved + sum of the loss terms).
+    :func:`normalize_waterfall` maps that to the section documented in ``docs/report-schema.md``;
+    adapt it there if the reconciler's shape differs.
+    """
+    if config is None:
+        return None, []
+    config = Path(config)
+    if not config.is_file():
+        raise ConfigError("no such run configuration file", config)
+    try:
+        import traceanalyzer.reconcile as reconcile  # noqa: PLC0415 (optional, issue 5)
+    except ImportError:
+        return None, [
+            f"--config {config}: this build has no reconciler (traceanalyzer.reconcile), so the report "
+            "has no TFLOP/s, MFU or waterfall"
+        ]
+    fn = getattr(reconcile, "waterfall", None) or getattr(reconcile, "reconcile", None)
+    if fn is None:
+        return None, ["the reconciler has no waterfall()/reconcile() entry point: no waterfall in this report"]
+    try:
+        result = fn(analysis, config)
+    except TraceAnalyzerError:
+        raise
+    except Exception as exc:  # an unmerged API mismatch must not cost the user the whole report
+        return None, [f"the reconciler failed ({type(exc).__name__}: {exc}): no waterfall in this report"]
+    wf = normalize_waterfall(result)
+    if wf is None:
+        return None, ["the reconciler returned no usable waterfall (need achieved_tflops and peak_tflops)"]
+    return wf, []
+
+
+def normalize_waterfall(result: Any) -> dict[str, Any] | None:
+    """Map a reconciler result to the report's ``waterfall`` section (or None)."""
+    if result is None:
+        return None
+    if hasattr(result, "to_dict"):
+        result = result.to_dict()
+    elif dataclasses.is_dataclass(result) and not isinstance(result, type):
+        result = dataclasses.asdict(result)
+    if not isinstance(result, dict):
+        return None
+    src = result.get("waterfall", result) if isinstance(result.get("waterfall"), dict) else result
+    achieved, peak = _num(src.get("achieved_tflops")), _num(src.get("peak_tflops"))
+    if achieved is None or peak is None:
+        return None
+    terms = []
+    for t in src.get("terms") or src.get("losses") or []:  # a handful of terms
+        if not isinstance(t, dict):
+            continue
+        key = str(t.get("key") or t.get("name") or t.get("label") or "loss")
+        v = _num(t.get("tflops"))
+        if v is None:
+            continue
+        terms.append({"key": key, "label": str(t.get("label") or key.replace("_", " ")), "tflops": v})
+    return {
+        "achieved_tflops": achieved,
+        "peak_tflops": peak,
+        "mfu": _num(src.get("mfu")),
+        "hfu": _num(src.get("hfu")),
+        "convention": src.get("convention"),
+        "terms": terms,
+        "residual_tflops": peak - achieved - sum(t["tflops"] for t in terms),
+    }
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
