@@ -7,7 +7,6 @@ import base64
 import io
 import re
 import sys
-import types
 from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
@@ -23,7 +22,7 @@ from traceanalyzer.render import html as html_render
 from traceanalyzer.render import markdown as md_render
 from traceanalyzer.render import plots
 
-from conftest import DEMO, DLRM, FIXTURES, TRACES, real_gpu_traces, run_cli
+from conftest import DEMO, DLRM, FIXTURES, ROOT, TRACES, real_gpu_traces, run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LOSSES = ["recompute", "exposed_comm", "other", "idle"]
@@ -356,36 +355,22 @@ def test_markdown_caps_long_tables():
 
 
 # ---------------------------------------------------------------------------------------------
-# the waterfall hook (the reconciler is written on another branch)
+# the waterfall section (from traceanalyzer.reconcile)
 
 
-def _fake_reconciler(monkeypatch, result):
-    mod = types.ModuleType("traceanalyzer.reconcile")
-    calls = []
+def test_waterfall_from_the_reconciler_feeds_headline_plot_and_tables():
+    from traceanalyzer.model import load_config
+    from traceanalyzer.reconcile import waterfall
 
-    def waterfall(analysis, config):
-        calls.append(config)
-        return result
-
-    mod.waterfall = waterfall
-    monkeypatch.setitem(sys.modules, "traceanalyzer.reconcile", mod)
-    return calls
-
-
-def test_waterfall_hook_feeds_headline_plot_and_tables(tmp_path, monkeypatch):
-    cfg = tmp_path / "run.toml"
-    cfg.write_text("[model]\nlayers = 2\n")
-    terms = [{"key": "exposed_comm", "label": "exposed comm", "tflops": 500.0},
-             {"key": "kernel_efficiency", "label": "kernel efficiency", "tflops": 300.5}]
-    calls = _fake_reconciler(monkeypatch, {"achieved_tflops": 188.5, "peak_tflops": 989.0, "mfu": 0.1906,
-                                           "convention": "megatron", "terms": terms})
+    cfg = ROOT / "docs" / "examples" / "traces" / "mi300x-resnet18-ckpt.toml"
     m = _model(DEMO, config=cfg)
-    assert calls == [cfg]
     wf = m["waterfall"]
+    direct = waterfall(ta.analyze(ta.load(DEMO)), load_config(cfg, None))
+    assert wf["achieved_tflops"] == direct["achieved_tflops"] and wf["peak_tflops"] == direct["peak_tflops"] == 1307.4
+    assert [t["key"] for t in wf["terms"]] == [t["term"] for t in direct["terms"] if t["term"] != "achieved"]
     assert wf["achieved_tflops"] + sum(t["tflops"] for t in wf["terms"]) == pytest.approx(wf["peak_tflops"])
     assert wf["residual_tflops"] == pytest.approx(0.0, abs=1e-9)
-    assert m["headline"]["achieved_tflops"] == 188.5 and m["headline"]["mfu"] == 0.1906
-    assert "Achieved 188.5 TFLOP/s per GPU, MFU 19.1%" in m["headline"]["sentence"]
+    assert m["headline"]["mfu"] == direct["mfu"]
     assert m["reproduce"]["inputs"][-1]["role"] == "config"
     images = plots.render_all(m)
     assert list(images) == ["partition", "timeline", "waterfall", "heatmap"]
@@ -394,17 +379,8 @@ def test_waterfall_hook_feeds_headline_plot_and_tables(tmp_path, monkeypatch):
     p = _Collect()
     p.feed(page)
     shown = dict(p.cells)
-    assert shown["waterfall.terms.0.tflops"] == "500.0" and shown["headline.achieved_tflops"] == "188.5"
+    assert shown["headline.achieved_tflops"] == f"{direct['achieved_tflops']:.1f}"
     assert len(p.imgs) == 4
-
-
-def test_without_reconciler_the_report_says_so(tmp_path, monkeypatch):
-    cfg = tmp_path / "run.toml"
-    cfg.write_text("")
-    monkeypatch.setitem(sys.modules, "traceanalyzer.reconcile", None)  # import fails
-    m = _model(DEMO, config=cfg)
-    assert m["waterfall"] is None and m["headline"]["mfu"] is None
-    assert any("no reconciler" in n for n in m["notes"])
 
 
 def test_normalize_waterfall_accepts_dataclasses_and_rejects_junk():

@@ -403,42 +403,26 @@ def _file_info(path: Path, role: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# HOOK: the reconciler (issue 5)
+# the reconciler (issue 5)
 
 
 def waterfall_section(analysis: Analysis, config: Path | None) -> tuple[dict[str, Any] | None, list[str]]:
     """The ``waterfall`` section, from the reconciler when it is installed and a config is given.
 
-    >>> HOOK for ``traceanalyzer.reconcile`` (issue 5, written on another branch) <<<
-    The reconciler is imported lazily so reports work without it. It is called as
-    ``traceanalyzer.reconcile.waterfall(analysis, config_path)`` (or ``reconcile(...)``) and may
-    return a dict, a dataclass or an object with ``to_dict()`` holding at least
-    ``achieved_tflops`` and ``peak_tflops``, optionally ``mfu``, ``hfu``, ``convention`` and
-    ``terms`` (each a ``{key|name, label, tflops}``; peak = achieved + sum of the loss terms).
-    :func:`normalize_waterfall` maps that to the section documented in ``docs/report-schema.md``;
-    adapt it there if the reconciler's shape differs.
+    Calls ``traceanalyzer.reconcile.waterfall(analysis, load_config(config))``; its dict holds
+    ``achieved_tflops``, ``peak_tflops``, ``mfu``, ``hfu``, ``convention`` and ``terms`` (each
+    ``{term, tflops, ...}``, ``achieved`` first; peak = achieved + sum of the loss terms).
+    :func:`normalize_waterfall` maps that to the section documented in ``docs/report-schema.md``.
     """
     if config is None:
         return None, []
     config = Path(config)
     if not config.is_file():
         raise ConfigError("no such run configuration file", config)
-    try:
-        import traceanalyzer.reconcile as reconcile  # noqa: PLC0415 (optional, issue 5)
-    except ImportError:
-        return None, [
-            f"--config {config}: this build has no reconciler (traceanalyzer.reconcile), so the report "
-            "has no TFLOP/s, MFU or waterfall"
-        ]
-    fn = getattr(reconcile, "waterfall", None) or getattr(reconcile, "reconcile", None)
-    if fn is None:
-        return None, ["the reconciler has no waterfall()/reconcile() entry point: no waterfall in this report"]
-    try:
-        result = fn(analysis, config)
-    except TraceAnalyzerError:
-        raise
-    except Exception as exc:  # an unmerged API mismatch must not cost the user the whole report
-        return None, [f"the reconciler failed ({type(exc).__name__}: {exc}): no waterfall in this report"]
+    from traceanalyzer.model import load_config  # noqa: PLC0415 (model and reconciler load lazily)
+    from traceanalyzer.reconcile import waterfall  # noqa: PLC0415
+
+    result = waterfall(analysis, load_config(config, None))
     wf = normalize_waterfall(result)
     if wf is None:
         return None, ["the reconciler returned no usable waterfall (need achieved_tflops and peak_tflops)"]
@@ -463,7 +447,9 @@ def normalize_waterfall(result: Any) -> dict[str, Any] | None:
     for t in src.get("terms") or src.get("losses") or []:  # a handful of terms
         if not isinstance(t, dict):
             continue
-        key = str(t.get("key") or t.get("name") or t.get("label") or "loss")
+        key = str(t.get("key") or t.get("term") or t.get("name") or t.get("label") or "loss")
+        if key == "achieved":  # the reconciler lists achieved first; it is not a loss
+            continue
         v = _num(t.get("tflops"))
         if v is None:
             continue
