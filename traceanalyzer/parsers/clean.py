@@ -84,14 +84,14 @@ def sniff_foreign(path: Path) -> None:
 _NONFINITE = re.compile(rb"(?<=[:\[,])(\s*)(?:-?Infinity|NaN)(?=\s*[,\]}])")
 
 
-def nonfinite_to_null(raw: bytes) -> bytes | None:
-    """JSON with ``NaN`` / ``Infinity`` literals (not JSON, but Python's ``json`` writes them):
-    the same bytes with those values as ``null`` (then dropped and counted like missing
-    values), or None when there are none."""
-    if b"NaN" not in raw and b"Infinity" not in raw:
-        return None
-    fixed, n = _NONFINITE.subn(rb"\1null", raw)
-    return fixed if n else None
+def repair_json(raw: bytes) -> bytes | None:
+    """Repair the two harmless ways tools write almost-JSON, or return None if neither applies:
+    a UTF-8 byte-order mark (dropped), and ``NaN`` / ``Infinity`` literals (Python's ``json``
+    writes them), which become ``null`` and are then dropped and counted like missing values."""
+    fixed = raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
+    if b"NaN" in fixed or b"Infinity" in fixed:
+        fixed = _NONFINITE.sub(rb"\1null", fixed)
+    return None if fixed is raw or fixed == raw else fixed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,6 +145,15 @@ def clean_raw(raw: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
         )
     from traceanalyzer.parsers.kineto import _KIND_OF_CAT  # the parser's category table
 
+    gpu_cats = [c for c, k in _KIND_OF_CAT.items() if k in GPU_WORK_KINDS]
+    gpu = flags.filter(pl.col("cat").is_in(gpu_cats)).select(pl.len().alias("n"), pl.col("bad").sum().alias("bad"))
+    n_gpu, bad_gpu = gpu.row(0)
+    if bad_gpu and bad_gpu > MAX_BAD_FRACTION * n_gpu:
+        raise InvalidTrace(
+            f"{bad_gpu} of {n_gpu} GPU events (kernels, memcpy, memset) have missing, non-numeric, negative "
+            f"or NaN ts/dur (more than {MAX_BAD_FRACTION:.0%}): refusing to analyse what is left",
+            path,
+        )
     unknown = (
         flags.filter(pl.col("cat").is_not_null() & ~pl.col("cat").is_in(list(_KIND_OF_CAT) + sorted(KNOWN_OTHER_CATS)))
         .group_by("cat")
@@ -154,6 +163,12 @@ def clean_raw(raw: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
     if unknown.height:
         shown = ", ".join(f"'{c}' ({n})" for c, n in unknown.head(5).iter_rows())
         more = f" and {unknown.height - 5} more" if unknown.height > 5 else ""
+        if n_gpu == 0:
+            raise InvalidTrace(
+                f"no GPU events in any known category, but {int(unknown['len'].sum())} events in unknown "
+                f"categories {shown}{more}: unsupported trace format or a tool renamed the categories",
+                path,
+            )
         warnings.append(
             f"{path}: ignored {int(unknown['len'].sum())} events in unknown categories {shown}{more} "
             "(not counted as GPU work)"

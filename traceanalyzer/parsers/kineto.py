@@ -132,7 +132,7 @@ def decode_document(raw: bytes, path: Path, cut: bool) -> tuple[dict, float | No
         return _as_document(doc, path), None
     except orjson.JSONDecodeError as exc:
         err = exc
-    fixed = clean.nonfinite_to_null(raw)  # NaN / Infinity literals (Python's json writes them)
+    fixed = clean.repair_json(raw)  # a BOM, NaN / Infinity literals (Python's json writes them)
     if fixed is not None:
         raw = fixed
         try:
@@ -161,7 +161,7 @@ def _as_document(doc: object, path: Path) -> dict:
     return doc
 
 
-_EVENT_START = re.compile(rb"\n\s*\{")
+_EVENT_START = re.compile(rb"\n\s*\{|,\s*\{")  # pretty (Kineto) or compact (rewritten) JSON
 
 
 def _recover(raw: bytes) -> tuple[dict | None, float]:
@@ -209,7 +209,7 @@ def parse_file(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
     if kept is not None or cut:
         frac = kept if kept is not None else 1.0
         warnings.append(
-            f"{path}: truncated trace: recovered the complete events in the first "
+            f"{path}: truncated trace: recovered {len(doc['traceEvents'])} complete events in the first "
             f"{frac:.1%} of the file"
         )
     events = doc["traceEvents"]
