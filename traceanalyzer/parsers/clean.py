@@ -13,8 +13,9 @@ returns the cleaned frame with warnings that *count* what was dropped, or raises
   breakdown built from what is left would be silently wrong.
 * :func:`clean_events` — the canonical events of one file: exact duplicates are removed (a
   duplicated kernel is harmless for the union of busy time but wrong for counts), events far
-  outside the trace's own time span (absurd timestamps: year 2200, negative, 1970 in an epoch
-  trace, an 11-day kernel) are dropped, each with a warning counting them.
+  outside the trace's own time span (absurd timestamps: year 2100, negative, 1970 in an epoch
+  trace, an 11-day kernel; more than :data:`MAX_GAP_NS` from the cluster of the other events)
+  are dropped, each with a warning counting them.
 * :func:`check_job` — the ranks of one load: files that come from different jobs (different
   world size or PyTorch version, or recorded hours apart) are rejected naming both files; rank
   clocks skewed by more than :data:`SKEW_WARN_NS` are reported naming the ranks and the skew.
@@ -36,10 +37,9 @@ from traceanalyzer.schema import GPU_WORK_KINDS
 MAX_BAD_FRACTION = 0.10
 #: |ts| + dur beyond this (µs; year 2128) cannot be an epoch timestamp and would overflow ns
 MAX_ABS_TS_US = 5e15
-#: events are kept within [q10 - margin, q90 + margin] of the file's start times, where
-#: margin = max(SPAN_FACTOR * (q90 - q10), MIN_MARGIN_NS)
-SPAN_FACTOR = 3
-MIN_MARGIN_NS = 60_000_000_000
+#: a file's events form one cluster in time: sorted start times with no gap above this. Events
+#: outside the cluster that holds the median start (or ending more than this after it) are absurd
+MAX_GAP_NS = 10 * 60 * 1_000_000_000
 #: rank clocks further apart than this (median over the steps they share) are reported
 SKEW_WARN_NS = 1_000_000_000
 #: ranks recorded further apart than this are different runs, not one job
@@ -180,6 +180,16 @@ def clean_raw(raw: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
 # canonical events of one file
 
 
+def main_span(starts: pl.Series) -> tuple[int, int]:
+    """First and last start of the cluster of start times (gaps <= MAX_GAP_NS) holding the median."""
+    t = starts.sort().to_frame("t").with_columns(
+        (pl.col("t").diff().fill_null(0) > MAX_GAP_NS).cum_sum().alias("cluster")
+    )
+    cluster = t.item(t.height // 2, "cluster")
+    span = t.filter(pl.col("cluster") == cluster).select(pl.col("t").min().alias("lo"), pl.col("t").max().alias("hi"))
+    return int(span.item(0, "lo")), int(span.item(0, "hi"))
+
+
 def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
     """De-duplicate and drop events far outside the file's time span; warnings count both."""
     warnings: list[str] = []
@@ -191,18 +201,14 @@ def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]
     n_dup = n0 - df.height
     if n_dup:
         warnings.append(f"{path}: removed {n_dup} duplicated events (identical in every field)")
-    s = df.get_column("start_ns")
-    q10 = s.quantile(0.1, "nearest")
-    q90 = s.quantile(0.9, "nearest")
-    margin = max(SPAN_FACTOR * int(q90 - q10), MIN_MARGIN_NS)
-    lo, hi = int(q10) - margin, int(q90) + margin
-    inside = (pl.col("start_ns") >= lo) & (pl.col("end_ns") <= hi)
+    lo, hi = main_span(df.get_column("start_ns"))
+    inside = (pl.col("start_ns") >= lo) & (pl.col("start_ns") <= hi) & (pl.col("end_ns") <= hi + MAX_GAP_NS)
     n_out = df.height - df.filter(inside).height
     if n_out:
         df = df.filter(inside)
         warnings.append(
             f"{path}: dropped {n_out} events far outside the trace's time span (absurd timestamps or "
-            f"durations: kept [{lo / 1e9:.3f} s, {hi / 1e9:.3f} s] on the trace's clock)"
+            f"durations: more than {MAX_GAP_NS / 60e9:.0f} min away from the other events)"
         )
     if n_out > MAX_BAD_FRACTION * n0:
         raise InvalidTrace(
