@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from traceanalyzer.classify.invariants import check_event_span, check_ranks_aligned, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import BUCKETS, FIELDS, partition
 from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows
@@ -54,7 +55,10 @@ def analyze(trace: Trace, step_name: str = DEFAULT_STEP) -> Analysis:
             "no GPU activity (no kernel, memcpy or memset events): a CPU-only profile has nothing to break down",
             source,
         )
+    check_ranks_aligned(trace.events, source)
+    check_event_span(trace.events, source)
     windows, warnings = gpu_windows(trace.events, step_name)
+    check_windows(windows, trace.events, source)
     gpu = label_gpu(trace.events)
     steps = partition(gpu, windows, source)
     return Analysis(trace=trace, steps=steps, gpu=gpu, windows=windows, warnings=[*trace.warnings, *warnings])
