@@ -108,14 +108,44 @@ def truncation_expectation(text: bytes, events: list[dict], cut: int) -> dict:
     assert len(starts) == len(events), (len(starts), len(events))
     # event i is recovered when the next event's opening brace lies before the cut
     k = sum(1 for s in starts[1:] if s + 3 < cut)
-    kept = events[:k]
     if k == 0:
         return dict(expect="error", exit=4, message="no events")
+    return recovered_expectation(events[:k])
+
+
+def recovered_expectation(kept: list[dict]) -> dict:
+    """What the loader must do with the complete events ``kept`` of a truncated trace."""
+    k = len(kept)
     if not any(complete(e) for e in kept):
         return dict(expect="error", exit=4, message="no complete")
     if not any(complete(e) and is_gpu(e) for e in kept):
-        return dict(expect="error", exit=5, message="no GPU activity in the recovered")
-    return dict(expect="recover", exit=0, warning="truncated trace: recovered", count=k)
+        return dict(expect="error", exit=5, message="no GPU activity in what was recovered")
+    exp = dict(expect="recover", exit=0, warning="truncated trace (the file ends mid-event): recovered", count=k)
+    # launches whose GPU record was cut off: everything from the step holding the first is dropped
+    x = [e for e in kept if complete(e)]
+
+    def corr(e):
+        a = e.get("args")
+        return a.get("correlation") if isinstance(a, dict) else None
+
+    gpu_corr = {corr(e) for e in x if is_gpu(e)} - {None}
+    launch_ts: dict = {}
+    for e in x:
+        if str(e.get("cat", "")).lower() in ("cuda_runtime", "cuda_driver", "runtime", "driver") and corr(e) is not None:
+            launch_ts[corr(e)] = min(launch_ts.get(corr(e), e["ts"]), e["ts"])
+    missing = [e for e in x if str(e.get("cat", "")).lower() in ("cuda_runtime", "cuda_driver", "runtime", "driver")
+               and corr(e) is not None and "launch" in e["name"].lower() and "hostfunc" not in e["name"].lower()
+               and corr(e) not in gpu_corr]
+    if missing:
+        t = min(e["ts"] for e in missing)
+        steps = [e for e in x if re.fullmatch(r"ProfilerStep#\d+", e.get("name", "")) and str(e.get("cat", "")).lower() in ("cpu_op", "user_annotation")]
+        holding = [e for e in steps if e["ts"] <= t < e["ts"] + e["dur"]]
+        cut = min(e["ts"] for e in holding) if holding else t
+        left = [e for e in x if is_gpu(e) and launch_ts.get(corr(e), e["ts"]) < cut]
+        if not left:
+            return dict(expect="error", exit=5, message="no complete GPU activity in what was recovered")
+        exp["checks"] = [{"warning": "kernel launches were cut off", "count": len(missing)}]
+    return exp
 
 
 def make_truncations(c: Corpus, name: str, text: bytes, doc: dict) -> None:
@@ -143,7 +173,30 @@ def make_truncations(c: Corpus, name: str, text: bytes, doc: dict) -> None:
     nxt = dumps(events[k])
     cut_text = body + b"," + nxt[: len(nxt) // 2]
     assert compact.startswith(body[: min(len(body), 50)])
-    c.recover(f"truncated/{name}_compact_mid.json", cut_text, "truncated-compact", warning="truncated trace: recovered", count=k)
+    c.add(f"truncated/{name}_compact_mid.json", cut_text, "truncated-compact", **recovered_expectation(events[:k]))
+
+
+def pretty(doc: dict) -> bytes:
+    """Kineto's layout: one event per line, each starting with a newline and two spaces."""
+    head = dumps({k: v for k, v in doc.items() if k != "traceEvents"})[1:-1]
+    body = b",".join(b"\n  " + dumps(e) for e in doc["traceEvents"])
+    return b"{" + head + (b"," if head else b"") + b'\n"traceEvents": [' + body + b"\n]\n}"
+
+
+def make_gpu_last_truncations(c: Corpus, name: str, doc: dict) -> None:
+    """Current Kineto writes host events first and GPU events last: a cut in the GPU part loses
+    the GPU records of launches that are in the file, and those steps must not be undercounted."""
+    ev = doc["traceEvents"]
+    gpu = [e for e in ev if complete(e) and is_gpu(e)]
+    other = [e for e in ev if not (complete(e) and is_gpu(e))]
+    d2 = {**doc, "traceEvents": other + gpu}
+    text = pretty(d2)
+    starts = [m.start() for m in _START.finditer(text)]
+    first_gpu = starts[len(other)]
+    for f in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99):
+        cut = first_gpu + int((len(text) - first_gpu) * f)
+        exp = truncation_expectation(text, d2["traceEvents"], cut)
+        c.add(f"truncated/{name}_gpu_last_{f:.2f}.json", text[:cut], "truncated", **exp)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,6 +312,11 @@ def make_event_damage(c: Corpus, name: str, doc: dict) -> None:
         if is_gpu(e):
             e["cat"] = "gpu_kernel_v2"
     c.error(f"events/{name}_renamed_gpu_categories.json", with_events(doc, ev2), "unknown-category", 4, "unknown categories 'gpu_kernel_v2'")
+    ev2 = copy.deepcopy(ev)
+    for e in ev2:
+        if is_gpu(e):
+            e["cat"] = "cuda_profiler_range"
+    c.error(f"events/{name}_cupti_range_profiler.json", with_events(doc, ev2), "unknown-category", 5, "CUPTI range-profiler")
     # wrong but readable types: numbers as numeric strings -> read as numbers, same results
     ev2 = copy.deepcopy(ev)
     for e in ev2:
@@ -457,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         text = gzip.decompress(path.read_bytes())
         doc = orjson.loads(text)
         make_truncations(c, name, text, doc)
+        make_gpu_last_truncations(c, name, doc)
         make_corrupt_gzip(c, name, text)
         make_event_damage(c, name, doc)
     make_not_json(c)

@@ -78,6 +78,9 @@ def _load_kineto(files: list[Path], progress: ProgressFn | None) -> Trace:
         clean.sniff_foreign(f)
         df, meta, warns = kineto.parse_file(f)
         df, more = clean.clean_events(df, f)
+        if meta.get("truncated"):
+            df, trimmed = clean.trim_truncated(df, f)
+            more += trimmed
         warns = [*warns, *more]
         meta["n_events"] = df.height
         frames.append(df)

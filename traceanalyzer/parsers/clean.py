@@ -154,6 +154,17 @@ def clean_raw(raw: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
             f"or NaN ts/dur (more than {MAX_BAD_FRACTION:.0%}): refusing to analyse what is left",
             path,
         )
+    if n_gpu == 0:
+        ranges = flags.filter(pl.col("cat") == "cuda_profiler_range").height
+        if ranges:
+            from traceanalyzer.errors import NoGpuActivity
+
+            raise NoGpuActivity(
+                f"CUPTI range-profiler trace: {ranges} 'cuda_profiler_range' counter events and no kernel "
+                "timeline (kernels are replayed to collect counters, so their times are not a timeline): "
+                "nothing to break down; profile without the CUPTI range profiler",
+                path,
+            )
     unknown = (
         flags.filter(pl.col("cat").is_not_null() & ~pl.col("cat").is_in(list(_KIND_OF_CAT) + sorted(KNOWN_OTHER_CATS)))
         .group_by("cat")
@@ -220,6 +231,64 @@ def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]
     if gpu0 and gpu1 == 0:
         raise InvalidTrace(f"all {gpu0} GPU events were dropped as malformed", path)
     return df, warnings
+
+
+_LAUNCH = r"(?i)launch"  # cudaLaunchKernel, hipLaunchKernel, cuLaunchKernel, hipExtModuleLaunchKernel...
+_NO_GPU_RECORD = r"(?i)hostfunc"  # cudaLaunchHostFunc runs on the host: no GPU record
+
+
+def trim_truncated(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
+    """Cut a truncated trace back to its complete part.
+
+    Kineto writes host events first and GPU events last, so a file cut short loses the GPU
+    records of the latest launches: the steps they belong to would be silently undercounted.
+    Every kernel launch of a complete trace has its GPU record (checked on all real traces in
+    shared/traces), so the earliest launch without one marks where the GPU timeline stops being
+    complete. Everything from the start of the ``ProfilerStep`` holding it (or from the launch
+    itself, without step markers) is dropped: host events that start there or later, and GPU
+    work launched there or later. The warning counts the launches and steps lost.
+    """
+    if not df.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height:
+        return df, []  # no GPU work at all: analyze says so
+    gpu_corr = df.filter(pl.col("kind").is_in(GPU_WORK_KINDS) & pl.col("correlation").is_not_null()).select("correlation").unique()
+    launches = df.filter(
+        (pl.col("kind") == "runtime")
+        & pl.col("correlation").is_not_null()
+        & pl.col("name").str.contains(_LAUNCH)
+        & ~pl.col("name").str.contains(_NO_GPU_RECORD)
+    )
+    missing = launches.join(gpu_corr, on="correlation", how="anti")
+    if missing.height == 0:
+        return df, []
+    t = int(missing.get_column("start_ns").min())
+    steps = df.filter(pl.col("kind").is_in(["annotation", "cpu_op"]) & pl.col("name").str.contains(_STEP.pattern))
+    holding = steps.filter((pl.col("start_ns") <= t) & (pl.col("end_ns") > t))
+    cut = int(holding.get_column("start_ns").min()) if holding.height else t
+    n_steps = steps.filter(pl.col("start_ns") >= cut).select(pl.col("start_ns").n_unique()).item()
+    launch_of = (
+        df.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .group_by("correlation")
+        .agg(pl.col("start_ns").min().alias("__launch"))
+    )
+    is_gpu = pl.col("kind").is_in([*GPU_WORK_KINDS, "gpu_sync", "gpu_annotation"])
+    keep = pl.when(is_gpu).then(pl.col("__launch").fill_null(pl.col("start_ns")) < cut).otherwise(pl.col("start_ns") < cut)
+    out = df.join(launch_of, on="correlation", how="left", maintain_order="left").filter(keep).drop("__launch")
+    where = f"ProfilerStep at {cut / 1e9:.6f} s" if holding.height else f"{cut / 1e9:.6f} s"
+    what = f"{n_steps} incomplete steps" if holding.height else "the incomplete tail"
+    warning = (
+        f"{path}: truncated trace: the GPU records of {missing.height} kernel launches were cut off: "
+        f"dropped {what} (everything from the {where} on, {df.height - out.height} events) so that "
+        "no step is undercounted"
+    )
+    if not out.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height:
+        from traceanalyzer.errors import NoGpuActivity
+
+        raise NoGpuActivity(
+            "no complete GPU activity in what was recovered of a truncated trace: the GPU records of "
+            f"{missing.height} kernel launches were cut off, and no step before them is complete",
+            path,
+        )
+    return out, [warning]
 
 
 # ---------------------------------------------------------------------------------------------

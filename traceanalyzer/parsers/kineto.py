@@ -207,11 +207,7 @@ def parse_file(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
     doc, kept = decode_document(raw, path, cut)
     del raw
     if kept is not None or cut:
-        frac = kept if kept is not None else 1.0
-        warnings.append(
-            f"{path}: truncated trace: recovered {len(doc['traceEvents'])} complete events in the first "
-            f"{frac:.1%} of the file"
-        )
+        warnings.append(f"{path}: truncated trace (the file ends mid-event): recovered {len(doc['traceEvents'])} complete events")
     events = doc["traceEvents"]
     if not events:
         raise InvalidTrace("trace has no events ('traceEvents' is empty)", path)
