@@ -15,6 +15,7 @@ from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import BUCKETS, FIELDS, partition
 from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows
 from traceanalyzer.errors import NoGpuActivity
+from traceanalyzer.parsers.clean import RANGE_PROFILER_NOTE
 from traceanalyzer.schema import GPU_WORK_KINDS, Trace
 
 __all__ = ["Analysis", "analyze", "breakdown", "BUCKETS", "FIELDS"]
@@ -50,6 +51,9 @@ def analyze(trace: Trace, step_name: str = DEFAULT_STEP) -> Analysis:
                 "(Kineto writes GPU events last, so they were cut off)",
                 source,
             )
+        notes = [w.split(": ", 1)[-1] for w in trace.warnings if RANGE_PROFILER_NOTE in w]
+        if notes:
+            raise NoGpuActivity(f"no GPU activity to break down: {notes[0]}", source)
         raise NoGpuActivity(
             "no GPU activity (no kernel, memcpy or memset events): a CPU-only profile has nothing to break down",
             source,

@@ -47,6 +47,9 @@ SAME_JOB_NS = 3600 * 1_000_000_000
 #: categories of complete events that are known and carry no GPU time
 KNOWN_OTHER_CATS = {"trace", "overhead", "cuda_profiler_range", "python_function", "fwdbwd", "ac2g"}
 
+#: the loader's note on CUPTI range-profiler traces (analyze() quotes it when there is no GPU work)
+RANGE_PROFILER_NOTE = "CUPTI range-profiler trace"
+
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
@@ -156,14 +159,11 @@ def clean_raw(raw: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
         )
     if n_gpu == 0:
         ranges = flags.filter(pl.col("cat") == "cuda_profiler_range").height
-        if ranges:
-            from traceanalyzer.errors import NoGpuActivity
-
-            raise NoGpuActivity(
-                f"CUPTI range-profiler trace: {ranges} 'cuda_profiler_range' counter events and no kernel "
-                "timeline (kernels are replayed to collect counters, so their times are not a timeline): "
-                "nothing to break down; profile without the CUPTI range profiler",
-                path,
+        if ranges:  # loads (host events are fine); analyze() turns this note into its exit-5 message
+            warnings.append(
+                f"{path}: {RANGE_PROFILER_NOTE}: {ranges} 'cuda_profiler_range' counter events and no kernel "
+                "timeline (kernels are replayed to collect counters, so their times are not a timeline); "
+                "profile without the CUPTI range profiler"
             )
     unknown = (
         flags.filter(pl.col("cat").is_not_null() & ~pl.col("cat").is_in(list(_KIND_OF_CAT) + sorted(KNOWN_OTHER_CATS)))
