@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from traceanalyzer.classify.invariants import check_event_span, check_ranks_aligned, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import BUCKETS, FIELDS, partition
 from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows
 from traceanalyzer.errors import NoGpuActivity
+from traceanalyzer.parsers.clean import RANGE_PROFILER_NOTE
 from traceanalyzer.schema import GPU_WORK_KINDS, Trace
 
 __all__ = ["Analysis", "analyze", "breakdown", "BUCKETS", "FIELDS"]
@@ -45,17 +47,22 @@ def analyze(trace: Trace, step_name: str | None = DEFAULT_STEP) -> Analysis:
     if not trace.events.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height:
         truncated = trace.meta.filter(pl.col("truncated"))
         if truncated.height:
-            kept = truncated["recovered_fraction"].min()
             raise NoGpuActivity(
-                f"no GPU activity in the recovered {kept:.0%} of a truncated trace "
+                "no GPU activity in what was recovered of a truncated trace "
                 "(Kineto writes GPU events last, so they were cut off)",
                 source,
             )
+        notes = [w.split(": ", 1)[-1] for w in trace.warnings if RANGE_PROFILER_NOTE in w]
+        if notes:
+            raise NoGpuActivity(f"no GPU activity to break down: {notes[0]}", source)
         raise NoGpuActivity(
             "no GPU activity (no kernel, memcpy or memset events): a CPU-only profile has nothing to break down",
             source,
         )
+    check_ranks_aligned(trace.events, source)
+    check_event_span(trace.events, source)
     windows, warnings = gpu_windows(trace.events, step_name)
+    check_windows(windows, trace.events, source)
     gpu = label_gpu(trace.events)
     steps = partition(gpu, windows, source)
     return Analysis(trace=trace, steps=steps, gpu=gpu, windows=windows, warnings=[*trace.warnings, *warnings])

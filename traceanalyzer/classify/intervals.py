@@ -96,4 +96,5 @@ def contained_in(
         .filter(~pl.col("__is_c"))
         .select("__row", (pl.col("__reach").fill_null(-1) >= pl.col("end_ns")).alias(flag))
     )
-    return m.join(marked, on="__row", how="left").drop("__row", "__is_c").with_columns(pl.col(flag).fill_null(False))
+    # maintain_order: polars 2 left joins may reorder; members keep their order (and row count)
+    return m.join(marked, on="__row", how="left", maintain_order="left").drop("__row", "__is_c").with_columns(pl.col(flag).fill_null(False))

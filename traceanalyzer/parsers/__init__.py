@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 import polars as pl
 
 from traceanalyzer.errors import InputNotFound, InvalidTrace
-from traceanalyzer.parsers import kineto
+from traceanalyzer.parsers import clean, kineto
 from traceanalyzer.schema import Trace
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".jsonl", ".nsys-rep")
@@ -75,7 +75,14 @@ def load(path: str | Path | Iterable[str | Path], progress: ProgressFn | None = 
 def _load_kineto(files: list[Path], progress: ProgressFn | None) -> Trace:
     frames, metas, warnings = [], [], []
     for f in files:
+        clean.sniff_foreign(f)
         df, meta, warns = kineto.parse_file(f)
+        df, more = clean.clean_events(df, f)
+        if meta.get("truncated"):
+            df, trimmed = clean.trim_truncated(df, f)
+            more += trimmed
+        warns = [*warns, *more]
+        meta["n_events"] = df.height
         frames.append(df)
         metas.append(meta)
         warnings.extend(warns)
@@ -87,7 +94,9 @@ def _load_kineto(files: list[Path], progress: ProgressFn | None) -> Trace:
         [df.with_columns(pl.lit(m["rank"], dtype=pl.Int32).alias("rank")) for df, m in zip(frames, metas)],
         how="vertical",
     )
-    return Trace(events=events, meta=kineto.meta_frame(metas), warnings=warnings, sources=list(files))
+    meta = kineto.meta_frame(metas)
+    warnings.extend(clean.check_job(events, meta))
+    return Trace(events=events, meta=meta, warnings=warnings, sources=list(files))
 
 
 def _assign_ranks(files: list[Path], metas: list[dict], warnings: list[str]) -> None:
@@ -115,12 +124,7 @@ def _assign_ranks(files: list[Path], metas: list[dict], warnings: list[str]) -> 
                 f,
             )
         seen[m["rank"]] = f
-    sizes = {m["world_size"] for m in metas if m["world_size"] is not None}
-    if len(sizes) > 1:
-        raise InvalidTrace(
-            f"files disagree on world size {sorted(sizes)}: they come from different jobs",
-            files[0].parent,
-        )
+    # files of different jobs (world size, PyTorch version, hours apart): clean.check_job
 
 
 def _share_base_time(frames: list[pl.DataFrame], metas: list[dict], warnings: list[str]) -> None:

@@ -20,6 +20,7 @@ import orjson
 import polars as pl
 
 from traceanalyzer.errors import InputNotFound, InvalidTrace
+from traceanalyzer.parsers import clean
 from traceanalyzer.schema import EVENT_SCHEMA, META_SCHEMA, conform
 
 _ARGS = pl.Struct(
@@ -113,9 +114,8 @@ def read_bytes(path: Path) -> tuple[bytes, bool]:
                 break
         out.append(d.flush())
     except zlib.error as exc:
-        if not out or not any(out):
-            raise InvalidTrace(f"corrupt gzip data ({exc})", path) from None
-        return b"".join(out), True
+        # not a cut: damaged bytes, and what inflated before the error may be garbled already
+        raise InvalidTrace(f"corrupt gzip data ({exc})", path) from None
     return b"".join(out), not d.eof
 
 
@@ -132,6 +132,13 @@ def decode_document(raw: bytes, path: Path, cut: bool) -> tuple[dict, float | No
         return _as_document(doc, path), None
     except orjson.JSONDecodeError as exc:
         err = exc
+    fixed = clean.repair_json(raw)  # a BOM, NaN / Infinity literals (Python's json writes them)
+    if fixed is not None:
+        raw = fixed
+        try:
+            return _as_document(orjson.loads(raw), path), None
+        except orjson.JSONDecodeError as exc:
+            err = exc
     if b'"traceEvents"' not in raw[:1 << 20] and b"traceEvents" not in raw:
         raise InvalidTrace(f"not valid JSON ({_short(err)})", path)
     doc, kept = _recover(raw)
@@ -154,7 +161,7 @@ def _as_document(doc: object, path: Path) -> dict:
     return doc
 
 
-_EVENT_START = re.compile(rb"\n\s*\{")
+_EVENT_START = re.compile(rb"\n\s*\{|,\s*\{")  # pretty (Kineto) or compact (rewritten) JSON
 
 
 def _recover(raw: bytes) -> tuple[dict | None, float]:
@@ -200,30 +207,21 @@ def parse_file(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
     doc, kept = decode_document(raw, path, cut)
     del raw
     if kept is not None or cut:
-        frac = kept if kept is not None else 1.0
-        warnings.append(
-            f"{path}: truncated trace: recovered the complete events in the first "
-            f"{frac:.1%} of the file"
-        )
+        warnings.append(f"{path}: truncated trace (the file ends mid-event): recovered {len(doc['traceEvents'])} complete events")
     events = doc["traceEvents"]
     if not events:
         raise InvalidTrace("trace has no events ('traceEvents' is empty)", path)
     if not all(isinstance(e, dict) for e in events[:1000]):
         raise InvalidTrace("'traceEvents' holds non-object entries", path)
     raw_df = _raw_frame(events, path)
-    n_total = raw_df.height
     input_dims = _input_dims(raw_df, events)
     del events
 
     base = doc.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
-    df = _canonical(raw_df.with_columns(input_dims), base_ns)
-    dropped = n_total - raw_df.filter(pl.col("ph") == "X").height - 0
-    bad = raw_df.filter((pl.col("ph") == "X") & (pl.col("ts").is_null() | pl.col("dur").is_null()
-                        | pl.col("ts").is_nan() | pl.col("dur").is_nan() | (pl.col("dur") < 0))).height
-    if bad:
-        warnings.append(f"{path}: dropped {bad} complete events with missing, negative or NaN ts/dur")
-    del dropped
+    usable, clean_warnings = clean.clean_raw(raw_df.with_columns(input_dims), path)
+    warnings.extend(clean_warnings)
+    df = _canonical(usable, base_ns)
 
     meta = _meta(doc, path, df, base_ns)
     meta["truncated"] = kept is not None or cut

@@ -1,0 +1,535 @@
+#!/usr/bin/env python
+"""Generate the bad-input corpus: ``python scripts/make_bad_corpus.py OUTDIR [--seed N]``.
+
+Every entry is derived from a small real trace in ``fixtures/`` (DLRM V100 worker 0/1 with
+integer epoch µs, the ROCm 6.2 MI250 mini trace with ``baseTimeNanoseconds``, the A100 alexnet
+trace without step markers) or built from scratch (not JSON, SQLite, ...). Next to the files it
+writes ``OUTDIR/manifest.json``::
+
+    {"seed": 9, "entries": {"<path relative to OUTDIR>": {
+        "case": "truncated",                # the corpus category (docs/errors.md)
+        "expect": "error" | "recover" | "ok",
+        "exit": 4,                          # expected exit code (0 for recover / ok), or a list of them
+        "message": "fragment" | [alternatives],   # error: one of these in the stderr line
+        "warning": "fragment",              # recover: in the warnings (stderr and JSON)
+        "count": 17,                        # recover: the number the warning must state
+        "same_as": "fixtures/...",          # results must equal this original's breakdown
+        "checks": [{"warning": ..., "count": n}],  # recover: further warnings that must be there
+        "skew": {"ranks": [1], "seconds": 3.0},    # skewed clocks: a named rank and its skew
+        "skip_if_readable": true}}}         # chmod 000 cases: meaningless when run as root
+
+Expectations are computed here from the *source bytes* (where the cut falls, how many events
+were injected), independently of the parser. Deterministic for a given seed; takes seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gzip
+import os
+import random
+import re
+import sqlite3
+import sys
+import zlib
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "fixtures" / "kineto"
+DLRM = sorted((FIX / "dlrm-v100-8rank").glob("worker*.json.gz"))
+SOURCES = {
+    "dlrm": DLRM[0],
+    "rocm": FIX / "mi250_rocm62_minitoy.json.gz",
+    "alexnet": FIX / "a100_alexnet_nosteps.json.gz",
+}
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+US_2200 = 7_258_118_400_000_000  # 2200-01-01 in epoch µs
+US_2100 = 4_102_444_800_000_000
+
+
+class Corpus:
+    def __init__(self, out: Path, seed: int):
+        self.out = out
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.entries: dict[str, dict] = {}
+
+    def add(self, rel: str, data: bytes | None, case: str, **expect) -> Path:
+        p = self.out / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if data is not None:
+            p.write_bytes(data)
+        expect.setdefault("exit", 0 if expect.get("expect") in ("recover", "ok") else None)
+        assert rel not in self.entries, rel
+        self.entries[rel] = {"case": case, **expect}
+        return p
+
+    def error(self, rel, data, case, code, message, **kw):
+        return self.add(rel, data, case, expect="error", exit=code, message=message, **kw)
+
+    def recover(self, rel, data, case, warning, **kw):
+        return self.add(rel, data, case, expect="recover", warning=warning, **kw)
+
+    def ok(self, rel, data, case, **kw):
+        return self.add(rel, data, case, expect="ok", **kw)
+
+
+def src_rel(name: str) -> str:
+    return str(SOURCES[name].relative_to(ROOT))
+
+
+def dumps(doc) -> bytes:
+    return orjson.dumps(doc)
+
+
+def is_gpu(e: dict) -> bool:
+    return e.get("ph") == "X" and str(e.get("cat", "")).lower() in GPU_CATS
+
+
+def complete(e: dict) -> bool:
+    return e.get("ph") == "X" and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))
+
+
+# ---------------------------------------------------------------------------------------------
+# truncation
+
+
+_START = re.compile(rb"\n  \{")  # Kineto writes every event as "\n  {" ... "}"
+
+
+def truncation_expectation(text: bytes, events: list[dict], cut: int) -> dict:
+    """What the loader must do with ``text[:cut]`` (Kineto's pretty JSON, events in order)."""
+    key = text.find(b'"traceEvents"')
+    arr = text.find(b"[", key)
+    if cut <= arr:
+        return dict(expect="error", exit=4, message=["not valid JSON", "could not be recovered"])
+    starts = [m.start() for m in _START.finditer(text, arr)]
+    assert len(starts) == len(events), (len(starts), len(events))
+    # event i is recovered when the next event's opening brace lies before the cut
+    k = sum(1 for s in starts[1:] if s + 3 < cut)
+    if k == 0:
+        return dict(expect="error", exit=4, message="no events")
+    return recovered_expectation(events[:k])
+
+
+def recovered_expectation(kept: list[dict]) -> dict:
+    """What the loader must do with the complete events ``kept`` of a truncated trace."""
+    k = len(kept)
+    if not any(complete(e) for e in kept):
+        return dict(expect="error", exit=4, message="no complete")
+    if not any(complete(e) and is_gpu(e) for e in kept):
+        return dict(expect="error", exit=5, message="no GPU activity in what was recovered")
+    exp = dict(expect="recover", exit=0, warning="truncated trace (the file ends mid-event): recovered", count=k)
+    # launches whose GPU record was cut off: everything from the step holding the first is dropped
+    x = [e for e in kept if complete(e)]
+
+    def corr(e):
+        a = e.get("args")
+        return a.get("correlation") if isinstance(a, dict) else None
+
+    gpu_corr = {corr(e) for e in x if is_gpu(e)} - {None}
+    launch_ts: dict = {}
+    for e in x:
+        if str(e.get("cat", "")).lower() in ("cuda_runtime", "cuda_driver", "runtime", "driver") and corr(e) is not None:
+            launch_ts[corr(e)] = min(launch_ts.get(corr(e), e["ts"]), e["ts"])
+    missing = [e for e in x if str(e.get("cat", "")).lower() in ("cuda_runtime", "cuda_driver", "runtime", "driver")
+               and corr(e) is not None and "launch" in e["name"].lower() and "hostfunc" not in e["name"].lower()
+               and corr(e) not in gpu_corr]
+    if missing:
+        t = min(e["ts"] for e in missing)
+        steps = [e for e in x if re.fullmatch(r"ProfilerStep#\d+", e.get("name", "")) and str(e.get("cat", "")).lower() in ("cpu_op", "user_annotation")]
+        holding = [e for e in steps if e["ts"] <= t < e["ts"] + e["dur"]]
+        cut = min(e["ts"] for e in holding) if holding else t
+        left = [e for e in x if is_gpu(e) and launch_ts.get(corr(e), e["ts"]) < cut]
+        if not left:
+            return dict(expect="error", exit=5, message="no complete GPU activity in what was recovered")
+        exp["checks"] = [{"warning": "kernel launches were cut off", "count": len(missing)}]
+    return exp
+
+
+def make_truncations(c: Corpus, name: str, text: bytes, doc: dict) -> None:
+    events = doc["traceEvents"]
+    n = len(text)
+    fracs = sorted({0.0005, 0.002, 0.01, 0.05, *[round(c.rng.uniform(0.02, 0.999), 4) for _ in range(13)], 0.9, 0.97, 0.999})
+    for f in fracs:
+        cut = max(1, int(n * f))
+        exp = truncation_expectation(text, events, cut)
+        c.add(f"truncated/{name}_plain_{f:.4f}.json", text[:cut], "truncated", **exp)
+    gz = gzip.compress(text, compresslevel=6, mtime=0)
+    for f in sorted({0.01, 0.2, *[round(c.rng.uniform(0.05, 0.999), 4) for _ in range(10)], 0.995}):
+        cut = max(11, int(len(gz) * f))
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        plain_len = len(d.decompress(gz[:cut]))
+        exp = truncation_expectation(text, events, plain_len)
+        c.add(f"truncated/{name}_gzip_{f:.4f}.json.gz", gz[:cut], "truncated-gzip", **exp)
+    # a rewritten (compact, one-line) trace cut in the middle of its GPU events
+    compact = dumps(doc)
+    first_gpu = next(i for i, e in enumerate(events) if complete(e) and is_gpu(e))
+    # cut in the middle of the event after (the first GPU event + 3): that many are complete
+    k = first_gpu + 4
+    prefix = dumps({**{kk: v for kk, v in doc.items() if kk != "traceEvents"}, "traceEvents": events[:k]})
+    body = prefix[: prefix.rfind(b"]")]  # ...last complete event '}'
+    nxt = dumps(events[k])
+    cut_text = body + b"," + nxt[: len(nxt) // 2]
+    assert compact.startswith(body[: min(len(body), 50)])
+    c.add(f"truncated/{name}_compact_mid.json", cut_text, "truncated-compact", **recovered_expectation(events[:k]))
+
+
+def pretty(doc: dict) -> bytes:
+    """Kineto's layout: one event per line, each starting with a newline and two spaces."""
+    head = dumps({k: v for k, v in doc.items() if k != "traceEvents"})[1:-1]
+    body = b",".join(b"\n  " + dumps(e) for e in doc["traceEvents"])
+    return b"{" + head + (b"," if head else b"") + b'\n"traceEvents": [' + body + b"\n]\n}"
+
+
+def make_gpu_last_truncations(c: Corpus, name: str, doc: dict) -> None:
+    """Current Kineto writes host events first and GPU events last: a cut in the GPU part loses
+    the GPU records of launches that are in the file, and those steps must not be undercounted."""
+    ev = doc["traceEvents"]
+    gpu = [e for e in ev if complete(e) and is_gpu(e)]
+    other = [e for e in ev if not (complete(e) and is_gpu(e))]
+    d2 = {**doc, "traceEvents": other + gpu}
+    text = pretty(d2)
+    starts = [m.start() for m in _START.finditer(text)]
+    first_gpu = starts[len(other)]
+    for f in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99):
+        cut = first_gpu + int((len(text) - first_gpu) * f)
+        exp = truncation_expectation(text, d2["traceEvents"], cut)
+        c.add(f"truncated/{name}_gpu_last_{f:.2f}.json", text[:cut], "truncated", **exp)
+
+
+# ---------------------------------------------------------------------------------------------
+# corrupt gzip
+
+
+def make_corrupt_gzip(c: Corpus, name: str, text: bytes) -> None:
+    gz = bytearray(gzip.compress(text, compresslevel=6, mtime=0))
+    made = 0
+    for where in ("early", "middle", "late", "trailer"):
+        for _ in range(50):
+            b = bytearray(gz)
+            if where == "trailer":
+                i = len(b) - 1 - c.rng.randrange(8)
+            else:
+                lo, hi = {"early": (12, 200), "middle": (len(b) // 3, 2 * len(b) // 3), "late": (len(b) - 300, len(b) - 9)}[where]
+                i = c.rng.randrange(lo, hi)
+            b[i] ^= 1 << c.rng.randrange(8)
+            try:
+                gzip.decompress(bytes(b))
+            except Exception:  # noqa: BLE001 - any failure: the corruption is detectable
+                c.error(f"corrupt_gzip/{name}_{where}.json.gz", bytes(b), "corrupt-gzip", 4, "corrupt gzip")
+                made += 1
+                break
+    c.error(f"corrupt_gzip/{name}_magic_then_garbage.json.gz", b"\x1f\x8b" + bytes(c.rng.randrange(256) for _ in range(4096)), "corrupt-gzip", 4, "corrupt gzip")
+
+
+# ---------------------------------------------------------------------------------------------
+# event-level damage (a few -> recover; many -> error)
+
+
+def kernels(doc):
+    return [i for i, e in enumerate(doc["traceEvents"]) if complete(e) and str(e.get("cat", "")).lower() == "kernel"]
+
+
+def with_events(doc: dict, events: list) -> bytes:
+    return dumps({**doc, "traceEvents": events})
+
+
+def inject(doc: dict, mutate, n: int, rng: random.Random) -> list:
+    """The original events plus ``n`` mutated copies of random kernels (results must not change)."""
+    ev = list(doc["traceEvents"])
+    extra = []
+    for i in rng.sample(kernels(doc), n):
+        e = copy.deepcopy(ev[i])
+        mutate(e)
+        extra.append(e)
+    return ev + extra
+
+
+def make_event_damage(c: Corpus, name: str, doc: dict) -> None:
+    rng = c.rng
+    same = src_rel(name)
+    ev = doc["traceEvents"]
+    n_x = sum(1 for e in ev if complete(e))
+    n_k = len(kernels(doc))
+    # "a few": at most 10% of the GPU events (the refusal threshold), 3 on the larger traces
+    few = max(1, min(3, n_k // 20))
+
+    def drop(key):
+        return lambda e: e.pop(key, None)
+
+    def setv(key, v):
+        return lambda e: e.__setitem__(key, v)
+
+    cases = [
+        ("missing_ts", drop("ts"), f"dropped {few} complete events with missing", "missing-field"),
+        ("missing_dur", drop("dur"), f"dropped {few} complete events with missing", "missing-field"),
+        ("missing_ph", drop("ph"), f"ignored {few} events with no 'ph'", "missing-field"),
+        ("ts_string_garbage", setv("ts", "soon"), f"dropped {few} complete events with missing, non-numeric", "wrong-type"),
+        ("dur_string_garbage", setv("dur", "long"), f"dropped {few} complete events with missing, non-numeric", "wrong-type"),
+        ("ts_bool", setv("ts", True), f"dropped {few} events far outside", "wrong-type"),
+        ("dur_negative", setv("dur", -5), f"dropped {few} complete events with missing, non-numeric, negative", "negative-nan"),
+        ("dur_nan_string", setv("dur", "NaN"), f"dropped {few} complete events with missing, non-numeric, negative or NaN", "negative-nan"),
+        ("ts_year_2200", lambda e: e.__setitem__("ts", US_2200), f"dropped {few} events with timestamps out of range", "absurd-ts"),
+        ("ts_year_2100", lambda e: e.__setitem__("ts", US_2100), f"dropped {few} events far outside", "absurd-ts"),
+        ("ts_negative", lambda e: e.__setitem__("ts", -1_000_000_000), f"dropped {few} events far outside", "absurd-ts"),
+        ("ts_zero", lambda e: e.__setitem__("ts", 0), f"dropped {few} events far outside", "absurd-ts"),
+        ("dur_11_days", lambda e: e.__setitem__("dur", 1e12), f"dropped {few} events far outside", "absurd-ts"),
+        ("unknown_category", lambda e: e.__setitem__("cat", "my_custom_gpu_cat"), f"unknown categories 'my_custom_gpu_cat' ({few})", "unknown-category"),
+    ]
+    for tag, mut, warn, case in cases:
+        c.recover(f"events/{name}_{tag}.json", with_events(doc, inject(doc, mut, few, rng)), case, warning=warn, same_as=same)
+    # NaN / Infinity literals as Python's json writes them (not JSON, but common)
+    for tag, lit in (("dur_nan_literal", b"NaN"), ("dur_inf_literal", b"Infinity"), ("dur_neg_inf_literal", b"-Infinity")):
+        events = inject(doc, setv("dur", 424242.5), few, rng)
+        data = with_events(doc, events).replace(b'"dur":424242.5', b'"dur":' + lit)
+        c.recover(f"events/{name}_{tag}.json", data, "negative-nan", warning=f"dropped {few} complete events", same_as=same)
+    # a few existing events damaged (results change; the warning counts them)
+    for tag, key in (("existing_missing_ts", "ts"), ("existing_missing_dur", "dur")):
+        ev2 = copy.deepcopy(ev)
+        for i in rng.sample([i for i, e in enumerate(ev2) if complete(e) and not is_gpu(e)], 2):
+            ev2[i].pop(key)
+        c.recover(f"events/{name}_{tag}.json", with_events(doc, ev2), "missing-field", warning="dropped 2 complete events")
+    # many: more than 10% of the events (or of the GPU events) bad -> refused
+    ev2 = copy.deepcopy(ev)
+    xs = [i for i, e in enumerate(ev2) if complete(e)]
+    for i in rng.sample(xs, int(0.25 * len(xs))):
+        ev2[i].pop("ts")
+    c.error(f"events/{name}_many_missing_ts.json", with_events(doc, ev2), "missing-field", 4, "malformed")
+    ev2 = copy.deepcopy(ev)
+    for i in kernels(doc):
+        ev2[i]["dur"] = -1
+    c.error(f"events/{name}_all_kernels_negative_dur.json", with_events(doc, ev2), "negative-nan", 4, ["GPU events", "malformed"])
+    # a list where a number belongs: polars cannot build the column; the file is refused
+    c.error(f"events/{name}_dur_list.json", with_events(doc, inject(doc, setv("dur", [1, 2]), few, rng)), "wrong-type", 4, "malformed events")
+    ev2 = copy.deepcopy(ev)
+    for i in rng.sample(xs, int(0.3 * len(xs))):
+        ev2[i]["ts"] = ev2[i]["ts"] + 365 * 86400 * 1_000_000
+    c.error(f"events/{name}_30pct_shifted_a_year.json", with_events(doc, ev2), "absurd-ts", 4, "far outside the trace's time span")
+    ev2 = copy.deepcopy(ev)
+    for e in ev2:
+        if is_gpu(e):
+            e["cat"] = "gpu_kernel_v2"
+    c.error(f"events/{name}_renamed_gpu_categories.json", with_events(doc, ev2), "unknown-category", 4, "unknown categories 'gpu_kernel_v2'")
+    ev2 = copy.deepcopy(ev)
+    for e in ev2:
+        if is_gpu(e):
+            e["cat"] = "cuda_profiler_range"
+    c.error(f"events/{name}_cupti_range_profiler.json", with_events(doc, ev2), "unknown-category", 5, "CUPTI range-profiler")
+    # wrong but readable types: numbers as numeric strings -> read as numbers, same results
+    ev2 = copy.deepcopy(ev)
+    for e in ev2:
+        if complete(e):
+            e["ts"], e["dur"] = repr(e["ts"]), repr(e["dur"])
+    c.ok(f"events/{name}_numbers_as_strings.json", with_events(doc, ev2), "wrong-type", same_as=same)
+    ev2 = copy.deepcopy(ev)
+    for e in ev2:
+        if "pid" in e and isinstance(e["pid"], int):
+            e["pid"] = str(e["pid"])
+        if isinstance(e.get("args"), dict) and rng.random() < 0.05:
+            e["args"] = "not an object"
+    # args replaced by a string lose their links; results may change but nothing may crash
+    c.add(f"events/{name}_string_pids_bad_args.json", with_events(doc, ev2), "wrong-type", expect="ok")
+    # order and duplicates
+    ev2 = list(reversed(ev))
+    c.ok(f"order/{name}_reversed.json", with_events(doc, ev2), "out-of-order", same_as=same)
+    ev2 = list(ev)
+    rng.shuffle(ev2)
+    c.ok(f"order/{name}_shuffled.json", with_events(doc, ev2), "out-of-order", same_as=same)
+    ev2 = ev + ev
+    rng.shuffle(ev2)
+    c.recover(f"duplicates/{name}_everything_twice.json", with_events(doc, ev2), "duplicates",
+              warning=f"removed {n_x} duplicated events", same_as=same, count=n_x)
+    dup = [copy.deepcopy(ev[i]) for i in rng.sample(kernels(doc), 5)]
+    c.recover(f"duplicates/{name}_five_kernels_twice.json", with_events(doc, ev + dup), "duplicates",
+              warning="removed 5 duplicated events", same_as=same, count=5)
+    # empty traceEvents, metadata kept
+    c.error(f"structure/{name}_empty_traceEvents.json", with_events(doc, []), "empty-events", 4, "no events")
+    c.error(f"structure/{name}_empty_traceEvents.json.gz", gzip.compress(with_events(doc, []), mtime=0), "empty-events", 4, "no events")
+    c.error(f"structure/{name}_non_object_events.json", with_events(doc, [[1, 2]] * 3 + ev), "wrong-type", 4, "non-object")
+    # only B/E events (another tool's Chrome trace): no complete events
+    be = [{"ph": "B", "name": "x", "pid": 1, "tid": 1, "ts": 1}, {"ph": "E", "pid": 1, "tid": 1, "ts": 2}]
+    c.error(f"structure/{name}_only_begin_end.json", with_events(doc, be), "not-a-trace", 4, "no complete")
+    assert n_k >= 5
+
+
+# ---------------------------------------------------------------------------------------------
+# whole-file cases
+
+
+def make_not_json(c: Corpus) -> None:
+    rng = c.rng
+    samples = {
+        "random_bytes.json": bytes(rng.randrange(256) for _ in range(2048)),
+        "hello.json": b"hello world\n",
+        "csv.json": b"ts,dur,name\n1,2,gemm\n",
+        "html.json": b"<!doctype html><html><body>404 Not Found</body></html>",
+        "png.json": b"\x89PNG\r\n\x1a\n" + bytes(64),
+        "xml.json": b'<?xml version="1.0"?><trace><event ts="1"/></trace>',
+        "yaml.json": b"traceEvents:\n  - ph: X\n    ts: 1\n",
+        "comments.json": b'{ // kineto\n "traceEvents": [] }',
+        "open_brace.json": b"{",
+        "open_bracket.json": b"[",
+        "unterminated_string.json": b'{"traceEvents": [{"name": "gemm',
+        "single_quotes.json": b"{'traceEvents': []}",
+        "trailing_comma_object.json": b'{"a": 1,}',
+        "utf16.json": '{"traceEvents": []}'.encode("utf-16"),
+        "nul_bytes.json": bytes(1024),
+        "whitespace.json": b" \n\t \n",
+    }
+    for rel, data in samples.items():
+        c.error(f"not_json/{rel}", data, "not-json", 4, ["not valid JSON", "could not be recovered"])
+    c.error("not_json/gzipped_text.json.gz", gzip.compress(b"just some text\n", mtime=0), "not-json", 4, "not valid JSON")
+    # a BOM in front of a real trace: repaired
+    text = gzip.decompress(SOURCES["rocm"].read_bytes())
+    c.ok("not_json/rocm_with_bom.json", b"\xef\xbb\xbf" + text, "not-json", same_as=src_rel("rocm"))
+
+
+def make_not_a_trace(c: Corpus) -> None:
+    docs = {
+        "empty_object.json": ({}, "no 'traceEvents'"),
+        "package_json.json": ({"name": "x", "version": "1.0.0", "dependencies": {}}, "no 'traceEvents'"),
+        "number.json": (42, "no 'traceEvents'"),
+        "string.json": ("trace", "no 'traceEvents'"),
+        "null.json": (None, "no 'traceEvents'"),
+        "true.json": (True, "no 'traceEvents'"),
+        "empty_array.json": ([], "no events"),
+        "array_of_numbers.json": ([1, 2, 3], "non-object"),
+        "array_of_objects_without_ph.json": ([{"a": 1}, {"b": 2}], "no event has a 'ph'"),
+        "traceEvents_object.json": ({"traceEvents": {"ph": "X"}}, "not a list"),
+        "traceEvents_string.json": ({"traceEvents": "[]"}, "not a list"),
+        "traceEvents_null.json": ({"traceEvents": None}, "not a list"),
+        "traceEvents_metadata_only.json": ({"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "x"}}]}, "no complete"),
+        "otel_spans.json": ({"resourceSpans": [{"scopeSpans": []}]}, "no 'traceEvents'"),
+    }
+    for rel, (doc, msg) in docs.items():
+        c.error(f"not_a_trace/{rel}", dumps(doc), "not-a-trace", 4, msg)
+    # a Chrome trace from a browser: complete events, nothing on a GPU, unknown categories
+    chrome = {"traceEvents": [{"ph": "X", "cat": "devtools.timeline", "name": "RunTask", "pid": 1, "tid": 2, "ts": 1000 + i * 10, "dur": 5} for i in range(50)]}
+    c.error("not_a_trace/browser_chrome_trace.json", dumps(chrome), "not-a-trace", 4, "unknown categories 'devtools.timeline'")
+
+
+def make_empty_and_unreadable(c: Corpus) -> None:
+    for rel in ("zero.json", "zero.json.gz", "zero.sqlite", "zero.pt.trace.json"):
+        c.error(f"empty/{rel}", b"", "zero-byte", 4, "empty file")
+    text = gzip.decompress(SOURCES["rocm"].read_bytes())
+    p = c.error("unreadable/rank0.json", text, "unreadable", 3, "permission denied", skip_if_readable=True)
+    os.chmod(p, 0)
+    c.add("dirs/empty_dir", None, "empty-dir", expect="error", exit=3, message="no trace files")
+    (c.out / "dirs/empty_dir").mkdir(parents=True, exist_ok=True)
+    c.add("dirs/only_readme", None, "empty-dir", expect="error", exit=3, message="no trace files")
+    (c.out / "dirs/only_readme").mkdir(parents=True, exist_ok=True)
+    (c.out / "dirs/only_readme/README.txt").write_text("nothing here\n")
+
+
+def make_nsys(c: Corpus) -> None:
+    nsys_msg = ["Nsight Systems", "nsys", "SQLite"]
+
+    def db(rel: str, ddl: list[str]) -> Path:
+        p = c.out / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        con = sqlite3.connect(p)
+        for stmt in ddl:
+            con.execute(stmt)
+        con.commit()
+        con.close()
+        return p
+
+    db("sqlite/users.sqlite", ["CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)", "INSERT INTO users VALUES (1, 'ada')"])
+    c.add("sqlite/users.sqlite", None, "sqlite-schema", expect="error", exit=4, message=nsys_msg)
+    # nsys-looking exports with the GPU tables missing (lazy export of a CPU-only capture, or a
+    # tool that dropped them)
+    db("sqlite/nsys_missing_kernel_tables.sqlite", [
+        "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT)",
+        "CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT)",
+        "INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '3.25.0')",
+    ])
+    # exit 4 today (no Nsight parser on this branch); the Nsight parser may call it 5 (no GPU activity)
+    c.add("sqlite/nsys_missing_kernel_tables.sqlite", None, "sqlite-missing-tables", expect="error", exit=[4, 5], message=nsys_msg)
+    db("sqlite/nsys_kernel_table_wrong_columns.sqlite", [
+        "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (foo INTEGER, bar TEXT)",
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1, 'x')",
+    ])
+    c.add("sqlite/nsys_kernel_table_wrong_columns.sqlite", None, "sqlite-schema", expect="error", exit=4, message=nsys_msg)
+    whole = (c.out / "sqlite/users.sqlite").read_bytes()
+    c.error("sqlite/truncated.sqlite", whole[: len(whole) // 2], "sqlite-schema", 4, nsys_msg)
+    c.error("sqlite/text_named_sqlite.sqlite", b"this is not a database\n", "sqlite-schema", 4, nsys_msg)
+    c.error("nsys_rep/capture.nsys-rep", b"\x00NSYS" + bytes(c.rng.randrange(256) for _ in range(4096)), "nsys-rep", 4, ["nsys export", "Nsight Systems"])
+
+
+def make_directories(c: Corpus) -> None:
+    """Rank sets: skewed clocks (warn), different jobs (exit 4 naming both files)."""
+    w0 = orjson.loads(gzip.decompress(DLRM[0].read_bytes()))
+    w1 = orjson.loads(gzip.decompress(DLRM[1].read_bytes()))
+    w2 = orjson.loads(gzip.decompress(DLRM[2].read_bytes()))
+
+    def shift(doc, us):
+        out = copy.deepcopy(doc)
+        for e in out["traceEvents"]:
+            if isinstance(e.get("ts"), (int, float)):
+                e["ts"] = e["ts"] + us
+        return out
+
+    def rankdir(rel, docs, case, **exp):
+        c.add(rel, None, case, **exp)
+        for i, d in enumerate(docs):
+            p = c.out / rel / f"worker{i}.pt.trace.json"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(dumps(d))
+
+    # with two ranks either may be named (each is skewed relative to the other)
+    for tag, us in (("rank1_plus_3s", 3_000_000), ("rank1_minus_2s", -2_000_000), ("rank1_plus_30s", 30_000_000), ("rank1_plus_25min", 1_500_000_000)):
+        rankdir(f"ranks/{tag}", [w0, shift(w1, us)], "skewed-clocks", expect="recover", warning="rank clocks are skewed",
+                skew={"ranks": [0, 1], "seconds": abs(us) / 1e6})
+    rankdir("ranks/rank2_of_3_plus_5s", [w0, w1, shift(w2, 5_000_000)], "skewed-clocks", expect="recover",
+            warning="rank clocks are skewed", skew={"ranks": [2], "seconds": 5.0})
+    rankdir("ranks/aligned_two_ranks", [w0, w1], "skewed-clocks", expect="ok")
+    rankdir("ranks/rank1_plus_2h", [w0, shift(w1, 7_200_000_000)], "mixed-jobs", expect="error", exit=4, message="h apart")
+    # different jobs
+    ws = copy.deepcopy(w1)
+    ws["distributedInfo"]["world_size"] = 4
+    rankdir("mixed/world_size_8_and_4", [w0, ws], "mixed-jobs", expect="error", exit=4, message="different job")
+    alex = orjson.loads(gzip.decompress(SOURCES["alexnet"].read_bytes()))
+    rankdir("mixed/dlrm_and_alexnet_both_rank0", [w0, alex], "mixed-jobs", expect="error", exit=4, message="appears twice")
+    rocm = orjson.loads(gzip.decompress(SOURCES["rocm"].read_bytes()))
+    rankdir("mixed/dlrm_and_rocm", [w0, rocm], "mixed-jobs", expect="error", exit=4, message="h apart")
+    same = copy.deepcopy(w1)
+    same["distributedInfo"]["rank"] = 0
+    rankdir("mixed/two_rank0", [w0, same], "mixed-jobs", expect="error", exit=4, message="appears twice")
+    v1, v2 = copy.deepcopy(w0), copy.deepcopy(w1)
+    v1["pytorch_version"], v2["pytorch_version"] = "2.1.0", "2.4.1"
+    rankdir("mixed/pytorch_versions_differ", [v1, v2], "mixed-jobs", expect="error", exit=4, message="different job")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("outdir", type=Path)
+    ap.add_argument("--seed", type=int, default=9)
+    args = ap.parse_args(argv)
+    out: Path = args.outdir
+    out.mkdir(parents=True, exist_ok=True)
+    c = Corpus(out, args.seed)
+    for name, path in SOURCES.items():
+        text = gzip.decompress(path.read_bytes())
+        doc = orjson.loads(text)
+        make_truncations(c, name, text, doc)
+        make_gpu_last_truncations(c, name, doc)
+        make_corrupt_gzip(c, name, text)
+        make_event_damage(c, name, doc)
+    make_not_json(c)
+    make_not_a_trace(c)
+    make_empty_and_unreadable(c)
+    make_nsys(c)
+    make_directories(c)
+    (out / "manifest.json").write_bytes(orjson.dumps({"seed": c.seed, "entries": c.entries}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    print(f"{len(c.entries)} corpus entries in {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

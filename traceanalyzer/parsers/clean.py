@@ -1,0 +1,364 @@
+"""Validation and cleaning of parsed traces: every bad input gets a clear answer.
+
+The parsers turn bytes into frames; this module decides what is usable. Each function either
+returns the cleaned frame with warnings that *count* what was dropped, or raises an error from
+:mod:`traceanalyzer.errors` naming the file and the problem (see ``docs/errors.md``):
+
+* :func:`sniff_foreign` — files that are not JSON traces at all (SQLite that the Nsight parser
+  did not claim, ``.nsys-rep`` reports, other binaries): exit 4 with what the file is.
+* :func:`clean_raw` — the raw event rows of one Kineto file: events with no ``ph``, complete
+  events with missing / non-numeric / negative / NaN / infinite ``ts`` or ``dur``, timestamps
+  beyond what int64 nanoseconds hold, unknown categories. A few are dropped with a warning; when
+  more than :data:`MAX_BAD_FRACTION` of the events are bad the file is rejected (exit 4) — a
+  breakdown built from what is left would be silently wrong.
+* :func:`clean_events` — the canonical events of one file: exact duplicates are removed (a
+  duplicated kernel is harmless for the union of busy time but wrong for counts), events far
+  outside the trace's own time span (absurd timestamps: year 2100, negative, 1970 in an epoch
+  trace, an 11-day kernel; more than :data:`MAX_GAP_NS` from the cluster of the other events)
+  are dropped, each with a warning counting them.
+* :func:`check_job` — the ranks of one load: files that come from different jobs (different
+  world size or PyTorch version, or recorded hours apart) are rejected naming both files; rank
+  clocks skewed by more than :data:`SKEW_WARN_NS` are reported naming the ranks and the skew.
+
+Everything is polars expressions over whole columns; no Python loop over events.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+
+from traceanalyzer.errors import InvalidTrace
+from traceanalyzer.schema import GPU_WORK_KINDS
+
+#: more bad events than this fraction of a file's events (or of its GPU work) rejects the file
+MAX_BAD_FRACTION = 0.10
+#: |ts| + dur beyond this (µs; year 2128) cannot be an epoch timestamp and would overflow ns
+MAX_ABS_TS_US = 5e15
+#: a file's events form one cluster in time: sorted start times with no gap above this. Events
+#: outside the cluster that holds the median start (or ending more than this after it) are absurd
+MAX_GAP_NS = 10 * 60 * 1_000_000_000
+#: rank clocks further apart than this (median over the steps they share) are reported
+SKEW_WARN_NS = 1_000_000_000
+#: ranks recorded further apart than this are different runs, not one job
+SAME_JOB_NS = 3600 * 1_000_000_000
+#: categories of complete events that are known and carry no GPU time
+KNOWN_OTHER_CATS = {"trace", "overhead", "cuda_profiler_range", "python_function", "fwdbwd", "ac2g"}
+
+#: the loader's note on CUPTI range-profiler traces (analyze() quotes it when there is no GPU work)
+RANGE_PROFILER_NOTE = "CUPTI range-profiler trace"
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+# ---------------------------------------------------------------------------------------------
+# whole files
+
+
+def sniff_foreign(path: Path) -> None:
+    """Reject files the Kineto parser cannot read, saying what they are (exit 4)."""
+    p = Path(path)
+    if not p.is_file():
+        return
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return  # read_bytes reports unreadable files with the right code
+    name = p.name.lower()
+    if name.endswith(".nsys-rep") or name.endswith(".qdrep"):
+        raise InvalidTrace(
+            "Nsight Systems report (.nsys-rep) is a binary format: export it first with "
+            "'nsys export --type sqlite' and analyse the .sqlite",
+            p,
+        )
+    if head.startswith(b"SQLite format 3\x00"):
+        raise InvalidTrace(
+            "SQLite database that is not an Nsight Systems export (no nsys tables such as "
+            "CUPTI_ACTIVITY_KIND_KERNEL / StringIds found)",
+            p,
+        )
+    if name.endswith((".sqlite", ".sqlite3")) and head:
+        raise InvalidTrace("not an SQLite database (bad header): not an Nsight Systems export", p)
+
+
+_NONFINITE = re.compile(rb"(?<=[:\[,])(\s*)(?:-?Infinity|NaN)(?=\s*[,\]}])")
+
+
+def repair_json(raw: bytes) -> bytes | None:
+    """Repair the two harmless ways tools write almost-JSON, or return None if neither applies:
+    a UTF-8 byte-order mark (dropped), and ``NaN`` / ``Infinity`` literals (Python's ``json``
+    writes them), which become ``null`` and are then dropped and counted like missing values."""
+    fixed = raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
+    if b"NaN" in fixed or b"Infinity" in fixed:
+        fixed = _NONFINITE.sub(rb"\1null", fixed)
+    return None if fixed is raw or fixed == raw else fixed
+
+
+# ---------------------------------------------------------------------------------------------
+# raw rows of one Kineto file
+
+
+def _finite(c: str) -> pl.Expr:
+    return pl.col(c).is_not_null() & pl.col(c).is_finite()
+
+
+def clean_raw(raw: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
+    """Keep the usable complete events of one file's raw rows (columns ph, cat, ts, dur, ...).
+
+    Returns the complete (``ph == "X"``) events that have finite, in-range ``ts`` and a finite,
+    non-negative ``dur``, and warnings counting what was dropped.
+    """
+    warnings: list[str] = []
+    stats = raw.select(
+        pl.len().alias("n"),
+        pl.col("ph").is_null().sum().alias("no_ph"),
+        (pl.col("ph") == "X").sum().alias("x"),
+        pl.col("ts").is_not_null().sum().alias("has_ts"),
+    ).row(0, named=True)
+    if stats["x"] == 0:
+        if stats["no_ph"] == stats["n"]:
+            raise InvalidTrace("no event has a 'ph' (phase) field: not a Chrome/Kineto trace", path)
+        raise InvalidTrace("no complete ('ph': 'X') events: not a PyTorch profiler (Kineto) trace", path)
+    x = raw.filter(pl.col("ph") == "X")
+    ok_ts = _finite("ts")
+    ok_dur = _finite("dur") & (pl.col("dur") >= 0)
+    in_range = (pl.col("ts").abs() + pl.col("dur")) <= MAX_ABS_TS_US
+    flags = x.select(
+        (~ok_ts | ~ok_dur).alias("bad"),
+        (ok_ts & ok_dur & ~in_range).alias("range"),
+        pl.col("cat").str.to_lowercase().alias("cat"),
+    )
+    n_bad = int(flags.get_column("bad").sum())
+    n_range = int(flags.get_column("range").sum())
+    dropped = n_bad + n_range + stats["no_ph"]
+    if stats["no_ph"]:
+        warnings.append(f"{path}: ignored {stats['no_ph']} events with no 'ph' (phase) field")
+    if n_bad:
+        warnings.append(f"{path}: dropped {n_bad} complete events with missing, non-numeric, negative or NaN ts/dur")
+    if n_range:
+        warnings.append(f"{path}: dropped {n_range} events with timestamps out of range (|ts| + dur beyond year 2128)")
+    if dropped and dropped > MAX_BAD_FRACTION * (stats["x"] + stats["no_ph"]):
+        raise InvalidTrace(
+            f"{dropped} of {stats['x'] + stats['no_ph']} events are malformed (missing 'ph', bad ts/dur "
+            f"or out-of-range timestamps; more than {MAX_BAD_FRACTION:.0%}): refusing to analyse what is left",
+            path,
+        )
+    from traceanalyzer.parsers.kineto import _KIND_OF_CAT  # the parser's category table
+
+    gpu_cats = [c for c, k in _KIND_OF_CAT.items() if k in GPU_WORK_KINDS]
+    gpu = flags.filter(pl.col("cat").is_in(gpu_cats)).select(pl.len().alias("n"), pl.col("bad").sum().alias("bad"))
+    n_gpu, bad_gpu = gpu.row(0)
+    if bad_gpu and bad_gpu > MAX_BAD_FRACTION * n_gpu:
+        raise InvalidTrace(
+            f"{bad_gpu} of {n_gpu} GPU events (kernels, memcpy, memset) have missing, non-numeric, negative "
+            f"or NaN ts/dur (more than {MAX_BAD_FRACTION:.0%}): refusing to analyse what is left",
+            path,
+        )
+    if n_gpu == 0:
+        ranges = flags.filter(pl.col("cat") == "cuda_profiler_range").height
+        if ranges:  # loads (host events are fine); analyze() turns this note into its exit-5 message
+            warnings.append(
+                f"{path}: {RANGE_PROFILER_NOTE}: {ranges} 'cuda_profiler_range' counter events and no kernel "
+                "timeline (kernels are replayed to collect counters, so their times are not a timeline); "
+                "profile without the CUPTI range profiler"
+            )
+    unknown = (
+        flags.filter(pl.col("cat").is_not_null() & ~pl.col("cat").is_in(list(_KIND_OF_CAT) + sorted(KNOWN_OTHER_CATS)))
+        .group_by("cat")
+        .len()
+        .sort("len", descending=True)
+    )
+    if unknown.height:
+        shown = ", ".join(f"'{c}' ({n})" for c, n in unknown.head(5).iter_rows())
+        more = f" and {unknown.height - 5} more" if unknown.height > 5 else ""
+        if n_gpu == 0:
+            raise InvalidTrace(
+                f"no GPU events in any known category, but {int(unknown['len'].sum())} events in unknown "
+                f"categories {shown}{more}: unsupported trace format or a tool renamed the categories",
+                path,
+            )
+        warnings.append(
+            f"{path}: ignored {int(unknown['len'].sum())} events in unknown categories {shown}{more} "
+            "(not counted as GPU work)"
+        )
+    return x.filter(ok_ts & ok_dur & in_range), warnings
+
+
+# ---------------------------------------------------------------------------------------------
+# canonical events of one file
+
+
+def main_span(starts: pl.Series) -> tuple[int, int]:
+    """First and last start of the cluster of start times (gaps <= MAX_GAP_NS) holding the median."""
+    t = starts.sort().to_frame("t").with_columns(
+        (pl.col("t").diff().fill_null(0) > MAX_GAP_NS).cum_sum().alias("cluster")
+    )
+    cluster = t.item(t.height // 2, "cluster")
+    span = t.filter(pl.col("cluster") == cluster).select(pl.col("t").min().alias("lo"), pl.col("t").max().alias("hi"))
+    return int(span.item(0, "lo")), int(span.item(0, "hi"))
+
+
+def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
+    """De-duplicate and drop events far outside the file's time span; warnings count both."""
+    warnings: list[str] = []
+    if df.height == 0:
+        raise InvalidTrace("no usable events after dropping malformed ones", path)
+    n0 = df.height
+    gpu0 = df.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height
+    df = df.unique(maintain_order=True)
+    n_dup = n0 - df.height
+    if n_dup:
+        warnings.append(f"{path}: removed {n_dup} duplicated events (identical in every field)")
+    lo, hi = main_span(df.get_column("start_ns"))
+    inside = (pl.col("start_ns") >= lo) & (pl.col("start_ns") <= hi) & (pl.col("end_ns") <= hi + MAX_GAP_NS)
+    n_out = df.height - df.filter(inside).height
+    if n_out:
+        df = df.filter(inside)
+        warnings.append(
+            f"{path}: dropped {n_out} events far outside the trace's time span (absurd timestamps or "
+            f"durations: more than {MAX_GAP_NS / 60e9:.0f} min away from the other events)"
+        )
+    if n_out > MAX_BAD_FRACTION * n0:
+        raise InvalidTrace(
+            f"{n_out} of {n0} events lie far outside the trace's time span (more than "
+            f"{MAX_BAD_FRACTION:.0%}): timestamps are corrupt",
+            path,
+        )
+    gpu1 = df.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height
+    if gpu0 and gpu1 == 0:
+        raise InvalidTrace(f"all {gpu0} GPU events were dropped as malformed", path)
+    return df, warnings
+
+
+_LAUNCH = r"(?i)launch"  # cudaLaunchKernel, hipLaunchKernel, cuLaunchKernel, hipExtModuleLaunchKernel...
+_NO_GPU_RECORD = r"(?i)hostfunc"  # cudaLaunchHostFunc runs on the host: no GPU record
+
+
+def trim_truncated(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
+    """Cut a truncated trace back to its complete part.
+
+    Kineto writes host events first and GPU events last, so a file cut short loses the GPU
+    records of the latest launches: the steps they belong to would be silently undercounted.
+    Every kernel launch of a complete trace has its GPU record (checked on all real traces in
+    shared/traces), so the earliest launch without one marks where the GPU timeline stops being
+    complete. Everything from the start of the ``ProfilerStep`` holding it (or from the launch
+    itself, without step markers) is dropped: host events that start there or later, and GPU
+    work launched there or later. The warning counts the launches and steps lost.
+    """
+    if not df.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height:
+        return df, []  # no GPU work at all: analyze says so
+    gpu_corr = df.filter(pl.col("kind").is_in(GPU_WORK_KINDS) & pl.col("correlation").is_not_null()).select("correlation").unique()
+    launches = df.filter(
+        (pl.col("kind") == "runtime")
+        & pl.col("correlation").is_not_null()
+        & pl.col("name").str.contains(_LAUNCH)
+        & ~pl.col("name").str.contains(_NO_GPU_RECORD)
+    )
+    missing = launches.join(gpu_corr, on="correlation", how="anti")
+    if missing.height == 0:
+        return df, []
+    t = int(missing.get_column("start_ns").min())
+    steps = df.filter(pl.col("kind").is_in(["annotation", "cpu_op"]) & pl.col("name").str.contains(_STEP.pattern))
+    holding = steps.filter((pl.col("start_ns") <= t) & (pl.col("end_ns") > t))
+    cut = int(holding.get_column("start_ns").min()) if holding.height else t
+    n_steps = steps.filter(pl.col("start_ns") >= cut).select(pl.col("start_ns").n_unique()).item()
+    launch_of = (
+        df.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .group_by("correlation")
+        .agg(pl.col("start_ns").min().alias("__launch"))
+    )
+    is_gpu = pl.col("kind").is_in([*GPU_WORK_KINDS, "gpu_sync", "gpu_annotation"])
+    keep = pl.when(is_gpu).then(pl.col("__launch").fill_null(pl.col("start_ns")) < cut).otherwise(pl.col("start_ns") < cut)
+    out = df.join(launch_of, on="correlation", how="left", maintain_order="left").filter(keep).drop("__launch")
+    where = f"ProfilerStep at {cut / 1e9:.6f} s" if holding.height else f"{cut / 1e9:.6f} s"
+    what = f"{n_steps} incomplete steps" if holding.height else "the incomplete tail"
+    warning = (
+        f"{path}: truncated trace: the GPU records of {missing.height} kernel launches were cut off: "
+        f"dropped {what} (everything from the {where} on, {df.height - out.height} events) so that "
+        "no step is undercounted"
+    )
+    if not out.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height:
+        from traceanalyzer.errors import NoGpuActivity
+
+        raise NoGpuActivity(
+            "no complete GPU activity in what was recovered of a truncated trace: the GPU records of "
+            f"{missing.height} kernel launches were cut off, and no step before them is complete",
+            path,
+        )
+    return out, [warning]
+
+
+# ---------------------------------------------------------------------------------------------
+# the ranks of one job
+
+
+def check_job(events: pl.DataFrame, meta: pl.DataFrame) -> list[str]:
+    """Reject ranks from different jobs (naming both files); warn about skewed rank clocks.
+
+    ``events``: all ranks' canonical events; ``meta``: one row per rank (rank, file, ...).
+    """
+    if meta.height < 2:
+        return []
+    files = dict(zip(meta.get_column("rank").to_list(), meta.get_column("file").to_list()))
+    for col, what in (("world_size", "world size"), ("pytorch_version", "PyTorch version")):
+        vals = meta.filter(pl.col(col).is_not_null()).unique(col, keep="first", maintain_order=True)
+        if vals.height > 1:
+            a, b = vals.row(0, named=True), vals.row(1, named=True)
+            raise InvalidTrace(
+                f"comes from a different job than {a['file']} ({what} {b[col]} vs {a[col]}): "
+                "a directory must hold the rank traces of one job",
+                b["file"],
+            )
+    # each rank's clock offset: median over shared ProfilerSteps of (its step start - the median
+    # start of that step over ranks); ranks with no shared step: the start of its events
+    starts = (
+        events.lazy()
+        .filter(pl.col("kind").is_in(["annotation", "cpu_op"]))
+        .select("rank", pl.col("name").str.extract(_STEP.pattern, 1).cast(pl.Int64, strict=False).alias("step"), "start_ns")
+        .filter(pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .agg(pl.col("start_ns").min())
+        .with_columns(pl.len().over("step").alias("n_ranks"))
+        .filter(pl.col("n_ranks") > 1)
+        .with_columns((pl.col("start_ns") - pl.col("start_ns").quantile(0.5, "lower").over("step")).alias("off"))
+        .group_by("rank")
+        .agg(pl.col("off").median().alias("off"), pl.len().alias("steps"))
+    )
+    span = (
+        events.lazy()
+        .group_by("rank")
+        .agg(pl.col("start_ns").median().alias("mid"))
+        .with_columns((pl.col("mid") - pl.col("mid").quantile(0.5, "lower")).alias("span_off"))
+    )
+    off = (
+        span.join(starts, on="rank", how="left")
+        .with_columns(pl.coalesce("off", "span_off").cast(pl.Int64).alias("off"), pl.col("steps").fill_null(0))
+        .sort("rank")
+        .collect()
+    )
+    far = off.filter(pl.col("span_off").abs() > SAME_JOB_NS)
+    if far.height:
+        r = far.row(0, named=True)
+        ref = off.filter(pl.col("span_off").abs() <= SAME_JOB_NS)
+        other = ref.row(0, named=True) if ref.height else off.filter(pl.col("rank") != r["rank"]).row(0, named=True)
+        hours = abs(r["mid"] - other["mid"]) / 3.6e12
+        raise InvalidTrace(
+            f"was recorded {hours:,.1f} h apart from {files[other['rank']]}: they come from different "
+            "runs, not one job",
+            files[r["rank"]],
+        )
+    skewed = off.filter(pl.col("off").abs() > SKEW_WARN_NS)
+    warnings = []
+    if skewed.height:  # one row per skewed rank: a handful
+        parts = []
+        for r in skewed.iter_rows(named=True):
+            basis = f"median over {r['steps']} shared steps" if r["steps"] else "by the middle of its events"
+            parts.append(f"rank {r['rank']} {abs(r['off']) / 1e9:.3f} s {'ahead' if r['off'] > 0 else 'behind'} ({basis})")
+        warnings.append(
+            "rank clocks are skewed: " + "; ".join(parts) + " relative to the other ranks: per-rank "
+            "breakdowns are unaffected, cross-rank comparisons (stragglers, timelines) are not reliable"
+        )
+    return warnings
