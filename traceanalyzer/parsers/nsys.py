@@ -441,6 +441,11 @@ def _build(src, path: Path, fmt: str) -> Trace:
         return df.join(strings.rename({"id": col, "value": out}), on=col, how="left")
 
     # ---- GPU activity -----------------------------------------------------------------------
+    for table in (KERNEL, MEMCPY, MEMSET):
+        if src.has(table):
+            lacking = [c for c in ("start", "end") if c not in set(src.columns(table))]
+            if lacking:
+                raise InvalidTrace(f"{table} has no {'/'.join(lacking)} column: not an nsys export schema", path)
     parts: list[pl.DataFrame] = []
     k = _frame(src, KERNEL, {**_GPU_COMMON, "demangledName": I64, "shortName": I64})
     if k is not None:
