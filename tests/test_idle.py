@@ -35,8 +35,8 @@ def test_idle_causes_sum_exactly_to_idle_on_every_real_trace(path):
     assert all((j[p] >= 0).all() for p in parts)
 
 
-@pytest.mark.parametrize("rank", [0, 4])
-def test_dlrm_idle_split_equals_a_microsecond_grid(rank):
+def hand_idle(rank):
+    """Idle causes (ns) of DLRM rank ``rank`` from a microsecond grid over the raw JSON."""
     ev = [e for e in orjson.loads(gzip.open(sorted(DLRM.glob(f"worker{rank}_*"))[0]).read())["traceEvents"] if e.get("ph") == "X"]
     step = [e for e in ev if re.fullmatch(r"ProfilerStep#\d+", e.get("name", ""))][0]
     launch = {e["args"]["correlation"]: e["ts"] for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
@@ -75,6 +75,12 @@ def test_dlrm_idle_split_equals_a_microsecond_grid(rank):
             else:
                 want["other"] += 1000
         t = end
+    return want
+
+
+@pytest.mark.parametrize("rank", [0, 4])
+def test_dlrm_idle_split_equals_a_microsecond_grid(rank):
+    want = hand_idle(rank)
     a = ta.analyze(ta.load(sorted(DLRM.glob(f"worker{rank}_*"))[0]))
     got = _split(a).row(0, named=True)
     assert {c: got[f"idle_{c}_ns"] for c in idle.CAUSES} == want
