@@ -40,12 +40,15 @@ class Analysis:
     comm: pl.DataFrame | None = None  # rank, step, by (type/group/dim), key, count, bytes, time/wait/transfer/exposed/overlapped ns
     cross_rank: pl.DataFrame | None = None  # per step over ranks: slowest rank, skew, straggler bucket
 
+    def _fields(self) -> list[str]:
+        return [f for f in [*FIELDS, *IDLE_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in self.steps.columns]
+
     def totals(self) -> pl.DataFrame:
         """Per rank: step count and every field summed over its steps."""
         return (
             self.steps.group_by("rank")
-            .agg(pl.len().alias("steps"), *[pl.col(f"{f}_ns").sum() for f in FIELDS])
-            .with_columns(*[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in FIELDS])
+            .agg(pl.len().alias("steps"), *[pl.col(f"{f}_ns").sum() for f in self._fields()])
+            .with_columns(*[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in self._fields()])
             .sort("rank")
         )
 
