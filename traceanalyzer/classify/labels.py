@@ -3,13 +3,11 @@
 * **communication**: a kernel whose name is an NCCL/RCCL kernel (``nccl*``, ``rccl*``, older
   ``ncclKernel_*``, newer ``ncclDevKernel_*``, vLLM's ``cross_device_reduce``), or any kernel
   launched by a ``record_param_comms`` op (catches ``ncclDevKernel_Generic`` and renamed kernels).
-* **recompute**: GPU work launched by a forward op re-executed during backward (activation
-  checkpointing). A host op is a recompute root when it has an autograd ``Sequence number`` with
-  ``Fwd thread id`` 0, is not itself an autograd node, and runs inside an
-  ``autograd::engine::evaluate_function`` range on its thread (reentrant and non-reentrant
-  checkpointing alike; selective-AC cache hits launch no kernel and so add nothing). Every op
-  and runtime call nested under a root is recompute, and so is the GPU work they launched
-  (joined by correlation id and by External id).
+* **recompute**: GPU work launched by a host op that :mod:`.recompute` marks as re-executed
+  during backward (activation checkpointing: forward-style ops with a ``Sequence number`` and
+  ``Fwd thread id`` 0 inside ``autograd::engine::evaluate_function``, the contents of
+  ``CheckpointFunctionBackward`` / ``_CheckpointFunctionBackward`` or of a user range pattern,
+  minus selective-AC cache hits), joined by correlation id and by External id.
 * **compute**: every other kernel.
 * **other**: memcpy, memset and other timed GPU work.
 """
