@@ -159,3 +159,24 @@ def test_dimension_labels():
         }
     )
     assert df.select(comm.dimension_expr(pl.lit(8))).to_series().to_list() == ["TP", "PP", "TP", "PP", "DP", "DP", "EP", "unknown"]
+
+
+def test_seq_arg_aligns_instances_even_when_ranks_saw_different_counts():
+    from traceanalyzer.schema import EVENT_SCHEMA, META_SCHEMA, Trace, conform
+
+    # rank 0 recorded all-reduces Seq 7 and 8, rank 1 only Seq 8 (its Seq 7 fell before the window)
+    def k(rank, seq, s, e):
+        return {"rank": rank, "kind": "kernel", "name": "ncclDevKernel_Generic(x)", "pid": "0", "tid": "9", "stream": 9,
+                "start_ns": s, "end_ns": e, "coll_name": "allreduce", "coll_seq": seq, "pg_name": "0", "group_size": 2,
+                "in_nelems": 1000, "out_nelems": 1000, "dtype": "Float"}
+    rows = [k(0, 7, 1000, 2000), k(0, 8, 3000, 5000), k(1, 8, 4000, 5100)]
+    t = Trace(events=conform(pl.DataFrame(rows), EVENT_SCHEMA), meta=conform(pl.DataFrame({"rank": [0, 1], "world_size": [2, 2]}), META_SCHEMA))
+    a = ta.analyze(t)
+    c = a.collectives.sort("rank", "instance")
+    assert c["instance"].to_list() == [7, 8, 8]
+    assert c["transfer_estimated"].to_list() == [True, False, False]
+    # Seq 8: last arrival 4000; rank 0 waited 1000 then moved 1000, rank 1 moved 1100
+    assert c["wait_ns"].to_list()[1:] == [1000, 0] and c["transfer_ns"].to_list()[1:] == [1000, 1100]
+    assert c["bytes"].to_list() == [4000, 4000, 4000]
+    # Seq 7 on one rank: 4000 B x 2(n-1)/n / 100 GB/s = 40 ns
+    assert c["transfer_ns"][0] == 40

@@ -290,7 +290,8 @@ def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, 
     j = (
         j.join(aligned_groups, on="pg_name", how="left")
         .join(last, on=["pg_name", "instance"], how="left")
-        .with_columns(pl.col("__aligned").fill_null(False) & (pl.col("ranks_seen") >= 2))
+        # with a Seq arg the instance is exact; without, only groups whose ranks agree on the count
+        .with_columns((pl.col("__aligned").fill_null(False) | pl.col("coll_seq").is_not_null()) & (pl.col("ranks_seen") >= 2))
         .with_columns(
             pl.when(pl.col("__aligned"))
             .then((pl.col("end_ns") - pl.max_horizontal("last_arrival_ns", "start_ns")).clip(0))
