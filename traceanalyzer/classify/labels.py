@@ -3,13 +3,11 @@
 * **communication**: a kernel whose name is an NCCL/RCCL kernel (``nccl*``, ``rccl*``, older
   ``ncclKernel_*``, newer ``ncclDevKernel_*``, vLLM's ``cross_device_reduce``), or any kernel
   launched by a ``record_param_comms`` op (catches ``ncclDevKernel_Generic`` and renamed kernels).
-* **recompute**: GPU work launched by a forward op re-executed during backward (activation
-  checkpointing). A host op is a recompute root when it has an autograd ``Sequence number`` with
-  ``Fwd thread id`` 0, is not itself an autograd node, and runs inside an
-  ``autograd::engine::evaluate_function`` range on its thread (reentrant and non-reentrant
-  checkpointing alike; selective-AC cache hits launch no kernel and so add nothing). Every op
-  and runtime call nested under a root is recompute, and so is the GPU work they launched
-  (joined by correlation id and by External id).
+* **recompute**: GPU work launched by a host op that :mod:`.recompute` marks as re-executed
+  during backward (activation checkpointing: forward-style ops with a ``Sequence number`` and
+  ``Fwd thread id`` 0 inside ``autograd::engine::evaluate_function``, the contents of
+  ``CheckpointFunctionBackward`` / ``_CheckpointFunctionBackward`` or of a user range pattern,
+  minus selective-AC cache hits), joined by correlation id and by External id.
 * **compute**: every other kernel.
 * **other**: memcpy, memset and other timed GPU work.
 """
@@ -18,44 +16,28 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.classify.intervals import contained_in
+from traceanalyzer.classify import recompute
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 COMM_KERNEL = r"(?i)^(nccl|rccl)|ncclkernel|nccldevkernel|cross_device_reduce"
 COMM_LAUNCHERS = ["record_param_comms"]
-EVALUATE_FUNCTION = "autograd::engine::evaluate_function"
+EVALUATE_FUNCTION = recompute.EVALUATE_FUNCTION
 CLASSES = ["compute", "recompute", "comm", "other"]
 
 
-def _thread_key() -> list[str]:
-    return ["rank", "pid", "tid"]
+def recompute_links(events: pl.LazyFrame, pattern: str | None = None) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Host-side recompute marking (see :mod:`.recompute`): returns (external ids,
+    correlations) of recomputed work, frames ``rank, external_id, root_pos`` and
+    ``rank, correlation, root_pos``."""
+    return recompute.recompute_links(recompute.recompute_ops(events, pattern))
 
 
-def recompute_links(events: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-    """Host-side recompute marking: returns (external ids, correlations) of recomputed work,
-    each as a frame with columns ``rank`` and ``external_id`` / ``correlation``."""
-    host = events.filter(pl.col("kind").is_in(["cpu_op", "annotation", "runtime"])).select(
-        *_thread_key(), "kind", "name", "start_ns", "end_ns", "seq", "fwd_tid", "external_id", "correlation"
-    )
-    evaluate = host.filter(pl.col("name").str.starts_with(EVALUATE_FUNCTION))
-    candidates = host.filter(
-        (pl.col("kind") == "cpu_op")
-        & pl.col("seq").is_not_null()
-        & (pl.col("fwd_tid") == 0)
-        & ~pl.col("name").str.starts_with("autograd::")
-        & ~pl.col("name").str.contains("Backward")
-    )
-    roots = contained_in(candidates, evaluate, _thread_key(), "in_backward").filter(pl.col("in_backward"))
-    under = contained_in(host, roots, _thread_key(), "recompute").filter(pl.col("recompute"))
-    ext = under.filter(pl.col("external_id").is_not_null()).select("rank", "external_id").unique()
-    corr = under.filter(pl.col("correlation").is_not_null() & (pl.col("kind") == "runtime")).select(
-        "rank", "correlation"
-    ).unique()
-    return ext, corr
+def label_gpu(events: pl.DataFrame, recompute_ops: pl.DataFrame | None = None, pattern: str | None = None) -> pl.DataFrame:
+    """GPU work events with a ``cls`` column (one of ``CLASSES``), ``comm_in_recompute`` and
+    ``rc_root`` (``pos`` of the top-level recomputed host op that launched it, else null).
 
-
-def label_gpu(events: pl.DataFrame) -> pl.DataFrame:
-    """GPU work events with a ``cls`` column (one of ``CLASSES``)."""
+    ``recompute_ops``: the frame of :func:`.recompute.recompute_ops` when already computed;
+    ``pattern``: extra host-range regex treated like ``CheckpointFunctionBackward``."""
     ev = events.lazy()
     gpu = ev.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).with_row_index("__gpu")
     comm_ext = (
@@ -64,11 +46,13 @@ def label_gpu(events: pl.DataFrame) -> pl.DataFrame:
         .unique()
         .with_columns(pl.lit(True).alias("__comm_link"))
     )
-    rc_ext, rc_corr = recompute_links(ev)
+    if recompute_ops is None:
+        recompute_ops = recompute.recompute_ops(ev, pattern)
+    rc_ext, rc_corr = recompute.recompute_links(recompute_ops)
     gpu = (
         gpu.join(comm_ext, on=["rank", "external_id"], how="left")
-        .join(rc_ext.with_columns(pl.lit(True).alias("__rc_e")), on=["rank", "external_id"], how="left")
-        .join(rc_corr.with_columns(pl.lit(True).alias("__rc_c")), on=["rank", "correlation"], how="left")
+        .join(rc_ext.select("rank", "external_id", pl.col("root_pos").alias("__root_e"), pl.lit(True).alias("__rc_e")), on=["rank", "external_id"], how="left")
+        .join(rc_corr.select("rank", "correlation", pl.col("root_pos").alias("__root_c"), pl.lit(True).alias("__rc_c")), on=["rank", "correlation"], how="left")
     )
     is_kernel = pl.col("kind") == "kernel"
     is_comm = is_kernel & (pl.col("name").str.contains(COMM_KERNEL) | pl.col("__comm_link").fill_null(False))
@@ -83,8 +67,12 @@ def label_gpu(events: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.lit("other"))
     )
     return (
-        gpu.with_columns(cls.alias("cls"), (is_comm & (pl.col("__rc_e").fill_null(False) | pl.col("__rc_c").fill_null(False))).alias("comm_in_recompute"))
+        gpu.with_columns(
+            cls.alias("cls"),
+            (is_comm & (pl.col("__rc_e").fill_null(False) | pl.col("__rc_c").fill_null(False))).alias("comm_in_recompute"),
+            pl.when(is_kernel).then(pl.coalesce("__root_c", "__root_e")).alias("rc_root"),
+        )
         .sort("__gpu")
-        .drop("__gpu", "__comm_link", "__rc_e", "__rc_c")
+        .drop("__gpu", "__comm_link", "__rc_e", "__rc_c", "__root_e", "__root_c")
         .collect()
     )

@@ -84,3 +84,21 @@ def check_partition(df: pl.DataFrame, source: str) -> None:
             f"(duration {r['duration_ns']} ns): please report this input",
             source,
         )
+
+
+def check_causes(df: pl.DataFrame, idle_fields: list[str], comm_fields: list[str], source: str) -> None:
+    """Invariants of the cause splits: idle causes sum to ``idle_ns`` and exposed communication
+    by dimension sums to ``exposed_comm_ns``, exactly, every part non-negative."""
+    idle_sum = pl.sum_horizontal([pl.col(f"{f}_ns") for f in idle_fields])
+    comm_sum = pl.sum_horizontal([pl.col(f"{f}_ns") for f in comm_fields])
+    bad = df.filter(
+        (idle_sum != pl.col("idle_ns"))
+        | (comm_sum != pl.col("exposed_comm_ns"))
+        | pl.any_horizontal([pl.col(f"{f}_ns") < 0 for f in [*idle_fields, *comm_fields]])
+    )
+    if bad.height:
+        r = bad.row(0, named=True)
+        raise InvariantViolation(
+            f"cause split invariant violated for rank {r['rank']} step {r['step']}: please report this input",
+            source,
+        )

@@ -10,15 +10,86 @@ import orjson
 import polars as pl
 
 from traceanalyzer import __version__
-from traceanalyzer.classify import FIELDS, Analysis
+from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, IDLE_FIELDS, Analysis
 
 SCHEMA_VERSION = 1
 STEP_FIELDS = ["step", "start_us", *[f"{f}_us" for f in FIELDS]]
+CAUSE_FIELDS = [f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]]
+
+
+def _us(v):
+    return None if v is None else v / 1000
+
+
+def _recompute_ops(analysis: Analysis, rank: int) -> list[dict]:
+    if analysis.recomputed_by_name is None:
+        return []
+    rows = analysis.recomputed_by_name.filter(pl.col("rank") == rank)
+    return [{"name": r["name"], "count": r["count"], "gpu_us": r["gpu_ns"] / 1000} for r in rows.iter_rows(named=True)]
+
+
+def _collectives(analysis: Analysis, rank: int) -> dict:
+    """Per rank, summed over steps: by type, by process group and by dimension."""
+    out: dict = {"by_type": [], "by_group": [], "by_dimension": []}
+    if analysis.comm is None or analysis.comm.height == 0:
+        return out
+    c = analysis.comm.filter(pl.col("rank") == rank)
+    agg = c.group_by("by", "key").agg(
+        pl.col("count").sum(),
+        pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()).alias("bytes"),
+        *[pl.when(pl.col(f"{x}_ns").is_not_null().any()).then(pl.col(f"{x}_ns").sum()).alias(f"{x}_ns") for x in ("time", "exposed", "overlapped", "wait", "transfer")],
+        pl.col("transfer_estimated").any(),
+        pl.col("pg_desc").drop_nulls().first(),
+        pl.col("group_size").drop_nulls().first(),
+        pl.col("pg_ranks").drop_nulls().first(),
+        pl.col("dim").drop_nulls().first(),
+    ).sort("by", "key")
+    for r in agg.iter_rows(named=True):
+        item = {
+            "count": r["count"],
+            "bytes": r["bytes"],
+            **{f"{x}_us": _us(r[f"{x}_ns"]) for x in ("time", "exposed", "overlapped", "wait", "transfer")},
+            "transfer_estimated": bool(r["transfer_estimated"]),
+        }
+        if r["by"] == "type":
+            out["by_type"].append({"type": r["key"], **item})
+        elif r["by"] == "group":
+            out["by_group"].append(
+                {"group": r["key"], "desc": r["pg_desc"], "size": r["group_size"], "ranks": r["pg_ranks"], "dimension": r["dim"], **item}
+            )
+        else:
+            out["by_dimension"].append({"dimension": r["key"], **item})
+    return out
+
+
+def _cross_rank(analysis: Analysis) -> list[dict]:
+    if analysis.cross_rank is None:
+        return []
+    out = []
+    for r in analysis.cross_rank.iter_rows(named=True):
+        out.append(
+            {
+                "step": r["step"],
+                "ranks": r["ranks"],
+                "slowest_rank": r["slowest_rank"],
+                "max_us": _us(r["max_ns"]),
+                "median_us": _us(r["median_ns"]),
+                "min_us": _us(r["min_ns"]),
+                "skew_us": _us(r["skew_ns"]),
+                "straggler_bucket": r["straggler_bucket"],
+                "straggler_excess_us": _us(r["straggler_excess_ns"]),
+                "waited_on_rank": r.get("waited_on_rank"),
+                "waited_on_wait_us": _us(r.get("waited_on_wait_ns")),
+                "durations": [{"rank": d["rank"], "duration_us": d["duration_ns"] / 1000} for d in r["durations"]],
+            }
+        )
+    return out
 
 
 def document(analysis: Analysis) -> dict:
     meta = {r["rank"]: r for r in analysis.trace.meta.iter_rows(named=True)}
-    steps = analysis.steps.select("rank", *STEP_FIELDS).partition_by("rank", as_dict=True, maintain_order=True)
+    cause_fields = [f for f in CAUSE_FIELDS if f in analysis.steps.columns]
+    steps = analysis.steps.select("rank", *STEP_FIELDS, *cause_fields).partition_by("rank", as_dict=True, maintain_order=True)
     totals = {r["rank"]: r for r in analysis.totals().iter_rows(named=True)}
     ranks = []
     for (rank,), frame in sorted(steps.items()):
@@ -30,7 +101,9 @@ def document(analysis: Analysis) -> dict:
                 "device": m.get("device_name"),
                 "file": m.get("file"),
                 "steps": frame.drop("rank").to_dicts(),
-                "total": {"steps": total["steps"], **{f"{f}_us": total[f"{f}_us"] for f in FIELDS}},
+                "total": {"steps": total["steps"], **{f"{f}_us": total[f"{f}_us"] for f in FIELDS}, **{f: total[f] for f in cause_fields}},
+                "recompute_ops": _recompute_ops(analysis, rank),
+                "collectives": _collectives(analysis, rank),
             }
         )
     return {
@@ -38,6 +111,7 @@ def document(analysis: Analysis) -> dict:
         "tool": {"name": "traceanalyzer", "version": __version__},
         "inputs": [str(s) for s in analysis.trace.sources],
         "ranks": ranks,
+        "cross_rank": _cross_rank(analysis),
         "warnings": list(analysis.warnings),
     }
 

@@ -51,3 +51,101 @@ def breakdown_table(analysis: Analysis) -> Table:
 
 def print_breakdown(analysis: Analysis, console: Console) -> None:
     console.print(breakdown_table(analysis))
+
+
+# --- cause sub-tables (breakdown --detail) -------------------------------------------------
+
+CAUSE_LABELS = {"idle_host_bound": "host-bound", "idle_sync": "sync wait", "idle_bubble": "PP bubble", "idle_other": "other"}
+
+
+def _ms(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def idle_table(analysis: Analysis) -> Table:
+    t = Table(title="Idle by cause, mean per step: ms and % of idle", title_justify="left")
+    t.add_column("rank", justify="right")
+    t.add_column("idle ms", justify="right")
+    for label in CAUSE_LABELS.values():
+        t.add_column(label, justify="right")
+    for row in analysis.totals().iter_rows(named=True):
+        n, idle = row["steps"], row["idle_ns"]
+        cells = [str(row["rank"]), _ms(idle / n)]
+        for f in CAUSE_LABELS:
+            v = row.get(f"{f}_ns", 0) or 0
+            cells.append(f"{_ms(v / n)} ({100 * v / idle if idle else 0.0:.0f}%)")
+        t.add_row(*cells)
+    return t
+
+
+def comm_table(analysis: Analysis) -> Table | None:
+    import polars as pl
+
+    if analysis.comm is None or analysis.comm.height == 0:
+        return None
+    t = Table(
+        title="Communication per rank, summed over steps (ms). wait/transfer: * = estimated from bytes and bus bandwidth",
+        title_justify="left",
+    )
+    for col in ("rank", "by", "key", "count", "MB", "kernel", "exposed", "overlapped", "wait", "transfer"):
+        t.add_column(col, justify="left" if col in ("by", "key") else "right")
+    agg = (
+        analysis.comm.group_by("rank", "by", "key")
+        .agg(
+            pl.col("count").sum(),
+            pl.col("bytes").sum(),
+            pl.col("bytes").is_not_null().any().alias("has_bytes"),
+            *[pl.col(f"{x}_ns").sum() for x in ("time", "exposed", "overlapped", "wait", "transfer")],
+            pl.col("transfer_estimated").any(),
+            pl.col("dim").drop_nulls().first(),
+        )
+        .sort("rank", "by", "exposed_ns", descending=[False, False, True])
+    )
+    for r in agg.iter_rows(named=True):
+        star = "*" if r["transfer_estimated"] else ""
+        key = r["key"] if r["by"] != "group" or not r["dim"] else f"{r['key']} ({r['dim']})"
+        t.add_row(
+            str(r["rank"]), r["by"], key, str(r["count"] or 0),
+            f"{r['bytes'] / 1e6:.2f}" if r["has_bytes"] else "-",
+            _ms(r["time_ns"]), _ms(r["exposed_ns"]), _ms(r["overlapped_ns"]),
+            _ms(r["wait_ns"]) + star, _ms(r["transfer_ns"]) + star,
+        )
+    return t
+
+
+def recompute_table(analysis: Analysis, top: int = 8) -> Table | None:
+    import polars as pl
+
+    ops = analysis.recomputed_by_name
+    if ops is None or ops.height == 0:
+        return None
+    t = Table(title=f"Recomputed ops (activation checkpointing), top {top} per rank by GPU time", title_justify="left")
+    for col in ("rank", "op", "count", "GPU ms"):
+        t.add_column(col, justify="left" if col == "op" else "right")
+    for r in ops.group_by("rank", maintain_order=True).head(top).iter_rows(named=True):
+        t.add_row(str(r["rank"]), r["name"], str(r["count"]), _ms(r["gpu_ns"]))
+    del pl
+    return t
+
+
+def cross_rank_table(analysis: Analysis) -> Table | None:
+    cr = analysis.cross_rank
+    if cr is None or cr.height == 0:
+        return None
+    t = Table(title="Across ranks, per step (ms)", title_justify="left")
+    for col in ("step", "ranks", "slowest", "max", "median", "skew", "straggler bucket", "excess", "waited on"):
+        t.add_column(col, justify="left" if col == "straggler bucket" else "right")
+    for r in cr.iter_rows(named=True):
+        t.add_row(
+            str(r["step"]), str(r["ranks"]), str(r["slowest_rank"]), _ms(r["max_ns"]), _ms(r["median_ns"]),
+            _ms(r["skew_ns"]), str(r["straggler_bucket"]), _ms(r["straggler_excess_ns"]),
+            "-" if r.get("waited_on_rank") is None else f"rank {r['waited_on_rank']}",
+        )
+    return t
+
+
+def print_detail(analysis: Analysis, console: Console) -> None:
+    """The cause sub-tables: idle by cause, communication, recompute, cross-rank."""
+    for table in (idle_table(analysis), comm_table(analysis), recompute_table(analysis), cross_rank_table(analysis)):
+        if table is not None:
+            console.print(table)

@@ -1,0 +1,145 @@
+"""Op-level recompute marking against the torch-cpu ground truth (SOURCE.md) and an independent
+plain-Python walk of the raw JSON (tests/rc_reference.py)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+import traceanalyzer as ta
+from traceanalyzer.classify.labels import label_gpu
+from traceanalyzer.classify.recompute import ops_by_name, recompute_ops
+
+import rc_reference as ref
+from conftest import DEMO, DLRM, FIXTURES, TRACES, real_gpu_traces
+
+CPU = TRACES / "torch-cpu"
+needs_cpu = pytest.mark.skipif(not CPU.exists(), reason=f"torch-cpu traces not found at {CPU}")
+
+
+def _top_by_step(path):
+    t = ta.load(path)
+    ops = recompute_ops(t.events)
+    steps = (
+        t.events.filter((pl.col("kind") == "annotation") & pl.col("name").str.starts_with("ProfilerStep#"))
+        .select(pl.col("name").alias("step"), "start_ns")
+        .sort("start_ns")
+    )
+    top = ops.filter("top_level").sort("start_ns").join_asof(steps, on="start_ns", strategy="backward")
+    return ops, top
+
+
+@needs_cpu
+def test_mixed_checkpointing_gives_the_known_counts_per_region():
+    ops, top = _top_by_step(CPU / "cpu_ckpt_mixed.pt.trace.json.gz")
+    s3 = top.filter(pl.col("step") == "ProfilerStep#3")
+    by_region = dict(s3.group_by("region").len().iter_rows())
+    # SOURCE.md: reentrant block1 = 19 top-level ops, non-reentrant block2 = 18
+    assert by_region == {"CheckpointFunctionBackward": 19, "autograd::engine::evaluate_function: AddmmBackward0": 18}
+    reent = s3.filter(pl.col("region") == "CheckpointFunctionBackward").sort("start_ns")
+    assert reent["seq"].min() == 1161 and reent["seq"].max() == 1191
+    nonre = s3.filter(pl.col("region") != "CheckpointFunctionBackward").sort("start_ns")
+    assert nonre["seq"].to_list()[0] == 1132 and nonre["seq"].max() == 1158  # 1159-1160 nested in the last linear
+    assert nonre["name"].to_list() == [
+        "aten::layer_norm", "aten::linear", "aten::split", "aten::view", "aten::transpose", "aten::view",
+        "aten::transpose", "aten::view", "aten::transpose", "aten::scaled_dot_product_attention",
+        "aten::transpose", "aten::reshape", "aten::linear", "aten::add", "aten::layer_norm", "aten::linear",
+        "aten::gelu", "aten::linear",
+    ]
+    # the real addmm backward (aten::t, aten::mm) and the nested backward nodes are not recompute
+    assert not ops["name"].str.contains("Backward").any()
+    assert "aten::mm" not in s3["name"].to_list()
+
+
+@needs_cpu
+@pytest.mark.parametrize("name", ["cpu_ckpt_mixed", "cpu_ckpt_selective", "cpu_ckpt_mixed_stack", "cpu_gloo_ddp_rank0", "cpu_no_ckpt"])
+def test_marking_equals_an_independent_walk_of_the_raw_json(name):
+    path = CPU / f"{name}.pt.trace.json.gz"
+    every, top = ref.recomputed(ref.load(path))
+    ops = recompute_ops(ta.load(path).events)
+    base = ta.load(path).meta["base_time_ns"][0] or 0
+    if name == "cpu_no_ckpt":
+        assert not every and ops.height == 0
+    for got, want in ((ops, every), (ops.filter("top_level"), top)):
+        want = sorted((base + n["ts"], n["tid"], n["name"]) for n in want)
+        got = sorted(zip(got["start_ns"], got["tid"], got["name"]))
+        assert len(got) == len(want)
+        # same nodes; start times agree to the parser's float rounding (<= 2 ns)
+        assert [g[1:] for g in got] == [w[1:] for w in want]
+        assert max((abs(g[0] - w[0]) for g, w in zip(got, want)), default=0) <= 2
+
+
+@needs_cpu
+def test_selective_checkpointing_two_regions_per_step_and_cache_hits_excluded():
+    path = CPU / "cpu_ckpt_selective.pt.trace.json.gz"
+    ops, top = _top_by_step(path)
+    s3 = top.filter(pl.col("step") == "ProfilerStep#3")
+    assert s3["region_start_ns"].n_unique() == 2
+    assert set(s3["region"]) == {"autograd::engine::evaluate_function: AddmmBackward0"}
+    # cache hits: forward-style ops (seq, Fwd thread id 0) whose subtree is only detach and an empty
+    # PythonDispatchMode. They exist in the recompute regions and none is marked.
+    doc = ref.load(path)
+    hits = [
+        n for ns in ref.trees(doc).values() for n in ns
+        if n["args"].get("Sequence number") is not None and n["args"].get("Fwd thread id") == 0
+        and ref.noop(n) and any(p["name"].startswith("autograd::engine::evaluate_function") for p in ref.ancestors(n))
+    ]
+    # 4 addmm (qkv, proj, fc1, fc2) x 2 regions x 2 steps, policy MUST_SAVE
+    assert len(hits) == 16 and {n["name"] for n in hits} == {"aten::addmm"}
+    base = ta.load(path).meta["base_time_ns"][0] or 0
+    marked = ops.select("start_ns", "name")
+    for n in hits:
+        near = marked.filter((pl.col("name") == n["name"]) & ((pl.col("start_ns") - (base + n["ts"])).abs() <= 2))
+        assert near.height == 0
+
+
+@needs_cpu
+def test_no_checkpointing_means_zero_recompute_ops():
+    assert recompute_ops(ta.load(CPU / "cpu_no_ckpt.pt.trace.json.gz").events).height == 0
+
+
+def test_mi300x_recompute_matches_the_independent_count():
+    doc = ref.load(DEMO)
+    every, top = ref.recomputed(doc)
+    t = ta.load(DEMO)
+    ops = recompute_ops(t.events)
+    seq_ops = ops.filter((pl.col("kind") == "cpu_op") & pl.col("seq").is_not_null() & (pl.col("fwd_tid") == 0))
+    assert seq_ops.height == 438 and seq_ops["tid"].unique().to_list() == ["639"]  # pt_autograd_0
+    assert ops.height == len(every) == 2037 and ops["top_level"].sum() == len(top) == 267
+    gpu = label_gpu(t.events, ops)
+    kernel_ns = gpu.filter(pl.col("cls") == "recompute").select((pl.col("end_ns") - pl.col("start_ns")).sum()).item()
+    assert kernel_ns == ref.recompute_gpu_ns(doc) == 4_122_223
+    by_name = ops_by_name(ops, gpu)
+    assert by_name["gpu_ns"].sum() == kernel_ns
+    assert by_name.filter(pl.col("name") == "aten::conv2d")["count"].item() == 57
+
+
+def test_traces_without_checkpointing_report_exactly_zero():
+    paths = [DLRM, FIXTURES / "kineto" / "v100_resnet50_legacy2021.json.gz", FIXTURES / "kineto" / "mi250_rocm62_minitoy.json.gz"]
+    for p in paths:
+        a = ta.analyze(ta.load(p))
+        assert a.steps["recompute_ns"].sum() == 0, p
+        assert recompute_ops(a.trace.events).height == 0, p
+
+
+def test_user_pattern_marks_an_annotation_range_as_recompute():
+    # an NVTX-style range (as the Nsight parser emits) around work on a thread: everything inside
+    # is recompute, except nested backward nodes
+    ev = pl.DataFrame(
+        {
+            "rank": [0] * 5,
+            "kind": ["annotation", "runtime", "cpu_op", "runtime", "runtime"],
+            "pid": ["1"] * 5,
+            "tid": ["7"] * 5,
+            "name": ["my_recompute", "cudaLaunchKernel", "autograd::engine::evaluate_function: MmBackward0", "cudaLaunchKernel", "cudaLaunchKernel"],
+            "start_ns": [100, 110, 200, 210, 400],
+            "end_ns": [300, 120, 290, 220, 410],
+            "correlation": [None, 1, None, 2, 3],
+        }
+    )
+    from traceanalyzer.schema import EVENT_SCHEMA, conform
+
+    ev = conform(ev, EVENT_SCHEMA)
+    assert recompute_ops(ev).height == 0
+    ops = recompute_ops(ev, pattern="^my_recompute$")
+    assert ops.select("name", "correlation").rows() == [("cudaLaunchKernel", 1)]

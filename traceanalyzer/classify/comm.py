@@ -1,0 +1,405 @@
+"""Communication: what each collective kernel is, and where its time went.
+
+For every communication kernel (``cls == "comm"`` in :mod:`.labels`):
+
+* **type** (``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``send_recv``,
+  ``broadcast``, ``reduce``, ``gather``, ``scatter``, ``barrier``, ``unknown``) from, best first:
+  the kernel's own ``Collective name`` arg, the linked ``record_param_comms`` (same External id,
+  or the one enclosing the launch call on the host thread), the enclosing ``nccl:*`` / ``gloo:*``
+  annotation, and last the kernel name (``ncclKernel_AllReduce_...``, ``ncclDevKernel_AllGather_...``,
+  ``ncclKernel_SendRecv_...``; ``ncclDevKernel_Generic`` says nothing).
+* **bytes** = max(in, out) elements × element size (the nccl-tests "size": the full buffer of an
+  all-gather / reduce-scatter). Elements from ``In/Out msg nelems``, else the product of the
+  first ``Input Dims`` of ``record_param_comms``; element size from ``dtype``, else from the
+  kernel name's type token (not for SendRecv, whose ``int8_t`` is NCCL's byte transport).
+* **process group** (name, description, size, ranks) from the kernel / ``record_param_comms``
+  args, completed from ``distributedInfo.pg_config``; traces with no group info get group
+  ``"default"`` sized to the world.
+* **dimension** (TP/DP/PP/CP/EP/unknown): see :func:`dimension_expr`.
+
+**Wait vs transfer.** With several ranks of a group loaded, instance *i* of the group (its
+``Seq`` arg when present, else the *i*-th collective kernel of the group on each rank, by
+start time) is aligned across ranks: ``transfer = end − latest start over ranks`` (clamped to the
+kernel), ``wait = duration − transfer``. A group whose ranks disagree on the instance count is
+not aligned. Otherwise transfer is estimated as ``bytes × f / bus_bw`` (``f`` = 2(n−1)/n for
+all-reduce, (n−1)/n for all-gather / reduce-scatter / all-to-all, 1 otherwise: nccl-tests'
+bus-bandwidth factors) and flagged ``transfer_estimated``.
+
+**Exposed / overlapped per type, group and dimension** come from one boundary sweep
+(:func:`traceanalyzer.classify.intervals.segments`) with one extra class per type / group /
+dimension, so they partition the step's ``exposed_comm`` (and ``overlapped_comm``) exactly: a
+segment where communication of two different keys runs at once is counted under ``concurrent``.
+"""
+
+from __future__ import annotations
+
+import orjson
+import polars as pl
+
+from traceanalyzer.classify.intervals import segments
+from traceanalyzer.classify.labels import CLASSES
+from traceanalyzer.classify.recompute import THREAD, host_tree
+
+DEFAULT_BUS_BW_GBPS = 100.0
+DIMENSIONS = ["TP", "DP", "PP", "CP", "EP", "unknown"]
+CONCURRENT = "concurrent"
+
+_TYPE_RULES = [  # (regex on a lower-cased name, type); first match wins
+    (r"reduce_?scatter|reducescatter", "reduce_scatter"),
+    (r"all_?gather|allgather", "all_gather"),
+    (r"all_?reduce|allreduce", "all_reduce"),
+    (r"all_?to_?all|alltoall", "all_to_all"),
+    (r"sendrecv|send_recv|batch_isend_irecv|(^|[^a-z])(send|recv)([^a-z]|$)|nccl:(send|recv)|isend|irecv", "send_recv"),
+    (r"broadcast|bcast", "broadcast"),
+    (r"barrier", "barrier"),
+    (r"gather", "gather"),
+    (r"scatter", "scatter"),
+    (r"reduce", "reduce"),
+]
+
+_DTYPE_SIZE = {
+    "float": 4, "float32": 4, "f32": 4, "float64": 8, "double": 8, "f64": 8,
+    "half": 2, "float16": 2, "f16": 2, "__half": 2, "bfloat16": 2, "bf16": 2, "__nv_bfloat16": 2,
+    "int8": 1, "int8_t": 1, "i8": 1, "uint8": 1, "uint8_t": 1, "u8": 1, "char": 1, "byte": 1, "bool": 1,
+    "int32": 4, "int": 4, "int32_t": 4, "i32": 4, "uint32": 4, "uint32_t": 4, "u32": 4,
+    "int64": 8, "long": 8, "int64_t": 8, "i64": 8, "uint64": 8, "uint64_t": 8, "u64": 8,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8": 1,
+}
+
+
+def coll_type_expr(col: str) -> pl.Expr:
+    """Collective type from a name (collective arg, annotation or kernel name); null if none."""
+    low = pl.col(col).str.to_lowercase()
+    expr = pl.lit(None, pl.String)
+    for pat, name in reversed(_TYPE_RULES):
+        expr = pl.when(low.str.contains(pat)).then(pl.lit(name)).otherwise(expr)
+    return expr
+
+
+def _kernel_type() -> pl.Expr:
+    """Type from an NCCL kernel name: the token after ``ncclKernel_`` / ``ncclDevKernel_``."""
+    tok = pl.col("name").str.extract(r"(?i)nccl(?:Dev)?Kernel_([A-Za-z]+)", 1).str.to_lowercase()
+    return (
+        pl.when(tok.is_null() | (tok == "generic"))
+        .then(pl.lit(None, pl.String))
+        .when(tok == "sendrecv").then(pl.lit("send_recv"))
+        .when(tok.is_in(["send", "recv"])).then(pl.lit("send_recv"))
+        .when(tok == "allreduce").then(pl.lit("all_reduce"))
+        .when(tok == "allgather").then(pl.lit("all_gather"))
+        .when(tok == "reducescatter").then(pl.lit("reduce_scatter"))
+        .when(tok == "alltoall").then(pl.lit("all_to_all"))
+        .when(tok == "broadcast").then(pl.lit("broadcast"))
+        .when(tok == "reduce").then(pl.lit("reduce"))
+        .otherwise(pl.lit(None, pl.String))
+    )
+
+
+def _kernel_dtype() -> pl.Expr:
+    """Element type from an NCCL kernel name (``..._Sum_float``, ``..._Sum_bf16_RING_LL``)."""
+    types = "|".join(sorted({"float", "double", "half", "bfloat16", "int8_t", "uint8_t", "int32_t", "uint32_t", "int64_t", "uint64_t", "f16", "f32", "f64", "bf16", "i8", "u8", "i32", "u32", "i64", "u64"}, key=len, reverse=True))
+    return pl.col("name").str.extract(rf"_({types})(?:_|\(|$)", 1)
+
+
+def _dtype_size(col: str) -> pl.Expr:
+    return pl.col(col).str.to_lowercase().str.replace(r"^torch\.", "").replace_strict(_DTYPE_SIZE, default=None, return_dtype=pl.Int64)
+
+
+def _dims_nelems() -> pl.Expr:
+    """Elements of the first tensor in ``Input Dims`` text (``[[6144],[],...]`` -> 6144)."""
+    first = pl.col("rp_input_dims").str.extract(r"^\[\[([0-9, ]+)\]", 1)
+    return (
+        first.str.split(",")
+        .list.eval(pl.element().str.strip_chars().cast(pl.Int64, strict=False))
+        .list.eval(pl.element().product())
+        .list.first()
+    )
+
+
+def dimension_expr(world: pl.Expr) -> pl.Expr:
+    """Parallelism dimension of a group from ``pg_desc``, ``group_size``, ``stride``, ``p2p_only``.
+
+    1. the description names it (``tp``/``tensor``, ``pp``/``pipe``, ``cp``/``context``,
+       ``ep``/``expert``/``moe``, ``dp``/``data``/``fsdp``/``ddp``/``shard``/``replicate``;
+       DeviceMesh's ``mesh_tp`` style included);
+    2. a group carrying only send/recv is PP;
+    3. a group spanning the world (or ``default_pg``) is DP;
+    4. contiguous ranks (stride 1) smaller than the world are TP;
+    5. ranks strided by world/size (one per block) are DP;
+    6. else unknown.
+    """
+    d = pl.col("pg_desc").str.to_lowercase().fill_null("")
+    w = r"(^|[^a-z])"
+    e = r"([^a-z]|$)"
+    size = pl.col("group_size")
+    return (
+        pl.when(d.str.contains(f"{w}(tp|tensor|tensor_parallel){e}|tensor")).then(pl.lit("TP"))
+        .when(d.str.contains(f"{w}(pp|pipe|pipeline){e}|pipeline")).then(pl.lit("PP"))
+        .when(d.str.contains(f"{w}(cp|context){e}|context_parallel")).then(pl.lit("CP"))
+        .when(d.str.contains(f"{w}(ep|expert|moe){e}|expert")).then(pl.lit("EP"))
+        .when(d.str.contains(f"{w}(dp|data|fsdp|ddp|hsdp|shard|replicate|dp_shard|dp_replicate){e}|data_parallel")).then(pl.lit("DP"))
+        .when(pl.col("p2p_only")).then(pl.lit("PP"))
+        .when((size == world) | (d == "default_pg")).then(pl.lit("DP"))
+        .when((pl.col("stride") == 1) & (size < world)).then(pl.lit("TP"))
+        .when(pl.col("stride").is_not_null() & (pl.col("stride") * size == world)).then(pl.lit("DP"))
+        .otherwise(pl.lit("unknown"))
+    )
+
+
+def _pg_config(meta: pl.DataFrame) -> pl.DataFrame:
+    rows = []
+    for rank, text in meta.select("rank", "pg_config").iter_rows():  # one row per rank file
+        if not text:
+            continue
+        try:
+            cfg = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            continue
+        for g in cfg if isinstance(cfg, list) else []:
+            ranks = g.get("ranks")
+            rows.append(
+                {
+                    "rank": rank,
+                    "pg_name": str(g.get("pg_name")),
+                    "cfg_desc": g.get("pg_desc"),
+                    "cfg_size": int(g["pg_size"]) if str(g.get("pg_size", "")).isdigit() else None,
+                    "cfg_ranks": ranks if isinstance(ranks, str) else orjson.dumps(ranks).decode() if ranks is not None else None,
+                }
+            )
+    schema = {"rank": pl.Int32, "pg_name": pl.String, "cfg_desc": pl.String, "cfg_size": pl.Int64, "cfg_ranks": pl.String}
+    return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
+
+
+_LINK_COLS = ["coll_name", "in_nelems", "out_nelems", "group_size", "dtype", "pg_name", "pg_desc", "pg_ranks", "coll_seq", "input_dims"]
+
+
+def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, meta: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS) -> pl.DataFrame:
+    """One row per communication kernel with type, bytes, group, dimension, wait and transfer.
+
+    ``gpu``: labelled GPU work (:func:`.labels.label_gpu`); ``windows``: step windows.
+    """
+    ev = events.lazy()
+    k = gpu.lazy().filter(pl.col("cls") == "comm").select(
+        "rank", "name", "stream", "start_ns", "end_ns", "correlation", "external_id", *[c for c in _LINK_COLS if c != "input_dims"]
+    ).with_row_index("__k")
+    # host side: the launch call and its enclosing record_param_comms / nccl:* annotation
+    tree = host_tree(ev).collect().lazy()
+    launch = (
+        tree.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .select(*THREAD, "pos", "correlation")
+        .unique(["rank", "correlation"])
+    )
+    rpc_rows = ev.filter((pl.col("kind") == "cpu_op") & (pl.col("name") == "record_param_comms"))
+    rp_tree = (
+        tree.filter(pl.col("name") == "record_param_comms")
+        .select(*THREAD, pl.col("pos").alias("rp_pos"), pl.col("hi").alias("rp_hi"), "start_ns", "external_id")
+        .join(rpc_rows.select("rank", "pid", "tid", "start_ns", "external_id", *[pl.col(c).alias(f"rp_{c}") for c in _LINK_COLS]), on=[*THREAD, "start_ns", "external_id"], how="left")
+        .unique([*THREAD, "rp_pos"])
+        .sort("rp_pos")
+    )
+    ann = (
+        tree.filter(pl.col("kind").is_in(["annotation", "cpu_op"]) & pl.col("name").str.contains(r"^(nccl|gloo|rccl):"))
+        .select(*THREAD, pl.col("pos").alias("an_pos"), pl.col("hi").alias("an_hi"), pl.col("name").alias("an_name"))
+        .sort("an_pos")
+    )
+    via_launch = (
+        launch.sort("pos")
+        .join_asof(rp_tree.drop("start_ns", "external_id"), left_on="pos", right_on="rp_pos", by=THREAD, strategy="backward", check_sortedness=False)
+        .with_columns([pl.when(pl.col("rp_hi") >= pl.col("pos")).then(pl.col(f"rp_{c}")).alias(f"rp_{c}") for c in _LINK_COLS])
+        .join_asof(ann, left_on="pos", right_on="an_pos", by=THREAD, strategy="backward", check_sortedness=False)
+        .with_columns(pl.when(pl.col("an_hi") >= pl.col("pos")).then(pl.col("an_name")).alias("an_name"))
+        .select("rank", "correlation", "an_name", *[f"rp_{c}" for c in _LINK_COLS])
+    )
+    via_ext = (
+        rpc_rows.filter(pl.col("external_id").is_not_null())
+        .unique(["rank", "external_id"])
+        .select("rank", "external_id", *[pl.col(c).alias(f"x_{c}") for c in _LINK_COLS])
+    )
+    j = (
+        k.join(via_launch, on=["rank", "correlation"], how="left")
+        .join(via_ext, on=["rank", "external_id"], how="left")
+        .with_columns(
+            [pl.coalesce(c, f"x_{c}", f"rp_{c}").alias(c) for c in _LINK_COLS if c != "input_dims"]
+            + [pl.coalesce("x_input_dims", "rp_input_dims").alias("rp_input_dims")]
+        )
+    )
+    ctype = pl.coalesce(
+        pl.when(pl.col("coll_name").str.to_lowercase() != "coalesced").then(coll_type_expr("coll_name")),
+        coll_type_expr("an_name"),
+        _kernel_type(),
+        pl.lit("unknown"),
+    )
+    j = j.with_columns(ctype.alias("coll_type"), _kernel_dtype().alias("__kdtype"))
+    nelems = pl.coalesce(pl.max_horizontal("in_nelems", "out_nelems"), _dims_nelems())
+    esize = pl.coalesce(
+        _dtype_size("dtype"),
+        pl.when(_kernel_type().fill_null("") != "send_recv").then(_dtype_size("__kdtype")),
+    )
+    cfg = _pg_config(meta).lazy()
+    world = meta.lazy().select("rank", pl.col("world_size").cast(pl.Int64).alias("world"))
+    j = (
+        j.with_columns((nelems * esize).alias("bytes"), pl.col("pg_name").fill_null("default"))
+        .join(cfg, on=["rank", "pg_name"], how="left")
+        .join(world, on="rank", how="left")
+        .with_columns(
+            pl.coalesce("pg_desc", "cfg_desc").alias("pg_desc"),
+            pl.coalesce("pg_ranks", "cfg_ranks").alias("pg_ranks"),
+            pl.coalesce(
+                "group_size",
+                "cfg_size",
+                pl.when(pl.col("pg_name") == "default").then(pl.col("world")),
+            ).alias("group_size"),
+        )
+    )
+    # rank stride from the ranks list
+    rl = pl.col("pg_ranks").str.extract_all(r"-?\d+").list.eval(pl.element().cast(pl.Int64))
+    j = j.with_columns(
+        pl.when(rl.list.len() >= 2).then(rl.list.get(1, null_on_oob=True) - rl.list.get(0, null_on_oob=True)).alias("stride"),
+        (pl.col("coll_type") == "send_recv").all().over("rank", "pg_name").alias("p2p_only"),
+    ).with_columns(
+        dimension_expr(pl.col("world")).alias("dim"),
+        pl.when(pl.col("pg_name") == "default").then(pl.lit("default")).otherwise(pl.col("pg_name")).alias("pg_name"),
+    )
+    # step of each kernel: the window holding its start
+    win = windows.lazy().select("rank", "step", "wstart_ns", "wend_ns").sort("wstart_ns")
+    j = (
+        j.sort("start_ns")
+        .join_asof(win, left_on="start_ns", right_on="wstart_ns", by="rank", strategy="backward", check_sortedness=False)
+        .with_columns(pl.when(pl.col("start_ns") < pl.col("wend_ns")).then(pl.col("step")).alias("step"))
+    )
+    # cross-rank alignment: instance = Seq, else order within (rank, group)
+    j = j.with_columns(
+        pl.coalesce("coll_seq", pl.col("start_ns").rank("ordinal").over("rank", "pg_name").cast(pl.Int64)).alias("instance"),
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+    )
+    counts = j.group_by("pg_name", "rank").agg(pl.len().alias("n"))
+    aligned_groups = (
+        counts.group_by("pg_name")
+        .agg(pl.col("rank").n_unique().alias("nranks"), pl.col("n").n_unique().alias("ncounts"))
+        .filter((pl.col("nranks") >= 2) & (pl.col("ncounts") == 1))
+        .select("pg_name", pl.lit(True).alias("__aligned"))
+    )
+    last = j.group_by("pg_name", "instance").agg(pl.col("start_ns").max().alias("last_arrival_ns"), pl.col("rank").n_unique().alias("ranks_seen"))
+    bw = bus_bw_gbps * 1e9  # bytes per second
+    n = pl.col("group_size").cast(pl.Float64)
+    factor = (
+        pl.when(pl.col("coll_type") == "all_reduce").then(2 * (n - 1) / n)
+        .when(pl.col("coll_type").is_in(["all_gather", "reduce_scatter", "all_to_all"])).then((n - 1) / n)
+        .otherwise(1.0)
+    )
+    est = (pl.col("bytes").cast(pl.Float64) * factor.fill_null(1.0) / bw * 1e9).round(0).cast(pl.Int64)
+    j = (
+        j.join(aligned_groups, on="pg_name", how="left")
+        .join(last, on=["pg_name", "instance"], how="left")
+        # with a Seq arg the instance is exact; without, only groups whose ranks agree on the count
+        .with_columns((pl.col("__aligned").fill_null(False) | pl.col("coll_seq").is_not_null()) & (pl.col("ranks_seen") >= 2))
+        .with_columns(
+            pl.when(pl.col("__aligned"))
+            .then((pl.col("end_ns") - pl.max_horizontal("last_arrival_ns", "start_ns")).clip(0))
+            .otherwise(pl.min_horizontal(est, "dur_ns"))
+            .alias("transfer_ns"),
+            (~pl.col("__aligned")).alias("transfer_estimated"),
+        )
+        .with_columns(
+            pl.when(pl.col("transfer_ns").is_not_null()).then(pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"),
+            pl.when(pl.col("__aligned")).then(pl.col("last_arrival_ns")).alias("last_arrival_ns"),
+        )
+    )
+    return (
+        j.sort("__k")
+        .select(
+            "rank", "step", "name", "stream", "start_ns", "end_ns", "dur_ns", "coll_type", "bytes",
+            "pg_name", "pg_desc", "group_size", "pg_ranks", "dim", "instance", "last_arrival_ns",
+            "wait_ns", "transfer_ns", "transfer_estimated",
+        )
+        .collect()
+    )
+
+
+def _keyed_classes(coll: pl.DataFrame) -> dict[str, list[str]]:
+    return {
+        "type": sorted(coll["coll_type"].unique().to_list()),
+        "group": sorted(coll["pg_name"].unique().to_list()),
+        "dim": sorted(coll["dim"].unique().to_list()),
+    }
+
+
+def exposure(gpu: pl.DataFrame, coll: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Exposed and overlapped communication per (rank, step, by, key), by = type / group / dim.
+
+    For each ``by``, the ``exposed_ns`` of a step sum exactly to the step's ``exposed_comm_ns``
+    and ``overlapped_ns`` to its ``overlapped_comm_ns`` (one sweep, same segments as the
+    partition; concurrent keys are counted under ``"concurrent"``).
+    """
+    schema = {"rank": pl.Int32, "step": pl.Int64, "by": pl.String, "key": pl.String, "exposed_ns": pl.Int64, "overlapped_ns": pl.Int64}
+    if coll.height == 0:
+        return pl.DataFrame(schema=schema)
+    keys = _keyed_classes(coll)
+    names: dict[str, tuple[str, str]] = {}
+    for by, vals in keys.items():
+        for i, v in enumerate(vals):
+            names[f"{by}{i}"] = (by, v)
+    comm = gpu.lazy().filter(pl.col("cls") == "comm").select("rank", "start_ns", "end_ns")
+    coll_l = coll.lazy()
+    extra = []
+    for cname, (by, v) in names.items():
+        col = {"type": "coll_type", "group": "pg_name", "dim": "dim"}[by]
+        extra.append(coll_l.filter(pl.col(col) == v).select("rank", "start_ns", "end_ns", pl.lit(cname).alias("cls")))
+    base = gpu.lazy().select("rank", "start_ns", "end_ns", "cls")
+    del comm
+    iv = pl.concat([base, *extra])
+    classes = [*CLASSES, *names]
+    seg = segments(iv, windows.lazy(), classes).with_columns((pl.col("t1") - pl.col("t0")).alias("len_ns"))
+    busy_rc = (pl.col("n_compute") > 0) | (pl.col("n_recompute") > 0)
+    seg = seg.with_columns(
+        (~busy_rc & (pl.col("n_comm") > 0)).alias("__exp"),
+        (busy_rc & (pl.col("n_comm") > 0)).alias("__ovl"),
+    )
+    outs = []
+    for by in keys:
+        cols = [c for c, (b, _) in names.items() if b == by]
+        active = pl.sum_horizontal([(pl.col(f"n_{c}") > 0).cast(pl.Int32) for c in cols])
+        key = pl.lit(CONCURRENT)
+        for c in cols:
+            key = pl.when((active == 1) & (pl.col(f"n_{c}") > 0)).then(pl.lit(names[c][1])).otherwise(key)
+        key = pl.when(active == 0).then(pl.lit("unattributed")).otherwise(key)
+        outs.append(
+            seg.filter(pl.col("__exp") | pl.col("__ovl"))
+            .with_columns(key.alias("key"))
+            .group_by("rank", "step", "key")
+            .agg(
+                pl.col("len_ns").filter(pl.col("__exp")).sum().alias("exposed_ns"),
+                pl.col("len_ns").filter(pl.col("__ovl")).sum().alias("overlapped_ns"),
+            )
+            .with_columns(pl.lit(by).alias("by"))
+        )
+    return pl.concat(outs).select(list(schema)).collect().cast(schema).sort("rank", "step", "by", "key")
+
+
+def summary(coll: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step, by, key): count, bytes, time, wait, transfer, exposed, overlapped."""
+    parts = []
+    for by, col in (("type", "coll_type"), ("group", "pg_name"), ("dim", "dim")):
+        parts.append(
+            coll.filter(pl.col("step").is_not_null())
+            .group_by("rank", "step", pl.col(col).alias("key"))
+            .agg(
+                pl.len().alias("count"),
+                pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()).alias("bytes"),
+                pl.col("dur_ns").sum().alias("time_ns"),
+                pl.col("wait_ns").sum().alias("wait_ns"),
+                pl.col("transfer_ns").sum().alias("transfer_ns"),
+                pl.col("transfer_estimated").any().alias("transfer_estimated"),
+                pl.col("pg_desc").first().alias("pg_desc"),
+                pl.col("group_size").first().alias("group_size"),
+                pl.col("pg_ranks").first().alias("pg_ranks"),
+                pl.col("dim").first().alias("dim"),
+            )
+            .with_columns(pl.lit(by).alias("by"))
+        )
+    stats = pl.concat(parts, how="vertical_relaxed")
+    out = stats.join(expo, on=["rank", "step", "by", "key"], how="full", coalesce=True)
+    return out.with_columns(
+        pl.col("count").fill_null(0),
+        pl.col("exposed_ns").fill_null(0),
+        pl.col("overlapped_ns").fill_null(0),
+    ).sort("rank", "step", "by", "key")

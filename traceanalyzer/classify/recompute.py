@@ -1,0 +1,212 @@
+"""Activation recompute (checkpointing), marked on the host and carried to the GPU.
+
+A host op is **recomputed** when one of these signals holds (see
+``shared/reference/kineto_format.md`` section 2):
+
+1. *forward-style op inside backward*: a ``cpu_op`` with an autograd ``Sequence number``,
+   ``Fwd thread id`` 0, not itself an autograd node (``autograd::*`` / ``*Backward*``), nested
+   under an ``autograd::engine::evaluate_function`` range on its thread. Ops run by the autograd
+   engine normally carry no sequence number (grad mode is off), so this catches reentrant,
+   non-reentrant (``use_reentrant=False``, FSDP ``checkpoint_wrapper``, Megatron
+   ``CheckpointWithoutOutput``) and selective checkpointing alike.
+2. *checkpoint node*: everything nested under ``CheckpointFunctionBackward`` (torch reentrant,
+   Megatron) or ``_CheckpointFunctionBackward`` (Transformer Engine), or under a host range whose
+   name matches a user-given pattern (e.g. NVTX ranges from Nsight, which the Nsight parser
+   emits as ``annotation`` events), except the nested backward nodes (``evaluate_function`` /
+   ``*Backward*`` ranges inside it) and everything under those.
+
+Every op and runtime call nested under a recomputed op is recomputed too, and so is the GPU work
+they launched (joined by correlation id and by External id, in :mod:`.labels`).
+
+Not recompute, although inside such a region: **selective-AC cache hits** (an op whose
+descendants are only ``aten::detach`` / ``detach`` and an empty ``PythonDispatchMode``: the
+policy's saved result is handed back, nothing runs) and bare ``aten::detach`` calls (the
+checkpoint detaching its inputs). A recomputed op whose only child is ``aten::detach`` (the
+non-reentrant pack hook saving its output, e.g. ``aten::gelu``) did run and counts.
+
+Sequence numbers are per thread (recompute on the autograd thread reuses numbers that the
+forward thread also used), so the distinct count of recomputed forward ops is keyed by
+``(rank, pid, tid, seq)``.
+
+Nesting is computed on the pre-order of each thread's host ranges (sorted by start, longest
+first): the descendants of a range are the contiguous rows after it that start before it ends,
+so "everything under X" is a difference-array cover over row positions. No Python loop.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+EVALUATE_FUNCTION = "autograd::engine::evaluate_function"
+CHECKPOINT_NODES = r"^_?CheckpointFunctionBackward$"
+DETACHISH = ["aten::detach", "detach", "PythonDispatchMode", "aten::alias"]
+HOST_KINDS = ["cpu_op", "annotation", "runtime"]
+THREAD = ["rank", "pid", "tid"]
+_HOST_COLS = [*THREAD, "kind", "name", "start_ns", "end_ns", "seq", "fwd_tid", "external_id", "correlation"]
+
+
+def host_tree(events: pl.LazyFrame) -> pl.LazyFrame:
+    """Host ranges in per-thread pre-order with ``pos`` (row) and ``hi`` (last descendant row)."""
+    h = (
+        events.filter(pl.col("kind").is_in(HOST_KINDS))
+        .select(_HOST_COLS)
+        .sort([*THREAD, "start_ns", "end_ns"], descending=[False] * 4 + [True])
+        .with_row_index("pos")
+        .with_columns(pl.col("pos").cast(pl.Int64))
+    )
+    last = h.group_by(*THREAD, "start_ns").agg(pl.col("pos").max().alias("hi")).sort("start_ns")
+    return (
+        h.with_columns((pl.col("end_ns") - 1).alias("__q"))
+        .sort("__q")
+        .join_asof(last, left_on="__q", right_on="start_ns", by=THREAD, strategy="backward", check_sortedness=False, suffix="__r")
+        .with_columns(pl.max_horizontal("pos", pl.col("hi").fill_null(pl.col("pos"))).alias("hi"))
+        .drop("__q", "start_ns__r", strict=False)
+        .sort("pos")
+    )
+
+
+def cover(tree: pl.DataFrame, mask: pl.Expr, name: str, strict: bool = False) -> pl.DataFrame:
+    """Add boolean ``name``: the row lies under (or is, unless ``strict``) a row where ``mask`` holds.
+
+    ``tree`` is a materialised :func:`host_tree` frame (sorted by ``pos``)."""
+    marks = tree.filter(mask)
+    first = pl.col("pos") + (1 if strict else 0)
+    delta = pl.concat(
+        [
+            marks.select(first.alias("p"), pl.lit(1, pl.Int64).alias("__d")),
+            marks.select((pl.col("hi") + 1).alias("p"), pl.lit(-1, pl.Int64).alias("__d")),
+        ]
+    ).group_by("p").agg(pl.col("__d").sum())
+    return (
+        tree.join(delta, left_on="pos", right_on="p", how="left")
+        .sort("pos")
+        .with_columns((pl.col("__d").fill_null(0).cum_sum() > 0).alias(name))
+        .drop("__d")
+    )
+
+
+def _is_backward_node() -> pl.Expr:
+    return pl.col("name").str.starts_with("autograd::") | pl.col("name").str.contains("Backward")
+
+
+def recompute_ops(events: pl.DataFrame | pl.LazyFrame, pattern: str | None = None) -> pl.DataFrame:
+    """Every recomputed host range (ops, annotations, runtime calls).
+
+    Columns: ``rank, pid, tid, kind, name, start_ns, end_ns, seq, fwd_tid, external_id,
+    correlation, pos, top_level, root_pos, region, region_start_ns``. ``top_level``: no recomputed ancestor (the
+    ops a user wrote in the checkpointed function); ``root_pos``: the top-level op it belongs to;
+    ``region``: name of the innermost ``evaluate_function`` (or checkpoint/pattern range) holding
+    the top-level op. ``pattern``: optional regex; host ranges matching it are treated like
+    ``CheckpointFunctionBackward``.
+    """
+    tree = host_tree(events.lazy()).collect()
+    region_re = CHECKPOINT_NODES if not pattern else f"(?:{CHECKPOINT_NODES})|(?:{pattern})"
+    is_region = pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("name").str.contains(region_re)
+    is_eval = pl.col("name").str.starts_with(EVALUATE_FUNCTION)
+    candidate = (
+        (pl.col("kind") == "cpu_op")
+        & pl.col("seq").is_not_null()
+        & (pl.col("fwd_tid") == 0)
+        & ~_is_backward_node()
+    )
+    # detach-only subtrees: SAC cache hits (the saved tensor is handed back through the
+    # dispatch mode: only detach and an empty PythonDispatchMode below the op) and bare
+    # detaches (the checkpoint detaching its inputs, the pack hook detaching saved outputs)
+    detachish = pl.col("name").is_in(DETACHISH)
+    t = tree.with_columns(
+        detachish.cast(pl.Int64).cum_sum().alias("__cd"),
+        (pl.col("name") == "PythonDispatchMode").cast(pl.Int64).cum_sum().alias("__cm"),
+    )
+    n_desc = pl.col("hi") - pl.col("pos")
+    t = t.join(
+        t.select(pl.col("pos").alias("hi"), pl.col("__cd").alias("__cd_hi"), pl.col("__cm").alias("__cm_hi")),
+        on="hi",
+        how="left",
+    ).with_columns(
+        (
+            detachish
+            | (
+                (n_desc > 0)
+                & (pl.col("__cd_hi") - pl.col("__cd") == n_desc)
+                & (pl.col("__cm_hi") - pl.col("__cm") > 0)
+            )
+        ).alias("__noop")
+    ).sort("pos")
+    t = cover(t, is_eval, "__in_eval", strict=True)
+    t = cover(t, is_region, "__in_region", strict=True)
+    # nested backward nodes strictly inside a region (their subtree is real backward work)
+    t = cover(t, pl.col("__in_region") & (is_eval | _is_backward_node()) & ~is_region, "__in_nested_bwd")
+    t = cover(t, pl.col("__noop"), "__in_noop")
+    sig1 = candidate & pl.col("__in_eval")
+    sig2 = pl.col("__in_region") & ~pl.col("__in_nested_bwd") & ~is_region
+    t = cover(t, (sig1 | sig2) & ~pl.col("__noop"), "__rc")
+    t = t.with_columns((pl.col("__rc") & ~pl.col("__in_noop")).alias("recompute"))
+    t = cover(t, pl.col("recompute"), "__under_rc", strict=True)
+    t = t.lazy()
+    marked = t.filter(pl.col("recompute")).with_columns((~pl.col("__under_rc")).alias("top_level"))
+    roots = marked.filter(pl.col("top_level")).select(*THREAD, pl.col("pos").alias("root_pos"))
+    containers = (
+        t.filter(is_eval | is_region)
+        .select(*THREAD, pl.col("pos").alias("rpos"), pl.col("hi").alias("rhi"), pl.col("name").alias("region"), pl.col("start_ns").alias("region_start_ns"))
+        .sort("rpos")
+    )
+    tops = (
+        marked.filter(pl.col("top_level"))
+        .select(*THREAD, "pos")
+        .sort("pos")
+        .join_asof(containers, left_on="pos", right_on="rpos", by=THREAD, strategy="backward", allow_exact_matches=False, check_sortedness=False)
+        .select(
+            "pos",
+            pl.when(pl.col("rhi") >= pl.col("pos")).then(pl.col("region")).alias("region"),
+            pl.when(pl.col("rhi") >= pl.col("pos")).then(pl.col("region_start_ns")).alias("region_start_ns"),
+        )
+    )
+    out = (
+        marked.sort("pos")
+        .join_asof(roots.sort("root_pos"), left_on="pos", right_on="root_pos", by=THREAD, strategy="backward", check_sortedness=False)
+        .join(tops.rename({"pos": "root_pos"}), on="root_pos", how="left")
+        .select(*_HOST_COLS, "pos", "top_level", "root_pos", "region", "region_start_ns")
+        .sort("pos")
+    )
+    return out.collect()
+
+
+def recompute_links(ops: pl.DataFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(external ids, correlations) of recomputed host work, each with the top-level op's
+    ``root_pos``: frames ``rank, external_id, root_pos`` and ``rank, correlation, root_pos``."""
+    lz = ops.lazy()
+    ext = (
+        lz.filter(pl.col("external_id").is_not_null() & (pl.col("kind") != "runtime"))
+        .group_by("rank", "external_id")
+        .agg(pl.col("root_pos").first())
+    )
+    corr = (
+        lz.filter(pl.col("correlation").is_not_null() & (pl.col("kind") == "runtime"))
+        .group_by("rank", "correlation")
+        .agg(pl.col("root_pos").first())
+    )
+    return ext, corr
+
+
+def ops_by_name(ops: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """Recomputed top-level ops by name, per rank: ``rank, name, count, gpu_ns``.
+
+    ``gpu``: labelled GPU work with ``rc_root`` (the top-level op that launched it, see
+    :func:`traceanalyzer.classify.labels.label_gpu`); ``gpu_ns`` sums kernel durations (not a
+    union: kernels of one op on two streams both count).
+    """
+    tops = ops.filter(pl.col("top_level")).select("rank", "name", pl.col("pos").alias("rc_root"))
+    if "rc_root" in gpu.columns:
+        g = (
+            gpu.filter(pl.col("rc_root").is_not_null())
+            .group_by("rank", "rc_root")
+            .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("gpu_ns"))
+        )
+    else:
+        g = pl.DataFrame(schema={"rank": pl.Int32, "rc_root": pl.Int64, "gpu_ns": pl.Int64})
+    return (
+        tops.join(g, on=["rank", "rc_root"], how="left")
+        .group_by("rank", "name")
+        .agg(pl.len().alias("count"), pl.col("gpu_ns").fill_null(0).sum())
+        .sort(["rank", "gpu_ns", "count", "name"], descending=[False, True, True, False])
+    )
