@@ -50,5 +50,6 @@ def test_reconcile_and_compare_cli():
     r = run_cli("compare", mi, mi, "--config", cfg, "--format", "markdown")
     assert r.returncode == 0, r.stderr
     assert "= gap (sum of contributions) |  |  | +0.00 |" in r.stdout
-    r = run_cli("compare", mi, mi)
+    # a config for one trace only is an error; none at all compares in time (tests/test_compare_time.py)
+    r = run_cli("compare", mi, mi, "--config-a", cfg)
     assert r.returncode == 7 and "--config" in r.stderr

@@ -108,6 +108,11 @@ def analyze(
         raise AssertionError(f"unexpected exposed-comm dimension columns {extra}")
     check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source)
     warnings = list(warnings)
+    if trace.meta["truncated"].any():
+        warnings.append(
+            "the trace was truncated: host runtime records (launch and synchronisation calls) after the cut "
+            "are lost, so the idle split by cause may be incomplete; the partition of the kept steps is exact"
+        )
     if coll.height and coll["transfer_estimated"].any():
         warnings.append(
             f"collective wait/transfer for {coll['transfer_estimated'].sum()} of {coll.height} kernels is an estimate "
