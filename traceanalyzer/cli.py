@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer import __version__
-from traceanalyzer.commands import breakdown
+from traceanalyzer.commands import batch, breakdown, gate, trend
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
 
 _EPILOG = "Exit codes: " + "; ".join(f"{k} {v.split(':')[0]}" for k, v in EXIT_CODES.items()) + "."
@@ -28,7 +28,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-for _module in (breakdown,):
+for _module in (breakdown, batch, trend, gate):
     _module.register(app)
 
 
