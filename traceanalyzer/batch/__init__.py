@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from traceanalyzer.batch.analyse import RunResult, analyse_run
+from traceanalyzer.batch.analyse import RunResult, analyse_run, load_run_config
 from traceanalyzer.batch.discover import MANIFEST, RunSpec, discover_runs
 from traceanalyzer.batch.engines import execute
 from traceanalyzer.batch.gate import GateResult, gate_check
@@ -61,6 +61,8 @@ def run_batch(
     """
     st = Store(store)
     specs = discover_runs([Path(r) for r in roots], exclude=st.root, config=str(Path(config).resolve()) if config else None)
+    for cfg in sorted({s.config for s in specs if s.config}):
+        load_run_config(cfg)  # a bad or unusable config stops the batch before any work (exit 7)
     summary = BatchSummary()
     todo = specs
     if not force:

@@ -43,15 +43,22 @@ def _error_row(spec: RunSpec, exc: BaseException) -> dict:
     return {"error": f"{type(exc).__name__}: {exc}", "exit_code": 1, "error_class": "InternalError"}
 
 
-def mfu(config_path: str, trace_meta: pl.DataFrame, step_time_s: float) -> float:
-    """Model FLOPs utilisation of a run from its ``run.toml`` (needs the analytic model package)."""
+def load_run_config(config_path: str):
+    """The run configuration (``run.toml``) MFU needs, via the analytic model package."""
     try:
-        from traceanalyzer.model import load_config, peak_tflops, step_flops, utilization
+        from traceanalyzer.model import load_config
     except ImportError as exc:  # the analytic model lives in traceanalyzer.model
         from traceanalyzer.errors import ConfigError
 
         raise ConfigError("MFU needs the analytic model (traceanalyzer.model), which this build lacks", config_path) from exc
-    cfg = load_config(config_path)
+    return load_config(config_path)
+
+
+def mfu(config_path: str, trace_meta: pl.DataFrame, step_time_s: float) -> float:
+    """Model FLOPs utilisation of a run: model FLOPs per step / (step time x GPUs x dense peak)."""
+    from traceanalyzer.model import peak_tflops, step_flops, utilization
+
+    cfg = load_run_config(config_path)
     devices = trace_meta.get_column("device_name").drop_nulls()
     gpu = cfg.hardware.gpu or (devices[0] if devices.len() else None)
     peak = peak_tflops(gpu, cfg.hardware.precision, cfg.hardware.peak_tflops)

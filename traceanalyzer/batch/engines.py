@@ -55,7 +55,9 @@ def run_ray(specs: list[RunSpec], cache_dir: str | None, step_range: str, worker
 
     started = False
     if not ray.is_initialized():
-        kwargs: dict = {"include_dashboard": False, "log_to_driver": False}
+        import logging
+
+        kwargs: dict = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
         if address:
             kwargs["address"] = address
         elif workers:

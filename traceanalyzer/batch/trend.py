@@ -56,9 +56,18 @@ def plot_trend(frame: pl.DataFrame, metric: str, path: str | Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     for (job,), part in frame.drop_nulls("value").partition_by("job", as_dict=True, maintain_order=True).items():
         ax.plot(part.get_column("date").to_list(), part.get_column("value").to_list(), marker="o", label=job)
-    ax.set_title(f"{metric.replace('_', ' ')} per step over time" if unit == "ms" else f"{metric.upper()} over time")
+    import matplotlib.dates as mdates
+
+    title = {"step_time": "mean step time", "mfu": "MFU"}.get(metric, f"{metric.replace('_', ' ')} per step")
+    ax.set_title(f"{title} per run, by job")
+    days = frame.get_column("date").unique().sort().to_list()
+    if 0 < len(days) <= 12:
+        ax.set_xticks(days)
+    else:
+        ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=3, maxticks=10))
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
     ax.set_xlabel("date")
-    ax.set_ylabel(f"{metric} ({unit}{' per step, mean over ranks' if unit == 'ms' else ''})")
+    ax.set_ylabel(f"{metric} ({unit}{', mean over ranks and steps' if unit == 'ms' else ''})")
     ax.grid(True, alpha=0.3)
     if frame.height:
         ax.legend(title="job")
