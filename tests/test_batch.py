@@ -304,3 +304,52 @@ def test_mfu_needs_the_model_package_or_uses_it(tree, tmp_path):
     for row in Store(tmp_path / "s").runs().iter_rows(named=True):
         want = step_flops(c).model / (row["step_time_us"] / 1e6 * 8) / 1e12 / peak_tflops(c.hardware.gpu, "bf16")
         assert row["mfu"] == pytest.approx(want)
+
+
+def _doc_blocks(lang: str) -> list[str]:
+    import re
+
+    return re.findall(rf"```{lang}\n(.*?)```", (ROOT / "docs" / "store.md").read_text(), re.S)
+
+
+def test_store_doc_polars_query_runs_as_written(stored, monkeypatch):
+    store, runs, _ = stored
+    monkeypatch.chdir(store.parent)
+    if not (store.parent / "STORE").exists():
+        (store.parent / "STORE").symlink_to(store)
+    scope: dict = {}
+    exec(_doc_blocks("python")[0], scope)
+    got = scope["per_night"]
+    want = ta.breakdown(ta.load(runs["dlrm/20261119"]))
+    row = got.filter((pl.col("job") == "dlrm") & (pl.col("date").cast(pl.String) == "2026-11-19")).row(0, named=True)
+    assert row["step_time_us"] == pytest.approx(want["duration_us"].mean() / 1000)
+    assert row["idle_us"] == pytest.approx(want["idle_us"].mean() / 1000)
+    assert got.height == Store(store).runs().filter(pl.col("status") == "ok").select("job", "date").n_unique()
+
+
+def test_store_doc_duckdb_and_pandas_queries(stored, monkeypatch):
+    store, runs, _ = stored
+    monkeypatch.chdir(store.parent)
+    if not (store.parent / "STORE").exists():
+        (store.parent / "STORE").symlink_to(store)
+    ran = []
+    try:
+        import duckdb
+    except ImportError:
+        pass
+    else:
+        res = duckdb.sql(_doc_blocks("sql")[0]).pl()
+        want = Store(store).read("ranks").group_by("run_id").agg(pl.col("step_time_us").max() / 1000)
+        assert_frame_equal(res.select("run_id", pl.col("step_ms").alias("step_time_us")).sort("run_id"), want.sort("run_id"))
+        ran.append("duckdb")
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        scope: dict = {}
+        exec(_doc_blocks("python")[1], scope)
+        assert scope["runs"].loc[scope["runs"]["status"] == "failed", "run_id"].tolist() == ["broken/2026-11-20"]
+        ran.append("pandas")
+    if not ran:
+        pytest.skip("neither duckdb nor pandas is installed: only the polars example is checked")
