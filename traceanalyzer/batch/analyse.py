@@ -23,6 +23,10 @@ from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import TraceAnalyzerError
 
 
+class WorkerDied(TraceAnalyzerError):
+    """The process analysing a run died (killed, out of memory) before returning a result."""
+
+
 @dataclass
 class RunResult:
     run: pl.DataFrame  # one row, RUN_SCHEMA
@@ -67,10 +71,8 @@ def mfu(config_path: str, trace_meta: pl.DataFrame, step_time_s: float) -> float
     return utilization(step_flops(cfg).model, step_time_s, gpus, peak)
 
 
-def analyse_run(spec: RunSpec, cache_dir: str | None, step_range: str = DEFAULT_STEP) -> RunResult:
-    """Analyse one run; a failure becomes a ``status='failed'`` row with its message and exit code."""
-    t0 = time.perf_counter()
-    base = {
+def _base(spec: RunSpec, step_range: str) -> dict:
+    return {
         "run_id": spec.run_id,
         "job": spec.job,
         "path": spec.path,
@@ -79,6 +81,12 @@ def analyse_run(spec: RunSpec, cache_dir: str | None, step_range: str = DEFAULT_
         "tool_version": __version__,
         "step_range": spec.step_range or step_range,
     }
+
+
+def analyse_run(spec: RunSpec, cache_dir: str | None, step_range: str = DEFAULT_STEP) -> RunResult:
+    """Analyse one run; a failure becomes a ``status='failed'`` row with its message and exit code."""
+    t0 = time.perf_counter()
+    base = _base(spec, step_range)
     cache_hit = False
     try:
         base["input_sha256"] = cache_key([Path(f) for f in spec.files])
@@ -116,14 +124,21 @@ def analyse_run(spec: RunSpec, cache_dir: str | None, step_range: str = DEFAULT_
         }
         warnings = list(analysis.warnings)
     except Exception as exc:  # noqa: BLE001 - a bad run fails alone, never the batch
-        try:
-            date = spec.date or fallback_date(None, spec.files)
-        except OSError:
-            date = dt.date.today().isoformat()
-        run = {**base, **_error_row(spec, exc), "status": "failed", "date": dt.date.fromisoformat(date)}
-        step_rows = pl.DataFrame(schema=STEP_SCHEMA)
-        rank_rows = pl.DataFrame(schema=RANK_SCHEMA)
-        warnings = []
+        return failed_result(spec, exc, step_range, base, t0)
     run["seconds"] = time.perf_counter() - t0
     run_row = pl.DataFrame([run], schema=RUN_SCHEMA)
     return RunResult(run_row, rank_rows, step_rows, cache_hit, run["seconds"], warnings)
+
+
+def failed_result(spec: RunSpec, exc: BaseException, step_range: str = DEFAULT_STEP, base: dict | None = None,
+                  t0: float | None = None) -> RunResult:
+    """The result of a run that could not be analysed (also used by engines when a worker dies)."""
+    base = base or _base(spec, step_range)
+    try:
+        date = spec.date or fallback_date(None, spec.files)
+    except OSError:
+        date = dt.date.today().isoformat()
+    run = {**base, **_error_row(spec, exc), "status": "failed", "date": dt.date.fromisoformat(date)}
+    run["seconds"] = time.perf_counter() - t0 if t0 is not None else None
+    empty = (pl.DataFrame(schema=RANK_SCHEMA), pl.DataFrame(schema=STEP_SCHEMA))
+    return RunResult(pl.DataFrame([run], schema=RUN_SCHEMA), *empty, False, run["seconds"] or 0.0, [])

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import orjson
 import polars as pl
-import pyarrow.parquet as pq
 
 from traceanalyzer import __version__
 from traceanalyzer.parsers import discover, load
@@ -53,6 +52,8 @@ def cache_key(files: list[Path], hashes: list[str] | None = None) -> str:
 
 
 def read_entry(path: Path, files: list[Path]) -> Trace:
+    import pyarrow.parquet as pq
+
     table = pq.read_table(path)
     info = orjson.loads(table.schema.metadata[b"traceanalyzer"])
     events = conform(pl.from_arrow(table.replace_schema_metadata(None)), EVENT_SCHEMA)
@@ -66,6 +67,8 @@ def read_entry(path: Path, files: list[Path]) -> Trace:
 
 
 def write_entry(path: Path, trace: Trace) -> None:
+    import pyarrow.parquet as pq
+
     info = {
         "version": __version__,
         "meta": trace.meta.write_json(),

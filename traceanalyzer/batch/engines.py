@@ -18,11 +18,15 @@ import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Iterator
 
-from traceanalyzer.batch.analyse import RunResult, analyse_run
+from traceanalyzer.batch.analyse import RunResult, WorkerDied, analyse_run, failed_result
 from traceanalyzer.batch.discover import RunSpec
 from traceanalyzer.errors import ConfigError
 
 ENGINES = ("local", "ray")
+
+
+def _worker_died(exc: BaseException) -> WorkerDied:
+    return WorkerDied(f"the worker analysing this run died ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
 
 
 def default_workers() -> int:
@@ -43,7 +47,12 @@ def run_local(specs: list[RunSpec], cache_dir: str | None, step_range: str, work
     with ProcessPoolExecutor(max_workers=min(workers, len(specs)), mp_context=ctx) as pool:
         futures = {pool.submit(analyse_run, spec, cache_dir, step_range): spec for spec in specs}
         for fut in as_completed(futures):
-            yield futures[fut], fut.result()
+            spec = futures[fut]
+            try:
+                result = fut.result()
+            except Exception as exc:  # noqa: BLE001 - the worker died (killed, out of memory): this run fails
+                result = failed_result(spec, _worker_died(exc), step_range)
+            yield spec, result
 
 
 def run_ray(specs: list[RunSpec], cache_dir: str | None, step_range: str, workers: int | None, address: str | None) -> Iterator[tuple[RunSpec, RunResult]]:
@@ -73,7 +82,12 @@ def run_ray(specs: list[RunSpec], cache_dir: str | None, step_range: str, worker
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
-                yield pending.pop(ref), ray.get(ref)
+                spec = pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - the task's worker died: this run fails
+                    result = failed_result(spec, _worker_died(exc), step_range)
+                yield spec, result
     finally:
         if started:
             ray.shutdown()
