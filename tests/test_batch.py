@@ -353,3 +353,13 @@ def test_store_doc_duckdb_and_pandas_queries(stored, monkeypatch):
         ran.append("pandas")
     if not ran:
         pytest.skip("neither duckdb nor pandas is installed: only the polars example is checked")
+
+
+def test_store_reads_files_written_with_fewer_columns(tmp_path):
+    """A later version adds columns: rows stored by an older one read back with nulls there."""
+    run_batch([DEMO], tmp_path / "s", workers=1)
+    [f] = (tmp_path / "s" / "runs").rglob("*.parquet")
+    pl.read_parquet(f).drop("mfu", "warnings").write_parquet(f)
+    runs = Store(tmp_path / "s").runs()
+    assert runs["mfu"].to_list() == [None] and runs["status"].to_list() == ["ok"]
+    assert runs["date"].dtype == pl.Date and runs.columns == list(Store(tmp_path / "s").scan("runs").collect_schema())

@@ -117,8 +117,15 @@ class Store:
         files = self._files(table)
         if not files:
             return pl.DataFrame(schema=schema if "date" in schema else {**schema, "date": pl.Date}).lazy()
-        lf = pl.scan_parquet(self.root / table / "**" / "*.parquet", hive_partitioning=True, missing_columns="insert")
-        return lf.with_columns(pl.col("date").cast(pl.Date))
+        # the schema of this version: files written by an older one get its new columns as nulls
+        return pl.scan_parquet(
+            self.root / table / "**" / "*.parquet",
+            hive_partitioning=True,
+            schema={k: v for k, v in schema.items() if k != "date"},
+            hive_schema={"date": pl.Date},
+            missing_columns="insert",
+            extra_columns="ignore",
+        )
 
     def read(self, table: str) -> pl.DataFrame:
         return self.scan(table).collect()
