@@ -260,6 +260,7 @@ def test_trend_table_and_plot(stored, tmp_path):
     assert frame["run_id"].to_list() == ["dlrm/20261119", "dlrm-n2"]
     want = ta.breakdown(ta.load(runs["dlrm/20261119"]))["idle_us"].mean() / 1000
     assert frame["value"].to_list() == pytest.approx([want, want])
+    assert frame["change"].to_list() == [None, 0.0]
     assert trend_frame(store, "step_time", since="2026-11-20")["date"].min().isoformat() == "2026-11-20"
     png = tmp_path / "trend.png"
     r = run_cli("trend", "--store", store, "--metric", "exposed_comm", "-o", png)

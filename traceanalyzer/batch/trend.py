@@ -24,7 +24,8 @@ METRICS: dict[str, tuple[str, str, float]] = {
 
 
 def trend_frame(store: str | Path, metric: str = "step_time", since: str | dt.date | None = None, job: str | None = None) -> pl.DataFrame:
-    """``date, job, run_id, value`` for every successful run (value in the metric's unit)."""
+    """``date, job, run_id, value, change`` per successful run: the metric in its unit, and its
+    relative change from the job's previous run (null for the first)."""
     if metric not in METRICS:
         raise ConfigError(f"unknown metric {metric!r}: one of {', '.join(METRICS)}")
     column, _, scale = METRICS[metric]
@@ -39,7 +40,12 @@ def trend_frame(store: str | Path, metric: str = "step_time", since: str | dt.da
         if job not in runs.get_column("job").unique().to_list():
             raise InputNotFound(f"no successful run of job {job!r} in the store", store)
         runs = runs.filter(pl.col("job") == job)
-    out = runs.select("date", "job", "run_id", (pl.col(column) * scale).alias("value")).sort("job", "date", "run_id")
+    out = (
+        runs.select("date", "job", "run_id", (pl.col(column) * scale).alias("value"))
+        .sort("job", "date", "run_id")
+        # relative to the job's previous run that has a value
+        .with_columns((pl.col("value") / pl.col("value").shift(1).forward_fill().over("job") - 1).alias("change"))
+    )
     if metric == "mfu" and out.get_column("value").null_count() == out.height and out.height:
         raise ConfigError("no MFU in the store: run `traceanalyzer batch` with --config run.toml (or a manifest config)")
     return out

@@ -29,14 +29,9 @@ def trend(
     table = Table(title=f"{metric} ({unit}) per run", title_justify="left")
     for col in ("date", "job", "run", f"{metric} {unit}", "vs previous"):
         table.add_column(col, justify="right" if col not in ("job", "run") else "left")
-    prev: dict[str, float] = {}
     for r in frame.iter_rows(named=True):  # one row per run
-        v = r["value"]
-        p = prev.get(r["job"])
-        change = f"{v / p - 1:+.1%}" if v is not None and p else ""
-        table.add_row(str(r["date"]), r["job"], r["run_id"], "" if v is None else f"{v:.3f}", change)
-        if v is not None:
-            prev[r["job"]] = v
+        v, c = r["value"], r["change"]
+        table.add_row(str(r["date"]), r["job"], r["run_id"], "" if v is None else f"{v:.3f}", "" if c is None else f"{c:+.1%}")
     Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
     if output is not None:
         plot_trend(frame, metric, output)
