@@ -180,6 +180,11 @@ def test_cache_roundtrip_is_exact(tmp_path):
     assert_frame_equal(again.events, ref.events)
     assert_frame_equal(again.meta, ref.meta)
     assert again.warnings == ref.warnings
+    # the same files elsewhere: a hit, with meta.file pointing at the new place
+    moved = tmp_path / "moved"
+    shutil.copytree(DLRM, moved)
+    there, _, hit3 = load_cached(moved, tmp_path)
+    assert hit3 and there.meta["file"].to_list() == [str(moved / Path(f).name) for f in ref.meta["file"].to_list()]
     # same bytes under another name -> another key (the name can carry the rank)
     other = tmp_path / "copy.json.gz"
     shutil.copy(DEMO, other)

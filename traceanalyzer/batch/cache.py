@@ -61,7 +61,7 @@ def read_entry(path: Path, files: list[Path]) -> Trace:
     # the same bytes may sit elsewhere now: point meta.file at the files of this load
     where = {Path(f).name: str(f) for f in files}
     meta = meta.with_columns(
-        pl.col("file").map_elements(lambda f: where.get(Path(f).name, f), return_dtype=pl.String)  # one per rank
+        pl.col("file").str.extract(r"([^/\\]+)$").replace_strict(where, default=pl.col("file"), return_dtype=pl.String)
     )
     return Trace(events=events, meta=meta, warnings=list(info["warnings"]), sources=[Path(f) for f in files])
 
