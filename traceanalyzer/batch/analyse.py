@@ -1,0 +1,144 @@
+"""The per-run work of a batch: load (through the cache), analyse, build the store rows.
+
+:func:`analyse_run` is what an engine runs for each run, in a worker process or a Ray task. It
+takes and returns plain data (a :class:`RunSpec`, a :class:`RunResult` of polars frames), never
+raises for a bad trace — the error is part of the result — and never prints.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from traceanalyzer import __version__
+from traceanalyzer.batch.cache import cache_key, load_cached
+from traceanalyzer.batch.discover import RunSpec, fallback_date
+from traceanalyzer.batch.store import RANK_SCHEMA, RUN_SCHEMA, STEP_SCHEMA
+from traceanalyzer.classify import FIELDS, analyze
+from traceanalyzer.classify.steps import DEFAULT_STEP
+from traceanalyzer.errors import TraceAnalyzerError
+
+
+class WorkerDied(TraceAnalyzerError):
+    """The process analysing a run died (killed, out of memory) before returning a result."""
+
+
+@dataclass
+class RunResult:
+    run: pl.DataFrame  # one row, RUN_SCHEMA
+    ranks: pl.DataFrame  # RANK_SCHEMA
+    steps: pl.DataFrame  # STEP_SCHEMA
+    cache_hit: bool = False
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def row(self) -> dict:
+        return self.run.row(0, named=True)
+
+
+def _error_row(spec: RunSpec, exc: BaseException) -> dict:
+    if isinstance(exc, TraceAnalyzerError):
+        return {"error": str(exc), "exit_code": exc.exit_code, "error_class": type(exc).__name__}
+    return {"error": f"{type(exc).__name__}: {exc}", "exit_code": 1, "error_class": "InternalError"}
+
+
+def load_run_config(config_path: str):
+    """The run configuration (``run.toml``) MFU needs, via the analytic model package."""
+    try:
+        from traceanalyzer.model import load_config
+    except ImportError as exc:  # the analytic model lives in traceanalyzer.model
+        from traceanalyzer.errors import ConfigError
+
+        raise ConfigError("MFU needs the analytic model (traceanalyzer.model), which this build lacks", config_path) from exc
+    return load_config(config_path)
+
+
+def mfu(config_path: str, trace_meta: pl.DataFrame, step_time_s: float) -> float:
+    """Model FLOPs utilisation of a run: model FLOPs per step / (step time x GPUs x dense peak)."""
+    from traceanalyzer.model import peak_tflops, step_flops, utilization
+
+    cfg = load_run_config(config_path)
+    devices = trace_meta.get_column("device_name").drop_nulls()
+    gpu = cfg.hardware.gpu or (devices[0] if devices.len() else None)
+    peak = peak_tflops(gpu, cfg.hardware.precision, cfg.hardware.peak_tflops)
+    world = trace_meta.get_column("world_size").drop_nulls()
+    gpus = cfg.hardware.num_gpus or (int(world.max()) if world.len() else trace_meta.height)
+    return utilization(step_flops(cfg).model, step_time_s, gpus, peak)
+
+
+def _base(spec: RunSpec, step_range: str) -> dict:
+    return {
+        "run_id": spec.run_id,
+        "job": spec.job,
+        "path": spec.path,
+        "n_files": len(spec.files),
+        "analysed_at": dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+        "tool_version": __version__,
+        "step_range": spec.step_range or step_range,
+    }
+
+
+def analyse_run(spec: RunSpec, cache_dir: str | None, step_range: str = DEFAULT_STEP) -> RunResult:
+    """Analyse one run; a failure becomes a ``status='failed'`` row with its message and exit code."""
+    t0 = time.perf_counter()
+    base = _base(spec, step_range)
+    cache_hit = False
+    try:
+        base["input_sha256"] = cache_key([Path(f) for f in spec.files])
+        trace, _, cache_hit = load_cached(list(spec.files), cache_dir, key=base["input_sha256"])
+        analysis = analyze(trace, spec.step_range or step_range)
+        steps = analysis.steps
+        bases = trace.meta.get_column("base_time_ns").drop_nulls()
+        base["date"] = dt.date.fromisoformat(spec.date or fallback_date(int(bases.min()) if bases.len() else None, spec.files))
+        ident = [pl.lit(spec.run_id).alias("run_id"), pl.lit(spec.job).alias("job")]
+        step_rows = steps.select(*ident, pl.all()).cast(STEP_SCHEMA).select(list(STEP_SCHEMA))
+        meta = trace.meta.select("rank", "file", "device_name")
+        rank_rows = (
+            analysis.totals()
+            .select("rank", "steps", *[f"{f}_ns" for f in FIELDS])
+            .join(meta, on="rank", how="left")
+            .with_columns(*ident, (pl.col("duration_ns") / pl.col("steps") / 1000).alias("step_time_us"))
+            .cast(RANK_SCHEMA)
+            .select(list(RANK_SCHEMA))
+        )
+        means = steps.select(
+            pl.len().alias("n_steps"),
+            pl.col("rank").n_unique().alias("n_ranks"),
+            *[pl.col(f"{f}_us").mean().alias("step_time_us" if f == "duration" else f"{f}_us") for f in FIELDS],
+        ).row(0, named=True)
+        devices = trace.meta.get_column("device_name").drop_nulls().unique().sort()
+        world = trace.meta.get_column("world_size").drop_nulls()
+        run = {
+            **base,
+            **means,
+            "status": "ok",
+            "world_size": int(world.max()) if world.len() else None,
+            "device_name": ", ".join(devices.to_list()) or None,
+            "warnings": list(analysis.warnings),
+            "mfu": mfu(spec.config, trace.meta, means["step_time_us"] / 1e6) if spec.config else None,
+        }
+        warnings = list(analysis.warnings)
+    except Exception as exc:  # noqa: BLE001 - a bad run fails alone, never the batch
+        return failed_result(spec, exc, step_range, base, t0)
+    run["seconds"] = time.perf_counter() - t0
+    run_row = pl.DataFrame([run], schema=RUN_SCHEMA)
+    return RunResult(run_row, rank_rows, step_rows, cache_hit, run["seconds"], warnings)
+
+
+def failed_result(spec: RunSpec, exc: BaseException, step_range: str = DEFAULT_STEP, base: dict | None = None,
+                  t0: float | None = None) -> RunResult:
+    """The result of a run that could not be analysed (also used by engines when a worker dies)."""
+    base = base or _base(spec, step_range)
+    try:
+        date = spec.date or fallback_date(None, spec.files)
+    except OSError:
+        date = dt.date.today().isoformat()
+    run = {**base, **_error_row(spec, exc), "status": "failed", "date": dt.date.fromisoformat(date)}
+    run["seconds"] = time.perf_counter() - t0 if t0 is not None else None
+    empty = (pl.DataFrame(schema=RANK_SCHEMA), pl.DataFrame(schema=STEP_SCHEMA))
+    return RunResult(pl.DataFrame([run], schema=RUN_SCHEMA), *empty, False, run["seconds"] or 0.0, [])

@@ -1,0 +1,79 @@
+"""``traceanalyzer batch``: analyse every run under ROOT... into a Parquet store."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from traceanalyzer.batch import run_batch
+from traceanalyzer.commands.common import err_console
+
+
+class Engine(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+def batch(
+    roots: Annotated[list[Path], typer.Argument(help="Directories (searched recursively) or trace files; each run = a directory of rank traces or one trace.", show_default=False)],
+    store: Annotated[Path, typer.Option("--store", help="Store directory (Parquet dataset, created if missing).", show_default=False)],
+    force: Annotated[bool, typer.Option("--force", help="Re-analyse runs already stored, replacing their rows.")] = False,
+    engine: Annotated[Engine, typer.Option("--engine", help="local: process pool on this machine; ray: Ray tasks.")] = Engine.local,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Processes (local; default: all cores) or CPUs of a local Ray.")] = None,
+    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray://host:10001 or host:6379); default: a local Ray.")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="Run configuration (run.toml) for MFU, for runs whose manifest names none.")] = None,
+    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parse cache (STORE/_cache).")] = False,
+) -> None:
+    """Analyse nightly runs into a Parquet store (skips runs already stored); summary at the end."""
+    if config is not None and not config.is_file():
+        from traceanalyzer.errors import InputNotFound
+
+        raise InputNotFound("configuration file not found", config)
+    show = sys.stderr.isatty()
+    progress = None
+    if show:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        progress = Progress(TextColumn("analysing runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TimeRemainingColumn(), TextColumn("{task.description}"), console=err_console, transient=True)
+    task = None
+
+    def on_plan(n: int) -> None:
+        nonlocal task
+        if progress is not None:
+            progress.start()
+            task = progress.add_task("", total=n)
+
+    def on_done(spec, result) -> None:
+        if progress is not None and task is not None:
+            progress.update(task, advance=1, description=spec.run_id)
+
+    try:
+        summary = run_batch(roots, store, force=force, engine=engine.value, workers=workers, address=address,
+                            config=config, step_range=step_range, cache=not no_cache, on_plan=on_plan, on_done=on_done)
+    finally:
+        if progress is not None:
+            progress.stop()
+    out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    total = len(summary.analysed) + len(summary.skipped) + len(summary.failed)
+    out.print(
+        f"batch: {total} run(s): {len(summary.analysed)} analysed"
+        f" ({summary.cache_hits} from the parse cache), {len(summary.skipped)} skipped (already stored"
+        f"{'' if force else '; --force re-analyses'}), {len(summary.failed)} failed; store: {store}",
+        soft_wrap=True,
+    )
+    for f in summary.failed:
+        out.print(f"  failed: {f['run_id']}: {f['error']} (exit code {f['exit_code']}, {f['error_class']})", soft_wrap=True)
+    for run_id, warns in summary.warnings.items():
+        for w in warns:
+            err_console.print(f"[yellow]warning:[/yellow] {run_id}: {w}", markup=True, soft_wrap=True, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(batch)
