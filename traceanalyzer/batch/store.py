@@ -23,7 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.classify import FIELDS
+from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, IDLE_FIELDS
 from traceanalyzer.errors import InputNotFound
 
 TABLES = ("runs", "ranks", "steps")
@@ -72,8 +72,11 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64,
     "start_ns": pl.Int64,
     **{f"{f}_ns": pl.Int64 for f in FIELDS},
+    # causes: idle by cause (sum = idle), exposed comm by parallelism dimension (sum = exposed_comm)
+    **{f"{f}_ns": pl.Int64 for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]},
     "start_us": pl.Float64,
     **{f"{f}_us": pl.Float64 for f in FIELDS},
+    **{f"{f}_us": pl.Float64 for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]},
 }
 
 SCHEMAS = {"runs": RUN_SCHEMA, "ranks": RANK_SCHEMA, "steps": STEP_SCHEMA}
