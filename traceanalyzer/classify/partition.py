@@ -21,6 +21,15 @@ from traceanalyzer.classify.labels import CLASSES
 from traceanalyzer.errors import InvariantViolation
 
 BUCKETS = ["compute", "recompute", "exposed_comm", "other", "idle"]
+#: how every output names the buckets (and overlapped communication, reported beside them)
+BUCKET_LABELS = {
+    "compute": "compute",
+    "recompute": "recompute",
+    "exposed_comm": "exposed comm",
+    "other": "other",
+    "idle": "idle",
+    "overlapped_comm": "overlapped comm",
+}
 FIELDS = ["duration", *BUCKETS[:3], "overlapped_comm", *BUCKETS[3:]]
 
 

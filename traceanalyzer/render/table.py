@@ -6,14 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from traceanalyzer.classify import BUCKETS, Analysis
-
-LABELS = {
-    "compute": "compute",
-    "recompute": "recompute",
-    "exposed_comm": "exposed comm",
-    "other": "other",
-    "idle": "idle",
-}
+from traceanalyzer.classify.partition import BUCKET_LABELS as LABELS
 
 
 def breakdown_table(analysis: Analysis) -> Table:

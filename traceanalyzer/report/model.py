@@ -23,20 +23,13 @@ import polars as pl
 
 from traceanalyzer import __version__
 from traceanalyzer.classify import BUCKETS, Analysis
-from traceanalyzer.classify.partition import segment_frame
+from traceanalyzer.classify.partition import BUCKET_LABELS, segment_frame
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
 
 SCHEMA_VERSION = 1
 SCHEMA_NAME = "traceanalyzer.report"
 
-LABELS = {
-    "compute": "compute",
-    "recompute": "recompute",
-    "exposed_comm": "exposed comm",
-    "other": "other",
-    "idle": "idle",
-    "overlapped_comm": "overlapped comm",
-}
+LABELS = BUCKET_LABELS  # one source for every output
 #: the buckets that are losses (everything but compute)
 LOSSES = ["recompute", "exposed_comm", "other", "idle"]
 
