@@ -20,9 +20,17 @@ def breakdown(
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    cache: Annotated[
+        bool,
+        typer.Option(
+            "--cache/--no-cache",
+            help="Keep parsed traces as Parquet in $TRACEANALYZER_CACHE (default ~/.cache/traceanalyzer) "
+            "and reuse them while the file is unchanged (size and mtime).",
+        ),
+    ] = False,
 ) -> None:
     """Split every rank's GPU time, per step, into compute / recompute / exposed comm / other / idle."""
-    trace = load_with_progress(paths, show=True)
+    trace = load_with_progress(paths, show=True, cache=cache)
     analysis = analyze(trace, step_range)
     if format is Format.json:
         with output_stream(output) as fh:
