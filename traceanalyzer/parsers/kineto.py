@@ -13,7 +13,9 @@ zero-duration events, and truncated files (see :func:`decode_document`).
 from __future__ import annotations
 
 import gc
+import queue
 import re
+import threading
 import zlib
 from pathlib import Path
 
@@ -341,6 +343,49 @@ class _Stream:
             self.cut = not d.eof
 
 
+def _prefetched(blocks, depth: int = 3):
+    """Run the ``blocks`` generator in a thread, ``depth`` blocks ahead: zlib and file reads
+    release the GIL, so decompression overlaps with decoding. Exceptions are re-raised here."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce() -> None:
+        try:
+            for b in blocks:
+                while not stop.is_set():
+                    try:
+                        q.put((b, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            item = (done, None)
+        except BaseException as exc:  # handed to the consumer
+            item = (None, exc)
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    t = threading.Thread(target=produce, name="traceanalyzer-read", daemon=True)
+    t.start()
+    try:
+        while True:
+            b, exc = q.get()
+            if exc is not None:
+                raise exc
+            if b is done:
+                return
+            yield b
+    finally:
+        stop.set()
+        t.join()
+
+
 def _last_event_start(buf: bytearray, lo: int) -> int:
     """Index of the newline before the last line of ``buf[lo:]`` that opens an event (its first
     non-blank character is ``{``), or -1. Newlines never occur inside JSON strings, so such a
@@ -381,7 +426,14 @@ def _decode_events(buf: bytearray, cut: int) -> list:
 
 def _parse_streaming(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
     stream = _Stream(path)
-    blocks = stream.blocks()
+    blocks = _prefetched(stream.blocks())
+    try:
+        return _parse_blocks(path, stream, blocks)
+    finally:
+        blocks.close()  # stops the reader thread when we leave early
+
+
+def _parse_blocks(path: Path, stream: _Stream, blocks) -> tuple[pl.DataFrame, dict, list[str]]:
     buf = bytearray()
     # 1. the head: every key before the traceEvents array
     while True:
