@@ -142,7 +142,7 @@ def machine() -> dict:
     return info
 
 
-def bench_one(name: str, path: Path, repeat: int, hta: str | None, work: Path, skip: set[str]) -> dict:
+def bench_one(name: str, path: Path, repeat: int, hta: str | None, work: Path, skip: set[str], hta_repeat: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     res: dict = {"trace": name, "path": str(path), "json_mb": json_size(path) / 1e6, "runs": {}}
     hta_dir = work / f"hta_{name}"
@@ -167,7 +167,7 @@ def bench_one(name: str, path: Path, repeat: int, hta: str | None, work: Path, s
             runs.setdefault("cold", []).append(run_json([sys.executable, "-c", OURS, str(path), "cache"], cenv))
             runs.setdefault("warm", []).append(run_json([sys.executable, "-c", OURS, str(path), "cache"], cenv))
             shutil.rmtree(cdir, ignore_errors=True)
-        if hta and "hta" not in skip:
+        if hta and "hta" not in skip and i < hta_repeat:
             runs.setdefault("hta", []).append(run_json([hta, "-c", HTA, str(hta_dir)], env))
     res["median"] = {
         k: {m: median(v, m) for m in ("s", "load_s", "analyze_s", "import_s", "wall_s", "rss_kb")} for k, v in res["runs"].items()
@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "traceanalyzer-bench", help="generated traces and scratch")
     ap.add_argument("--json", type=Path, default=None, help="write all runs and medians here")
     ap.add_argument("--skip", default="", help="comma separated: floor,ours,cli,cache,hta")
+    ap.add_argument("--hta-repeat", type=int, default=None, help="run HTA this many times (default: --repeat)")
     ap.add_argument("--hta-max-mb", type=float, default=1e9, help="skip HTA on traces larger than this (MB of JSON)")
     ap.add_argument("--no-real", action="store_true", help="skip the real trace")
     args = ap.parse_args(argv)
@@ -234,10 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         s = set(skip)
         if json_size(path) / 1e6 > args.hta_max_mb:
             s.add("hta")
-        results.append(bench_one(name.split(" (")[0].replace(" ", "_"), path, args.repeat, hta, args.work, s))
+        hta_repeat = args.repeat if args.hta_repeat is None else args.hta_repeat
+        results.append(bench_one(name.split(" (")[0].replace(" ", "_"), path, args.repeat, hta, args.work, s, hta_repeat))
         results[-1]["trace"] = name
     info["loadavg_end"] = open("/proc/loadavg").read().split()[:3] if Path("/proc/loadavg").exists() else None
-    print(f"\nmachine: {json.dumps(info)}\nmedian of {args.repeat} runs, each in a fresh process\n")
+    print(f"\nmachine: {json.dumps(info)}\nmedian of {args.repeat} runs (HTA: {args.hta_repeat or args.repeat}), each in a fresh process\n")
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps({"machine": info, "repeat": args.repeat, "results": results}, indent=1))

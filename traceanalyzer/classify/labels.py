@@ -45,8 +45,11 @@ def recompute_links(events: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
         & ~pl.col("name").str.starts_with("autograd::")
         & ~pl.col("name").str.contains("Backward")
     )
-    roots = contained_in(candidates, evaluate, _thread_key(), "in_backward").filter(pl.col("in_backward"))
-    under = contained_in(host, roots, _thread_key(), "recompute").filter(pl.col("recompute"))
+    # roots are few: materialise them once, then sweep only the threads that hold one (same
+    # result; nothing to sort at all in the common trace without activation checkpointing)
+    roots = contained_in(candidates, evaluate, _thread_key(), "in_backward").filter(pl.col("in_backward")).collect().lazy()
+    root_threads = host.join(roots.select(_thread_key()).unique(), on=_thread_key(), how="semi")
+    under = contained_in(root_threads, roots, _thread_key(), "recompute").filter(pl.col("recompute"))
     ext = under.filter(pl.col("external_id").is_not_null()).select("rank", "external_id").unique()
     corr = under.filter(pl.col("correlation").is_not_null() & (pl.col("kind") == "runtime")).select(
         "rank", "correlation"

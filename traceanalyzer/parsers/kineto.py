@@ -1,13 +1,18 @@
 """PyTorch Profiler (Kineto) Chrome-trace JSON -> canonical frames.
 
-One file is one rank. The whole document is decoded with orjson, then polars builds the event
-columns in one call (``pl.from_dicts`` with an explicit schema: unknown keys are skipped, lists
-such as ``Input Dims`` become compact JSON text). Everything after that is polars expressions.
+One file is one rank. The file is streamed (:func:`parse_file`): a reader thread decompresses
+it block by block, the ``traceEvents`` array is cut into chunks of about 16 MiB before a line
+that opens an event, and each chunk is decoded with orjson and turned into polars columns at
+once (``pl.from_dicts`` with an explicit schema: unknown keys are skipped, lists such as
+``Input Dims`` become compact JSON text), so only one chunk of Python dicts is alive at a time.
+Everything after that is polars expressions. Files the streaming reader does not recognise go
+through the whole-document path, which gives the same frames.
 
 Handles: float microsecond ``ts`` with ``baseTimeNanoseconds`` (PyTorch >= 2.1), integer epoch
 microseconds without it (older traces), legacy 2021 categories (``Operator``, ``Kernel``,
 ``Runtime``, ``Memcpy``, ``Memset``), ROCm traces, int or string pid/tid, missing ``M`` events,
-zero-duration events, and truncated files (see :func:`decode_document`).
+zero-duration events, and truncated files (the complete events before the cut are kept: only
+the last chunk is re-parsed to find the cut, see :func:`_recover`).
 """
 
 from __future__ import annotations
