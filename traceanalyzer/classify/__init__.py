@@ -41,7 +41,7 @@ class Analysis:
 
 def analyze(trace: Trace, step_name: str = DEFAULT_STEP) -> Analysis:
     source = ", ".join(str(s) for s in trace.sources[:3]) or "trace"
-    if not trace.events.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height:
+    if not trace.events.select(pl.col("kind").is_in(GPU_WORK_KINDS).any()).item():
         truncated = trace.meta.filter(pl.col("truncated"))
         if truncated.height:
             kept = truncated["recovered_fraction"].min()
