@@ -68,6 +68,9 @@ def id_spans(events: list[dict]) -> tuple[dict[str, int], int, int]:
         if m:
             steps.append(int(m.group(1)))
     step_shift = (max(steps) - min(steps) + 1) if steps else 0
+    # both spellings of the external id link the same ops and kernels: one shift for both
+    spans["External id"] = spans["external id"] = max(spans["External id"], spans["external id"])
+    spans["Python id"] = spans["Python parent id"] = max(spans["Python id"], spans["Python parent id"])
     return spans, flow, step_shift
 
 
@@ -99,7 +102,8 @@ def event_text(e: dict) -> bytes:
     return b"  {\n    " + b", ".join(b'"' + k.encode() + b'": ' + orjson.dumps(v) for k, v in e.items()) + b"\n  }"
 
 
-def build(source: Path, out: Path, size: int) -> dict:
+def build(source: Path, out: Path, size: int | None = None, copies: int | None = None) -> dict:
+    """Write the tiled trace: ``copies`` whole copies, or as many events as fit in ``size`` bytes."""
     doc = load(source)
     events = doc["traceEvents"]
     meta_events = [e for e in events if e.get("ph") == "M"]
@@ -116,7 +120,6 @@ def build(source: Path, out: Path, size: int) -> dict:
     opener = gzip.open(out, "wb", compresslevel=1) if out.name.endswith(".gz") else open(out, "wb")
     written = 0
     n_events = 0
-    copies = 0
     with opener as fh:
         def w(b: bytes) -> None:
             nonlocal written
@@ -137,34 +140,35 @@ def build(source: Path, out: Path, size: int) -> dict:
             first = False
             n_events += 1
         k = 0
-        while written + 200 < size:
+        while (written + 200 < size) if copies is None else (k < copies):
             for i, e in enumerate(timed):
                 text = texts0[i] if k == 0 else event_text(shifted(e, k, dt, spans, flow, step_shift))
                 w((b"" if first else b",\n") + text)
                 first = False
                 n_events += 1
-                if written + 200 >= size and i > 0:
+                if copies is None and written + 200 >= size and i > 0:
                     break
-            copies += 1
             k += 1
         w(b"\n  ]")
         for key in ("traceName", "displayTimeUnit", "baseTimeNanoseconds"):
             if key in doc:
                 w(b',\n  "' + key.encode() + b'": ' + orjson.dumps(doc[key]))
         w(b"\n}\n")
-    return {"out": str(out), "json_bytes": written, "events": n_events, "copies": copies, "copy_bytes": copy_bytes}
+    return {"out": str(out), "json_bytes": written, "events": n_events, "copies": k, "copy_bytes": copy_bytes, "shift_us": dt}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real Kineto trace to tile (.json or .json.gz)")
-    ap.add_argument("--size", type=parse_size, required=True, help="target uncompressed JSON size, e.g. 50MB, 200MB, 1GB")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--size", type=parse_size, help="target uncompressed JSON size, e.g. 50MB, 200MB, 1GB")
+    what.add_argument("--copies", type=int, help="exactly this many whole copies of the source instead")
     ap.add_argument("-o", "--output", type=Path, required=True, help="output file (.json, or .json.gz for gzip level 1)")
     args = ap.parse_args(argv)
     if not args.source.exists():
         print(f"error: {args.source}: no such file (the shared traces live in ../shared/traces)", file=sys.stderr)
         return 3
-    info = build(args.source, args.output, args.size)
+    info = build(args.source, args.output, args.size, args.copies)
     print(orjson.dumps(info).decode())
     return 0
 
