@@ -65,7 +65,7 @@ def analyze(
     ``recompute_pattern``: regex of extra host ranges (e.g. NVTX) whose contents are recompute;
     ``bus_bw_gbps``: bus bandwidth for single-rank transfer estimates."""
     source = ", ".join(str(s) for s in trace.sources[:3]) or "trace"
-    if not trace.events.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height:
+    if not trace.events.select(pl.col("kind").is_in(GPU_WORK_KINDS).any()).item():
         truncated = trace.meta.filter(pl.col("truncated"))
         if truncated.height:
             raise NoGpuActivity(

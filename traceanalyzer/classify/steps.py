@@ -79,6 +79,7 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
     cpu = cpu_steps(ev, name or DEFAULT_STEP)
     if name is None:
         cpu = cpu.filter(pl.lit(False))
+    cpu = cpu.collect().lazy()  # a few rows, used three times: match names once
     assigned = (
         gpu_step_of(ev, cpu)
         .filter(pl.col("step").is_not_null())
@@ -96,7 +97,7 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
         .select("rank", "step", "wstart_ns", "wend_ns", "cpu_start_ns", "cpu_end_ns")
         .collect()
     )
-    gpu_ranks = events.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).get_column("rank").unique()
+    gpu_ranks = ev.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select(pl.col("rank").unique()).collect().get_column("rank")
     stepless = gpu_ranks.filter(~gpu_ranks.is_in(win.get_column("rank").unique().implode()))
     if stepless.len():
         whole = (

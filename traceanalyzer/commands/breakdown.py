@@ -27,6 +27,14 @@ def breakdown(
     detail: Annotated[bool, typer.Option("--detail", help="Also print the causes: idle by cause, communication by type/group, recomputed ops, cross-rank skew.")] = False,
     recompute_range: Annotated[Optional[str], typer.Option("--recompute-range", help="Regex of extra host/NVTX ranges whose contents are recompute (e.g. 'CheckpointFunctionBackward').")] = None,
     bus_bw: Annotated[float, typer.Option("--bus-bw", help="Bus bandwidth (GB/s) for estimating collective transfer time when only one rank of a group is loaded.")] = DEFAULT_BUS_BW_GBPS,
+    cache: Annotated[
+        bool,
+        typer.Option(
+            "--cache/--no-cache",
+            help="Keep parsed traces as Parquet in $TRACEANALYZER_CACHE (default ~/.cache/traceanalyzer) "
+            "and reuse them while the file is unchanged (size and mtime).",
+        ),
+    ] = False,
 ) -> None:
     """Split every rank's GPU time, per step, into compute / recompute / exposed comm / other / idle."""
     if bus_bw <= 0:
@@ -36,7 +44,7 @@ def breakdown(
             re.compile(recompute_range)
         except re.error as exc:
             raise ConfigError(f"--recompute-range is not a valid regex: {exc}") from None
-    trace = load_with_progress(paths, show=True)
+    trace = load_with_progress(paths, show=True, cache=cache)
     analysis = analyze(trace, None if whole_trace else step_range, recompute_pattern=recompute_range, bus_bw_gbps=bus_bw)
     if format is Format.json:
         with output_stream(output) as fh:

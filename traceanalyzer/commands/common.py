@@ -21,19 +21,20 @@ class Format(str, Enum):
     json = "json"
 
 
-def load_with_progress(paths: list[Path], show: bool) -> Trace:
-    """Load traces; show a progress bar on an interactive stderr when there is much to read."""
+def load_with_progress(paths: list[Path], show: bool, cache: bool = False) -> Trace:
+    """Load traces; show a progress bar on an interactive stderr when there is much to read.
+    ``cache``: use the Parquet parse cache (see :mod:`traceanalyzer.parsers.cache`)."""
     files = [f for p in paths for f in discover(p)]
     big = sum(f.stat().st_size for f in files if f.is_file()) > 20 * 2**20
     if not (show and sys.stderr.isatty() and (len(files) > 1 or big)):
-        return load(paths if len(paths) > 1 else paths[0])
+        return load(paths if len(paths) > 1 else paths[0], cache=cache)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
         TextColumn("loading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True
     ) as bar:
         task = bar.add_task("load", total=len(files))
-        return load(paths if len(paths) > 1 else paths[0], progress=lambda _f: bar.advance(task))
+        return load(paths if len(paths) > 1 else paths[0], progress=lambda _f: bar.advance(task), cache=cache)
 
 
 def print_warnings(warnings: list[str]) -> None:

@@ -47,8 +47,14 @@ def _nsys_sniff(path: Path) -> str | None:
     return sniff_nsys(path)
 
 
-def load(path: str | Path | Iterable[str | Path], progress: ProgressFn | None = None) -> Trace:
-    """Load one trace file, a directory of rank files, or a list of files as one job."""
+def load(
+    path: str | Path | Iterable[str | Path], progress: ProgressFn | None = None, cache: bool = False
+) -> Trace:
+    """Load one trace file, a directory of rank files, or a list of files as one job.
+
+    ``cache=True`` reads and writes the Parquet parse cache (:mod:`traceanalyzer.parsers.cache`)
+    for Kineto files: an unchanged file is read back from Parquet instead of being decoded.
+    """
     if isinstance(path, (str, Path)):
         files = discover(Path(path))
     else:
@@ -60,7 +66,7 @@ def load(path: str | Path | Iterable[str | Path], progress: ProgressFn | None = 
         (nsys_files if f.is_dir() or _nsys_sniff(f) else kineto_files).append(f)
     traces: list[Trace] = []
     if kineto_files:
-        traces.append(_load_kineto(kineto_files, progress))
+        traces.append(_load_kineto(kineto_files, progress, cache))
     for f in nsys_files:
         from traceanalyzer.parsers.nsys import load_nsys
 
@@ -72,17 +78,10 @@ def load(path: str | Path | Iterable[str | Path], progress: ProgressFn | None = 
     return _merge(traces)
 
 
-def _load_kineto(files: list[Path], progress: ProgressFn | None) -> Trace:
+def _load_kineto(files: list[Path], progress: ProgressFn | None, cache: bool = False) -> Trace:
     frames, metas, warnings = [], [], []
     for f in files:
-        clean.sniff_foreign(f)
-        df, meta, warns = kineto.parse_file(f)
-        df, more = clean.clean_events(df, f)
-        if meta.get("truncated"):
-            df, trimmed = clean.trim_truncated(df, f)
-            more += trimmed
-        warns = [*warns, *more]
-        meta["n_events"] = df.height
+        df, meta, warns = _parse_kineto_file(f, cache)
         frames.append(df)
         metas.append(meta)
         warnings.extend(warns)
@@ -97,6 +96,28 @@ def _load_kineto(files: list[Path], progress: ProgressFn | None) -> Trace:
     meta = kineto.meta_frame(metas)
     warnings.extend(clean.check_job(events, meta))
     return Trace(events=events, meta=meta, warnings=warnings, sources=list(files))
+
+
+def _parse_kineto_file(f: Path, cache: bool) -> tuple[pl.DataFrame, dict, list[str]]:
+    """Parse and clean one rank file (de-duplicate, drop stray events, cut a truncated trace back
+    to its complete steps); with ``cache``, through the Parquet parse cache."""
+    if cache:
+        from traceanalyzer.parsers import cache as parse_cache
+
+        hit = parse_cache.get(f)
+        if hit is not None:
+            return hit
+    clean.sniff_foreign(f)
+    df, meta, warns = kineto.parse_file(f)
+    df, more = clean.clean_events(df, f)
+    if meta.get("truncated"):
+        df, trimmed = clean.trim_truncated(df, f)
+        more += trimmed
+    warns = [*warns, *more]
+    meta["n_events"] = df.height
+    if cache:
+        parse_cache.put(f, df, meta, warns)
+    return df, meta, warns
 
 
 def _assign_ranks(files: list[Path], metas: list[dict], warnings: list[str]) -> None:

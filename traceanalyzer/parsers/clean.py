@@ -105,86 +105,110 @@ def _finite(c: str) -> pl.Expr:
     return pl.col(c).is_not_null() & pl.col(c).is_finite()
 
 
-def clean_raw(raw: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
-    """Keep the usable complete events of one file's raw rows (columns ph, cat, ts, dur, ...).
+def flag_raw(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+    """The usable complete events of a chunk of one file's raw rows (columns ph, cat, ts, dur...)
+    and the counts :func:`judge` needs. Usable: ``ph == "X"`` with a finite, in-range ``ts`` and a
+    finite, non-negative ``dur``. Chunks of one file are flagged one by one (the parser streams)
+    and judged together, so thresholds apply to the whole file."""
+    from traceanalyzer.parsers.kineto import _KIND_OF_CAT  # the parser's category table
 
-    Returns the complete (``ph == "X"``) events that have finite, in-range ``ts`` and a finite,
-    non-negative ``dur``, and warnings counting what was dropped.
-    """
-    warnings: list[str] = []
-    stats = raw.select(
-        pl.len().alias("n"),
-        pl.col("ph").is_null().sum().alias("no_ph"),
-        (pl.col("ph") == "X").sum().alias("x"),
-        pl.col("ts").is_not_null().sum().alias("has_ts"),
-    ).row(0, named=True)
-    if stats["x"] == 0:
-        if stats["no_ph"] == stats["n"]:
-            raise InvalidTrace("no event has a 'ph' (phase) field: not a Chrome/Kineto trace", path)
-        raise InvalidTrace("no complete ('ph': 'X') events: not a PyTorch profiler (Kineto) trace", path)
     x = raw.filter(pl.col("ph") == "X")
     ok_ts = _finite("ts")
     ok_dur = _finite("dur") & (pl.col("dur") >= 0)
     in_range = (pl.col("ts").abs() + pl.col("dur")) <= MAX_ABS_TS_US
+    gpu_cats = [c for c, k in _KIND_OF_CAT.items() if k in GPU_WORK_KINDS]
+    cat = pl.col("cat").str.to_lowercase()
     flags = x.select(
         (~ok_ts | ~ok_dur).alias("bad"),
         (ok_ts & ok_dur & ~in_range).alias("range"),
-        pl.col("cat").str.to_lowercase().alias("cat"),
+        cat.alias("cat"),
+        # fractional epoch microseconds: beyond 2**43 µs a float64 no longer holds the nanoseconds
+        (ok_ts & (pl.col("ts").abs() >= 2.0**43) & (pl.col("ts") != pl.col("ts").floor())).alias("coarse"),
     )
-    n_bad = int(flags.get_column("bad").sum())
-    n_range = int(flags.get_column("range").sum())
-    dropped = n_bad + n_range + stats["no_ph"]
-    if stats["no_ph"]:
-        warnings.append(f"{path}: ignored {stats['no_ph']} events with no 'ph' (phase) field")
-    if n_bad:
-        warnings.append(f"{path}: dropped {n_bad} complete events with missing, non-numeric, negative or NaN ts/dur")
-    if n_range:
-        warnings.append(f"{path}: dropped {n_range} events with timestamps out of range (|ts| + dur beyond year 2128)")
-    if dropped and dropped > MAX_BAD_FRACTION * (stats["x"] + stats["no_ph"]):
+    counts = {
+        "n": raw.height,
+        "no_ph": int(raw.get_column("ph").is_null().sum()),
+        "x": x.height,
+        "bad": int(flags.get_column("bad").sum()),
+        "range": int(flags.get_column("range").sum()),
+        "coarse": int(flags.get_column("coarse").sum()),
+        "gpu": int(flags.get_column("cat").is_in(gpu_cats).sum()),
+        "bad_gpu": int(flags.filter(pl.col("cat").is_in(gpu_cats)).get_column("bad").sum()),
+        "profiler_ranges": int((flags.get_column("cat") == "cuda_profiler_range").sum()),
+        "unknown": dict(
+            flags.filter(pl.col("cat").is_not_null() & ~pl.col("cat").is_in(list(_KIND_OF_CAT) + sorted(KNOWN_OTHER_CATS)))
+            .group_by("cat")
+            .len()
+            .iter_rows()
+        ),
+    }
+    return x.filter(ok_ts & ok_dur & in_range), counts
+
+
+def merge_counts(counts: list[dict]) -> dict:
+    """Add up the counts of a file's chunks."""
+    out: dict = {"unknown": {}}
+    for c in counts:
+        for k, v in c.items():
+            if k == "unknown":
+                for cat, n in v.items():
+                    out["unknown"][cat] = out["unknown"].get(cat, 0) + n
+            else:
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def judge(c: dict, path: Path) -> list[str]:
+    """Warnings counting what a file lost, or an error when too much of it is unusable."""
+    warnings: list[str] = []
+    if c["x"] == 0:
+        if c["no_ph"] == c["n"]:
+            raise InvalidTrace("no event has a 'ph' (phase) field: not a Chrome/Kineto trace", path)
+        raise InvalidTrace("no complete ('ph': 'X') events: not a PyTorch profiler (Kineto) trace", path)
+    dropped = c["bad"] + c["range"] + c["no_ph"]
+    if c["no_ph"]:
+        warnings.append(f"{path}: ignored {c['no_ph']} events with no 'ph' (phase) field")
+    if c["bad"]:
+        warnings.append(f"{path}: dropped {c['bad']} complete events with missing, non-numeric, negative or NaN ts/dur")
+    if c["range"]:
+        warnings.append(f"{path}: dropped {c['range']} events with timestamps out of range (|ts| + dur beyond year 2128)")
+    if dropped and dropped > MAX_BAD_FRACTION * (c["x"] + c["no_ph"]):
         raise InvalidTrace(
-            f"{dropped} of {stats['x'] + stats['no_ph']} events are malformed (missing 'ph', bad ts/dur "
+            f"{dropped} of {c['x'] + c['no_ph']} events are malformed (missing 'ph', bad ts/dur "
             f"or out-of-range timestamps; more than {MAX_BAD_FRACTION:.0%}): refusing to analyse what is left",
             path,
         )
-    from traceanalyzer.parsers.kineto import _KIND_OF_CAT  # the parser's category table
-
-    gpu_cats = [c for c, k in _KIND_OF_CAT.items() if k in GPU_WORK_KINDS]
-    gpu = flags.filter(pl.col("cat").is_in(gpu_cats)).select(pl.len().alias("n"), pl.col("bad").sum().alias("bad"))
-    n_gpu, bad_gpu = gpu.row(0)
-    if bad_gpu and bad_gpu > MAX_BAD_FRACTION * n_gpu:
+    if c["bad_gpu"] and c["bad_gpu"] > MAX_BAD_FRACTION * c["gpu"]:
         raise InvalidTrace(
-            f"{bad_gpu} of {n_gpu} GPU events (kernels, memcpy, memset) have missing, non-numeric, negative "
+            f"{c['bad_gpu']} of {c['gpu']} GPU events (kernels, memcpy, memset) have missing, non-numeric, negative "
             f"or NaN ts/dur (more than {MAX_BAD_FRACTION:.0%}): refusing to analyse what is left",
             path,
         )
-    if n_gpu == 0:
-        ranges = flags.filter(pl.col("cat") == "cuda_profiler_range").height
-        if ranges:  # loads (host events are fine); analyze() turns this note into its exit-5 message
-            warnings.append(
-                f"{path}: {RANGE_PROFILER_NOTE}: {ranges} 'cuda_profiler_range' counter events and no kernel "
-                "timeline (kernels are replayed to collect counters, so their times are not a timeline); "
-                "profile without the CUPTI range profiler"
-            )
-    unknown = (
-        flags.filter(pl.col("cat").is_not_null() & ~pl.col("cat").is_in(list(_KIND_OF_CAT) + sorted(KNOWN_OTHER_CATS)))
-        .group_by("cat")
-        .len()
-        .sort("len", descending=True)
-    )
-    if unknown.height:
-        shown = ", ".join(f"'{c}' ({n})" for c, n in unknown.head(5).iter_rows())
-        more = f" and {unknown.height - 5} more" if unknown.height > 5 else ""
-        if n_gpu == 0:
+    if c["gpu"] == 0 and c["profiler_ranges"]:  # loads (host events are fine); analyze() turns this into exit 5
+        warnings.append(
+            f"{path}: {RANGE_PROFILER_NOTE}: {c['profiler_ranges']} 'cuda_profiler_range' counter events and no kernel "
+            "timeline (kernels are replayed to collect counters, so their times are not a timeline); "
+            "profile without the CUPTI range profiler"
+        )
+    unknown = sorted(c["unknown"].items(), key=lambda kv: -kv[1])
+    if unknown:
+        shown = ", ".join(f"'{cat}' ({n})" for cat, n in unknown[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        total = sum(n for _, n in unknown)
+        if c["gpu"] == 0:
             raise InvalidTrace(
-                f"no GPU events in any known category, but {int(unknown['len'].sum())} events in unknown "
+                f"no GPU events in any known category, but {total} events in unknown "
                 f"categories {shown}{more}: unsupported trace format or a tool renamed the categories",
                 path,
             )
-        warnings.append(
-            f"{path}: ignored {int(unknown['len'].sum())} events in unknown categories {shown}{more} "
-            "(not counted as GPU work)"
-        )
-    return x.filter(ok_ts & ok_dur & in_range), warnings
+        warnings.append(f"{path}: ignored {total} events in unknown categories {shown}{more} (not counted as GPU work)")
+    return warnings
+
+
+def clean_raw(raw: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
+    """:func:`flag_raw` and :func:`judge` on a whole file's raw rows at once."""
+    usable, counts = flag_raw(raw)
+    return usable, judge(counts, path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,18 +1,26 @@
 """PyTorch Profiler (Kineto) Chrome-trace JSON -> canonical frames.
 
-One file is one rank. The whole document is decoded with orjson, then polars builds the event
-columns in one call (``pl.from_dicts`` with an explicit schema: unknown keys are skipped, lists
-such as ``Input Dims`` become compact JSON text). Everything after that is polars expressions.
+One file is one rank. The file is streamed (:func:`parse_file`): a reader thread decompresses
+it block by block, the ``traceEvents`` array is cut into chunks of about 16 MiB before a line
+that opens an event, and each chunk is decoded with orjson and turned into polars columns at
+once (``pl.from_dicts`` with an explicit schema: unknown keys are skipped, lists such as
+``Input Dims`` become compact JSON text), so only one chunk of Python dicts is alive at a time.
+Everything after that is polars expressions. Files the streaming reader does not recognise go
+through the whole-document path, which gives the same frames.
 
 Handles: float microsecond ``ts`` with ``baseTimeNanoseconds`` (PyTorch >= 2.1), integer epoch
 microseconds without it (older traces), legacy 2021 categories (``Operator``, ``Kernel``,
 ``Runtime``, ``Memcpy``, ``Memset``), ROCm traces, int or string pid/tid, missing ``M`` events,
-zero-duration events, and truncated files (see :func:`decode_document`).
+zero-duration events, and truncated files (the complete events before the cut are kept: only
+the last chunk is re-parsed to find the cut, see :func:`_recover`).
 """
 
 from __future__ import annotations
 
+import gc
+import queue
 import re
+import threading
 import zlib
 from pathlib import Path
 
@@ -141,10 +149,10 @@ def decode_document(raw: bytes, path: Path, cut: bool) -> tuple[dict, float | No
             err = exc
     if b'"traceEvents"' not in raw[:1 << 20] and b"traceEvents" not in raw:
         raise InvalidTrace(f"not valid JSON ({_short(err)})", path)
-    doc, kept = _recover(raw)
+    doc, cut_at = _recover(raw)
     if doc is None:
         raise InvalidTrace(f"invalid JSON that could not be recovered ({_short(err)})", path)
-    return _as_document(doc, path), kept
+    return _as_document(doc, path), cut_at / max(len(raw), 1)
 
 
 def _short(exc: Exception) -> str:
@@ -164,7 +172,7 @@ def _as_document(doc: object, path: Path) -> dict:
 _EVENT_START = re.compile(rb"\n\s*\{|,\s*\{")  # pretty (Kineto) or compact (rewritten) JSON
 
 
-def _recover(raw: bytes) -> tuple[dict | None, float]:
+def _recover(raw: bytes) -> tuple[dict | None, int]:
     """Cut a truncated document before the last event that is incomplete, close it, parse.
 
     Kineto writes one event per ``{ ... }`` block starting on its own line. We try cut points
@@ -172,10 +180,10 @@ def _recover(raw: bytes) -> tuple[dict | None, float]:
     """
     start = raw.find(b'"traceEvents"')
     if start < 0:
-        return None, 0.0
+        return None, 0
     arr = raw.find(b"[", start)
     if arr < 0:
-        return None, 0.0
+        return None, 0
     starts = [m.start() for m in _EVENT_START.finditer(raw, arr, len(raw))][-64:]
     for cut in reversed(starts):
         body = raw[:cut].rstrip().rstrip(b",")
@@ -187,8 +195,8 @@ def _recover(raw: bytes) -> tuple[dict | None, float]:
             doc = orjson.loads(candidate)
         except orjson.JSONDecodeError:
             continue
-        return doc, cut / max(len(raw), 1)
-    return None, 0.0
+        return doc, cut
+    return None, 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,33 +209,319 @@ def rank_from_name(path: Path) -> int | None:
 
 
 def parse_file(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
-    """Parse one Kineto file into (events without rank column filled, meta dict, warnings)."""
-    warnings: list[str] = []
+    """Parse one Kineto file into (events without rank column filled, meta dict, warnings).
+
+    Streams the file: the ``traceEvents`` array is decoded a chunk of events at a time
+    (:func:`_parse_streaming`), so memory holds the compact polars columns plus one chunk of
+    Python objects, never the whole document as Python dicts. Anything the streaming reader
+    does not recognise (a bare-array trace, a corrupt middle, a truncation it cannot repair)
+    falls back to the whole-document path (:func:`_parse_whole`), which gives the same result
+    and the same error messages.
+    """
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of short-lived dicts: the cyclic GC would double the decode time
+    try:
+        try:
+            return _parse_streaming(path)
+        except _Fallback:
+            return _parse_whole(path)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _parse_whole(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
+    """The whole-document path: decode everything with orjson, then build the frames."""
     raw, cut = read_bytes(path)
     doc, kept = decode_document(raw, path, cut)
+    total = len(raw)
     del raw
-    if kept is not None or cut:
-        warnings.append(f"{path}: truncated trace (the file ends mid-event): recovered {len(doc['traceEvents'])} complete events")
     events = doc["traceEvents"]
     if not events:
         raise InvalidTrace("trace has no events ('traceEvents' is empty)", path)
     if not all(isinstance(e, dict) for e in events[:1000]):
         raise InvalidTrace("'traceEvents' holds non-object entries", path)
-    raw_df = _raw_frame(events, path)
-    input_dims = _input_dims(raw_df, events)
+    frame, counts = _chunk_frame(events, path)
     del events
+    return _finish(path, doc, [frame], [counts], cut, kept, total)
 
+
+def _finish(
+    path: Path, doc: dict, frames: list[pl.DataFrame], counts: list[dict], cut: bool, kept: float | None, total: int
+) -> tuple[pl.DataFrame, dict, list[str]]:
+    """Concatenate the chunk frames, put them on the trace's base time, judge what was dropped
+    (:func:`clean.judge`, over the whole file), build meta and warnings."""
+    warnings: list[str] = []
+    if kept is not None or cut:
+        n = sum(c["n"] for c in counts)
+        warnings.append(f"{path}: truncated trace (the file ends mid-event): recovered {n} complete events")
+    total_counts = clean.merge_counts(counts)
+    warnings.extend(clean.judge(total_counts, path))
     base = doc.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
-    usable, clean_warnings = clean.clean_raw(raw_df.with_columns(input_dims), path)
-    warnings.extend(clean_warnings)
-    df = _canonical(usable, base_ns)
-
+    if not base_ns and total_counts.get("coarse"):
+        warnings.append(
+            f"{path}: {total_counts['coarse']} timestamps are fractional epoch microseconds (no baseTimeNanoseconds): "
+            "a float64 holds them to about 0.25 µs, so sub-microsecond digits are approximate"
+        )
+    df = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
+    if base_ns:
+        df = df.with_columns(pl.col("start_ns") + base_ns, pl.col("end_ns") + base_ns)
     meta = _meta(doc, path, df, base_ns)
     meta["truncated"] = kept is not None or cut
     meta["recovered_fraction"] = kept if kept is not None else 1.0
     meta["n_events"] = df.height
     return df, meta, warnings
+
+
+def _chunk_frame(events: list, path: Path) -> tuple[pl.DataFrame, dict]:
+    """Canonical events (start/end relative to the base time, added in :func:`_finish`) of a
+    list of event dicts, and the counts :func:`clean.judge` needs (what was dropped, and why)."""
+    raw_df = _raw_frame(events, path)
+    input_dims = _input_dims(raw_df, events)
+    usable, counts = clean.flag_raw(raw_df.with_columns(input_dims))
+    return _canonical(usable, 0), counts
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming: the traceEvents array a chunk at a time
+
+#: decompressed bytes handed over per read; events are decoded about ``_CHUNK`` bytes at a time
+_BLOCK = 1 << 22
+_CHUNK = 1 << 24
+#: the head (everything before the ``traceEvents`` array) must show up within this many bytes
+_HEAD_LIMIT = 1 << 26
+
+
+class _Fallback(Exception):
+    """The streaming reader hands the file to the whole-document path."""
+
+
+class _Stream:
+    """Decompressed blocks of a file (plain or gzip), with whether the gzip stream was cut."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.cut = False
+        self.total = 0
+
+    def blocks(self):
+        path = self.path
+        try:
+            fh = open(path, "rb")
+        except FileNotFoundError:
+            raise InputNotFound("no such file", path) from None
+        except PermissionError:
+            raise InputNotFound("permission denied", path) from None
+        except IsADirectoryError:
+            raise InputNotFound("is a directory", path) from None
+        except OSError as exc:
+            raise InputNotFound(f"cannot read: {exc.strerror or exc}", path) from None
+        with fh:
+            first = fh.read(_BLOCK)
+            if not first:
+                raise InvalidTrace("empty file (0 bytes)", path)
+            if first[:2] != b"\x1f\x8b":
+                data = first
+                while data:
+                    self.total += len(data)
+                    yield data
+                    data = fh.read(_BLOCK)
+                return
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            data = first
+            while True:
+                try:
+                    out = d.decompress(data, _BLOCK)
+                except zlib.error as exc:
+                    if not self.total:
+                        raise InvalidTrace(f"corrupt gzip data ({exc})", path) from None
+                    self.cut = True
+                    return
+                if out:
+                    self.total += len(out)
+                    yield out
+                if d.eof:
+                    return
+                data = d.unconsumed_tail or fh.read(_BLOCK >> 2)
+                if not data:
+                    break
+            try:
+                out = d.flush()
+            except zlib.error:
+                out = b""
+            if out:
+                self.total += len(out)
+                yield out
+            self.cut = not d.eof
+
+
+def _prefetched(blocks, depth: int = 3):
+    """Run the ``blocks`` generator in a thread, ``depth`` blocks ahead: zlib and file reads
+    release the GIL, so decompression overlaps with decoding. Exceptions are re-raised here."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce() -> None:
+        try:
+            for b in blocks:
+                while not stop.is_set():
+                    try:
+                        q.put((b, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            item = (done, None)
+        except BaseException as exc:  # handed to the consumer
+            item = (None, exc)
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    t = threading.Thread(target=produce, name="traceanalyzer-read", daemon=True)
+    t.start()
+    try:
+        while True:
+            b, exc = q.get()
+            if exc is not None:
+                raise exc
+            if b is done:
+                return
+            yield b
+    finally:
+        stop.set()
+        t.join()
+
+
+def _last_event_start(buf: bytearray, lo: int) -> int:
+    """Index of the newline before the last line of ``buf[lo:]`` that opens an event (its first
+    non-blank character is ``{``), or -1. Newlines never occur inside JSON strings, so such a
+    line is a value boundary candidate; the decode of each chunk verifies it."""
+    end = len(buf)
+    for _ in range(10_000):  # Kineto writes ~8 lines per event: found within a few steps
+        nl = buf.rfind(b"\n", lo, end)
+        if nl < 0:
+            return -1
+        j = nl + 1
+        while j < len(buf) and buf[j] in (32, 9, 13):
+            j += 1
+        if j < len(buf) and buf[j] == 123:  # "{"
+            return nl
+        end = nl
+    return -1
+
+
+def _decode_events(buf: bytearray, cut: int) -> list:
+    """Decode ``buf[:cut]`` (whole events separated by commas) as a JSON array."""
+    j = cut
+    while j > 0 and buf[j - 1] in (32, 9, 10, 13):
+        j -= 1
+    if j > 0 and buf[j - 1] == 44:  # trailing ","
+        j -= 1
+    piece = bytearray(b"[")
+    with memoryview(buf) as mv:
+        piece += mv[:j]
+    piece += b"]"
+    try:
+        events = orjson.loads(piece)
+    except orjson.JSONDecodeError:
+        raise _Fallback from None
+    if not all(isinstance(e, dict) for e in events[:1000]):
+        raise _Fallback
+    return events
+
+
+def _parse_streaming(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
+    stream = _Stream(path)
+    blocks = _prefetched(stream.blocks())
+    try:
+        return _parse_blocks(path, stream, blocks)
+    finally:
+        blocks.close()  # stops the reader thread when we leave early
+
+
+def _parse_blocks(path: Path, stream: _Stream, blocks) -> tuple[pl.DataFrame, dict, list[str]]:
+    buf = bytearray()
+    # 1. the head: every key before the traceEvents array
+    while True:
+        pos = buf.find(b'"traceEvents"')
+        arr = buf.find(b"[", pos) if pos >= 0 else -1
+        if arr >= 0:
+            break
+        block = next(blocks, None)
+        if block is None or len(buf) > _HEAD_LIMIT:
+            raise _Fallback
+        buf += block
+    if bytes(buf[pos + 13 : arr]).strip() != b":":
+        raise _Fallback
+    try:
+        head = orjson.loads(bytes(buf[: arr + 1]) + b"]}")
+    except orjson.JSONDecodeError:
+        raise _Fallback from None
+    if not isinstance(head, dict) or head.get("traceEvents") != []:
+        raise _Fallback
+    offset = arr + 1  # bytes of the file before buf[0]
+    del buf[: arr + 1]
+    # 2. the events, a chunk at a time, cut before a line that opens an event
+    frames: list[pl.DataFrame] = []
+    counts: list[dict] = []
+    searched = 0
+    for block in blocks:
+        buf += block
+        if len(buf) < _CHUNK:
+            continue
+        cut = _last_event_start(buf, max(0, searched - 64))
+        searched = len(buf)
+        if cut <= 0:
+            continue
+        events = _decode_events(buf, cut)
+        try:
+            frame, chunk_counts = _chunk_frame(events, path)
+        except InvalidTrace:
+            raise _Fallback from None
+        del events
+        frames.append(frame)
+        counts.append(chunk_counts)
+        offset += cut
+        del buf[:cut]
+        searched = 0
+    # 3. the last events and the keys after the array (or a truncated end)
+    total = stream.total
+    prefix = b'{"traceEvents":['
+    last = prefix + bytes(buf)
+    del buf
+    kept = None
+    try:
+        tail = orjson.loads(last)
+    except orjson.JSONDecodeError:
+        tail, cut_at = _recover(last)
+        if tail is None:
+            raise _Fallback from None
+        kept = (offset + cut_at - len(prefix)) / max(total, 1)
+    del last
+    if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
+        raise _Fallback
+    events = tail.pop("traceEvents")
+    if events:
+        if not all(isinstance(e, dict) for e in events[:1000]):
+            raise _Fallback
+        try:
+            frame, chunk_counts = _chunk_frame(events, path)
+        except InvalidTrace:
+            raise _Fallback from None
+        frames.append(frame)
+        counts.append(chunk_counts)
+    del events
+    if not frames:
+        raise _Fallback  # no events: the whole-document path says so in its own words
+    doc = {**{k: v for k, v in head.items() if k != "traceEvents"}, **tail}
+    return _finish(path, doc, frames, counts, stream.cut, kept, total)
 
 
 def _raw_frame(events: list, path: Path) -> pl.DataFrame:

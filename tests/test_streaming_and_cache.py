@@ -1,0 +1,183 @@
+"""The streaming Kineto reader and the Parquet parse cache.
+
+The streaming reader (many small chunks forced here) must give exactly what the whole-document
+path gives (one ``orjson.loads`` of the file, then the same frame building): same events, same
+meta, same warnings, on complete and on truncated files. The cache must hand back the same
+frames and be invalidated when the file changes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import traceanalyzer as ta
+from traceanalyzer.parsers import cache as parse_cache
+from traceanalyzer.parsers import kineto
+
+from conftest import DEMO, DLRM, FIXTURES, run_cli
+
+LEGACY = FIXTURES / "kineto" / "v100_resnet50_legacy2021.json.gz"
+ROCM = FIXTURES / "kineto" / "mi250_rocm62_minitoy.json.gz"
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of ~64 KiB read 16 KiB at a time: every fixture is cut into many chunks."""
+    monkeypatch.setattr(kineto, "_CHUNK", 1 << 16)
+    monkeypatch.setattr(kineto, "_BLOCK", 1 << 14)
+
+
+def _same(a, b):
+    assert_frame_equal(a[0], b[0])
+    assert a[1] == b[1]
+    assert a[2] == b[2]
+
+
+@pytest.mark.parametrize("path", [DEMO, LEGACY, ROCM, sorted(DLRM.glob("*.json.gz"))[0]], ids=lambda p: p.name)
+def test_streaming_in_many_chunks_equals_the_whole_document_path(small_chunks, path):
+    streamed = kineto._parse_streaming(path)
+    whole = kineto._parse_whole(path)
+    _same(streamed, whole)
+    # and it really was many chunks: the file is far larger than one chunk
+    assert len(gzip.open(path).read()) > 8 * kineto._CHUNK or path == ROCM
+
+
+@pytest.mark.parametrize("fraction", [0.07, 0.33, 0.6, 0.999])
+def test_truncated_plain_file_recovers_the_same_events_as_the_whole_document_path(small_chunks, tmp_path, fraction):
+    raw = gzip.open(DEMO).read()
+    cut = tmp_path / "cut.json"
+    size = int(len(raw) * fraction)
+    cut.write_bytes(raw[:size])
+    streamed = kineto._parse_streaming(cut)
+    whole = kineto._parse_whole(cut)
+    _same(streamed, whole)
+    assert streamed[1]["truncated"] is True
+    # the recovered fraction (of the cut file) is where the last complete event ends, just
+    # before the cut
+    kept_bytes = streamed[1]["recovered_fraction"] * size
+    assert size - 20_000 < kept_bytes <= size
+    # every event kept is a complete event of the full trace (a prefix of it, in file order)
+    full, full_meta, _ = kineto._parse_whole(DEMO)
+    n = streamed[0].height
+    assert 0 < n < full.height
+    base = full_meta["base_time_ns"]  # written after the events: lost with the cut
+    assert streamed[1]["base_time_ns"] is None and base
+    assert_frame_equal(streamed[0], full.head(n).with_columns(pl.col("start_ns") - base, pl.col("end_ns") - base))
+
+
+def test_truncated_gzip_stream_matches_the_whole_document_path(small_chunks, tmp_path):
+    data = DEMO.read_bytes()
+    gz = tmp_path / "cut.json.gz"
+    gz.write_bytes(data[: int(len(data) * 0.45)])
+    streamed = kineto._parse_streaming(gz)
+    _same(streamed, kineto._parse_whole(gz))
+    assert streamed[1]["truncated"] is True and streamed[0].height > 0
+
+
+def test_minified_single_line_trace_is_read_whole(small_chunks, tmp_path):
+    import orjson
+
+    doc = orjson.loads(gzip.open(ROCM).read())
+    p = tmp_path / "one_line.json"
+    p.write_bytes(orjson.dumps(doc))
+    assert b"\n" not in p.read_bytes()
+    _same(kineto.parse_file(p), kineto._parse_whole(p))
+
+
+def test_bare_array_trace_falls_back_to_the_whole_document_path(tmp_path):
+    import orjson
+
+    doc = orjson.loads(gzip.open(ROCM).read())
+    p = tmp_path / "bare.json"
+    p.write_bytes(orjson.dumps(doc["traceEvents"], option=orjson.OPT_INDENT_2))
+    df, meta, _ = kineto.parse_file(p)
+    assert df.height == kineto._parse_whole(ROCM)[0].height
+    assert meta["base_time_ns"] is None  # the bare array has no baseTimeNanoseconds
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("TRACEANALYZER_CACHE", str(d))
+    return d
+
+
+def _assert_same_trace(a, b):
+    assert_frame_equal(a.events, b.events)
+    assert_frame_equal(a.meta, b.meta)
+    assert a.warnings == b.warnings
+
+
+def test_cache_returns_the_same_frames_and_is_really_used(cache_dir, monkeypatch):
+    fresh = ta.load(DLRM)
+    first = ta.load(DLRM, cache=True)
+    _assert_same_trace(fresh, first)
+    assert len(list(cache_dir.glob("*.parquet"))) == 8 and len(list(cache_dir.glob("*.json"))) == 8
+
+    def no_parse(path):
+        raise AssertionError(f"parsed {path} although it is cached")
+
+    monkeypatch.setattr(kineto, "parse_file", no_parse)
+    second = ta.load(DLRM, cache=True)
+    _assert_same_trace(fresh, second)
+    second.validate()
+    # breakdown over cached frames is the breakdown over parsed ones
+    assert_frame_equal(ta.breakdown(second), ta.breakdown(fresh))
+
+
+def test_cache_is_invalidated_when_the_file_changes(cache_dir, tmp_path, monkeypatch):
+    p = tmp_path / "rank0.json.gz"
+    shutil.copy(ROCM, p)
+    a = ta.load(p, cache=True)
+    assert ta.load(p, cache=True).events.height == a.events.height
+    # rewrite the file with other content (the DEMO trace), mtime moved on
+    shutil.copy(DEMO, p)
+    st = p.stat()
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    calls = []
+    real = kineto.parse_file
+    monkeypatch.setattr(kineto, "parse_file", lambda f: calls.append(f) or real(f))
+    b = ta.load(p, cache=True)
+    assert calls == [p]  # a miss: parsed again
+    assert b.events.height == kineto._parse_whole(DEMO)[0].height != a.events.height
+    # a touched file (same bytes, new mtime) is a miss too
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
+    ta.load(p, cache=True)
+    assert len(calls) == 2
+
+
+def test_unreadable_cache_entry_is_a_miss(cache_dir):
+    ta.load(ROCM, cache=True)
+    for f in cache_dir.glob("*.parquet"):
+        f.write_bytes(b"not parquet")
+    again = ta.load(ROCM, cache=True)
+    _assert_same_trace(again, ta.load(ROCM))
+
+
+def test_truncated_trace_warning_survives_the_cache(cache_dir, tmp_path):
+    raw = gzip.open(DEMO).read()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[: len(raw) // 2])
+    first = ta.load(cut, cache=True)
+    second = ta.load(cut, cache=True)
+    _assert_same_trace(first, second)
+    assert any("truncated" in w for w in second.warnings)
+
+
+def test_cli_cache_flag_writes_and_reuses_the_cache(cache_dir, tmp_path):
+    out1, out2 = tmp_path / "a.json", tmp_path / "b.json"
+    r1 = run_cli("breakdown", ROCM, "--cache", "-f", "json", "-o", out1)
+    assert r1.returncode == 0, r1.stderr
+    assert len(list(cache_dir.glob("*.parquet"))) == 1
+    r2 = run_cli("breakdown", ROCM, "--cache", "-f", "json", "-o", out2)
+    assert r2.returncode == 0, r2.stderr
+    assert out1.read_bytes() == out2.read_bytes()
+    # default is no cache: nothing new written
+    r3 = run_cli("breakdown", DEMO, "-f", "json", "-o", out2)
+    assert r3.returncode == 0 and len(list(cache_dir.glob("*.parquet"))) == 1
