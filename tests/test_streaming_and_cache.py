@@ -35,7 +35,11 @@ def small_chunks(monkeypatch):
 
 def _same(a, b):
     assert_frame_equal(a[0], b[0])
-    assert a[1] == b[1]
+    # where the cut is reported may differ by a separator byte (comma vs newline before the
+    # first lost event) between the two paths; the events kept are identical
+    ma, mb = dict(a[1]), dict(b[1])
+    assert ma.pop("recovered_fraction") == pytest.approx(mb.pop("recovered_fraction"), abs=1e-6)
+    assert ma == mb
     assert a[2] == b[2]
 
 

@@ -500,6 +500,9 @@ def _parse_blocks(path: Path, stream: _Stream, blocks) -> tuple[pl.DataFrame, di
     try:
         tail = orjson.loads(last)
     except orjson.JSONDecodeError:
+        fixed = clean.repair_json(last)  # NaN / Infinity literals are not a truncation
+        if fixed is not None:
+            raise _Fallback from None  # the whole-document path repairs them, with its warning
         tail, cut_at = _recover(last)
         if tail is None:
             raise _Fallback from None
