@@ -182,7 +182,13 @@ def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, 
         "rank", "name", "stream", "start_ns", "end_ns", "correlation", "external_id", *[c for c in _LINK_COLS if c != "input_dims"]
     ).with_row_index("__k")
     # host side: the launch call and its enclosing record_param_comms / nccl:* annotation
-    tree = host_tree(ev).collect().lazy()
+    # (only threads that hold a record_param_comms op or an nccl:/gloo:/rccl: range can link a
+    # launch to a collective: the call tree of the others is not built)
+    linking = ev.filter(
+        pl.col("kind").is_in(["cpu_op", "annotation"])
+        & ((pl.col("name") == "record_param_comms") | pl.col("name").str.contains(r"^(nccl|gloo|rccl):"))
+    ).select(THREAD).unique()
+    tree = host_tree(ev.join(linking, on=THREAD, how="semi")).collect().lazy()
     launch = (
         tree.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
         .select(*THREAD, "pos", "correlation")

@@ -99,10 +99,14 @@ def recompute_ops(events: pl.DataFrame | pl.LazyFrame, pattern: str | None = Non
     the top-level op. ``pattern``: optional regex; host ranges matching it are treated like
     ``CheckpointFunctionBackward``.
     """
-    tree = host_tree(events.lazy()).collect()
     region_re = CHECKPOINT_NODES if not pattern else f"(?:{CHECKPOINT_NODES})|(?:{pattern})"
     is_region = pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("name").str.contains(region_re)
     is_eval = pl.col("name").str.starts_with(EVALUATE_FUNCTION)
+    # recompute needs a backward node or a checkpoint range on the same thread: build the call
+    # tree of those threads only (the forward thread of a GPU job, most of its events, drops out)
+    ev = events.lazy()
+    threads = ev.filter(pl.col("kind").is_in(HOST_KINDS) & (is_eval | is_region)).select(THREAD).unique()
+    tree = host_tree(ev.join(threads, on=THREAD, how="semi")).collect()
     candidate = (
         (pl.col("kind") == "cpu_op")
         & pl.col("seq").is_not_null()
