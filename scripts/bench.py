@@ -36,7 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
-HTA_CANDIDATES = [os.environ.get("HTA_PYTHON", ""), "/work/venv-hta/bin/python", "/work/venv-hta-speed/bin/python"]
+HTA_CANDIDATES = [os.environ.get("HTA_PYTHON", ""), str(ROOT / ".venv-hta" / "bin" / "python"),
+                  "/work/venv-hta/bin/python"]
 
 FLOOR = r"""
 import gzip, json, resource, sys, time
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     skip = {s for s in args.skip.split(",") if s}
     hta = hta_python()
     if hta is None and "hta" not in skip:
-        print("note: no HTA interpreter found (set HTA_PYTHON or create /work/venv-hta): HTA column skipped", file=sys.stderr)
+        print("note: no HTA interpreter found (set HTA_PYTHON or create .venv-hta, see the README): HTA column skipped", file=sys.stderr)
     traces: list[tuple[str, Path]] = []
     if not args.no_real:
         if not REAL.exists():
