@@ -92,14 +92,10 @@ _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # bytes -> document
 
 
-def read_bytes(path: Path) -> tuple[bytes, bool]:
-    """Return the (decompressed) bytes of ``path`` and whether a gzip stream was cut short.
-
-    A truncated gzip yields everything decompressed before the cut; a corrupt gzip raises
-    :class:`InvalidTrace`.
-    """
+def open_trace(path: Path):
+    """``open(path, "rb")`` with every way it can fail turned into :class:`InputNotFound`."""
     try:
-        data = path.read_bytes()
+        return open(path, "rb")
     except FileNotFoundError:
         raise InputNotFound("no such file", path) from None
     except PermissionError:
@@ -108,6 +104,16 @@ def read_bytes(path: Path) -> tuple[bytes, bool]:
         raise InputNotFound("is a directory", path) from None
     except OSError as exc:
         raise InputNotFound(f"cannot read: {exc.strerror or exc}", path) from None
+
+
+def read_bytes(path: Path) -> tuple[bytes, bool]:
+    """Return the (decompressed) bytes of ``path`` and whether a gzip stream was cut short.
+
+    A truncated gzip yields everything decompressed before the cut; a corrupt gzip raises
+    :class:`InvalidTrace`.
+    """
+    with open_trace(path) as fh:
+        data = fh.read()
     if not data:
         raise InvalidTrace("empty file (0 bytes)", path)
     if data[:2] != b"\x1f\x8b":
@@ -307,17 +313,7 @@ class _Stream:
 
     def blocks(self):
         path = self.path
-        try:
-            fh = open(path, "rb")
-        except FileNotFoundError:
-            raise InputNotFound("no such file", path) from None
-        except PermissionError:
-            raise InputNotFound("permission denied", path) from None
-        except IsADirectoryError:
-            raise InputNotFound("is a directory", path) from None
-        except OSError as exc:
-            raise InputNotFound(f"cannot read: {exc.strerror or exc}", path) from None
-        with fh:
+        with open_trace(path) as fh:
             first = fh.read(_BLOCK)
             if not first:
                 raise InvalidTrace("empty file (0 bytes)", path)
