@@ -26,6 +26,7 @@ def plan(
     hardware_flops: Annotated[bool, typer.Option("--hardware-flops", help="The throughput counts recompute too (hardware FLOPs, e.g. Megatron-DeepSpeed's logged TFLOP/s).")] = False,
     price_per_gpu_hour: Annotated[Optional[float], typer.Option("--price-per-gpu-hour", help="Price of one GPU-hour.")] = None,
     gpu_power_w: Annotated[Optional[float], typer.Option("--gpu-power-w", help="Board power per GPU, W (energy = GPU-hours × W).")] = None,
+    pue: Annotated[float, typer.Option("--pue", help="Power usage effectiveness of the data centre (energy × PUE); 1.0 = GPUs only.")] = 1.0,
     margin: Annotated[Optional[list[str]], typer.Option("--margin", help="Override a margin: NAME=LOW-HIGH (fractions or %), NAME one of framework, jitter, data, interruptions; repeatable.")] = None,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
@@ -55,7 +56,7 @@ def plan(
         measured = trace_measurement(cfg, an.steps, convention, "hardware" if hardware_flops else "model", params)
     p = plan_run(tokens, cfg, params=params, gpus=gpus, convention=convention, flops="hardware" if hardware_flops else "model",
                  tflops=tflops, mfu=mfu, gpu=gpu, measured=measured, price_per_gpu_hour=price_per_gpu_hour,
-                 gpu_power_w=gpu_power_w, margins=margins)
+                 gpu_power_w=gpu_power_w, pue=pue, margins=margins)
     emit(plan_sections(p), format, {"plan": p}, output)
 
 

@@ -13,7 +13,8 @@ Arithmetic (every figure carries a low / expected / high value):
   included); ``flops="hardware"`` adds what activation recompute executes again;
 * GPU-seconds = total FLOPs / sustained FLOP/s per GPU (same convention as the FLOPs), then
   × (1 + margin) for each margin; wall-clock = GPU-hours / GPUs; energy = GPU-hours × board
-  power (GPU only: no host, network or cooling); cost = GPU-hours × price.
+  power × PUE (default PUE 1.0: the GPUs only, no host, network or cooling); cost = GPU-hours ×
+  price.
 
 Margins are fractions added to the time. Where a trace is given, they are **measured**: its step
 time already holds framework overhead, data loading and host-bound idle (margin 0, measured),
@@ -168,6 +169,7 @@ def plan_run(
     measured: dict[str, Any] | None = None,
     price_per_gpu_hour: float | None = None,
     gpu_power_w: float | None = None,
+    pue: float = 1.0,
     margins: dict[str, tuple[float, float] | float] | None = None,
 ) -> dict[str, Any]:
     """Time and cost of training on ``tokens`` tokens (see the module doc).
@@ -177,6 +179,12 @@ def plan_run(
     ``measured`` (from :func:`measure_trace` plus ``flops_per_step`` and ``num_gpus`` of the
     traced run). ``margins`` overrides :data:`DEFAULT_MARGINS` by name (a fraction or a range).
     """
+    if not (math.isfinite(pue) and pue >= 1.0):
+        raise ConfigError(f"--pue {pue}: power usage effectiveness is 1.0 or more")
+    if gpu_power_w is not None and not (math.isfinite(gpu_power_w) and gpu_power_w > 0):
+        raise ConfigError(f"--gpu-power-w {gpu_power_w}: must be positive")
+    if price_per_gpu_hour is not None and not (math.isfinite(price_per_gpu_hour) and price_per_gpu_hour >= 0):
+        raise ConfigError(f"--price-per-gpu-hour {price_per_gpu_hour}: must be zero or more")
     if convention not in PLAN_CONVENTIONS:
         raise ConfigError(f"convention {convention!r}: one of {', '.join(PLAN_CONVENTIONS)}")
     if flops not in ("model", "hardware"):
@@ -275,8 +283,9 @@ def plan_run(
         "gpu_hours_ideal": ideal_h,
         "gpu_hours": gpu_h,
         "wall_clock_days": {k: v / n_gpus / 24 for k, v in gpu_h.items()} if n_gpus else None,
-        "energy_mwh": {k: v * gpu_power_w / 1e6 for k, v in gpu_h.items()} if gpu_power_w else None,
+        "energy_mwh": {k: v * gpu_power_w * pue / 1e6 for k, v in gpu_h.items()} if gpu_power_w else None,
         "gpu_power_w": gpu_power_w,
+        "pue": pue,
         "cost": {k: v * price_per_gpu_hour for k, v in gpu_h.items()} if price_per_gpu_hour is not None else None,
         "price_per_gpu_hour": price_per_gpu_hour,
         "notes": notes,
