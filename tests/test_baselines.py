@@ -79,6 +79,19 @@ def test_old_layouts_and_missing_rank_lines():
     assert rows(rs)["size_bytes"].to_list() == [0, 0, 0, 0, 0, 128, 256]
 
 
+def test_all_gather_launcher_prefixes_and_the_2023_layout():
+    # srun --label prefixes every line with "  0: "; the binary is named on the srun command line
+    text = (B / "all_gather_perf_mi250x_4node_srun.txt").read_text()
+    ag = parse_nccl_tests(text, source="log.txt")
+    r = rows(ag)
+    assert r["collective"].unique().to_list() == ["all_gather"] and r.height == 5
+    assert r[["size_bytes", "count", "redop", "root", "time_us", "algbw_gbps", "busbw_gbps"]].row(0) == (65536, 512, "none", -1, 107.5, 0.61, 0.59)
+    # rccl-tests 2023: neither redop nor root column
+    old = rows(read_nccl_tests(B / "all_gather_perf_mi250x_16rank_2023.txt"))
+    assert old[["size_bytes", "count", "redop", "root", "time_us", "busbw_gbps", "wrong"]].row(-1) == (8192, 128, None, None, 34.81, 0.22, "0e+00")
+    assert old.height == 8
+
+
 def test_gb10_modern_header_and_several_tests_in_one_log():
     one = (B / "all_reduce_perf_gb10_2node.txt").read_text()
     two = (B / "alltoall_perf_h20_1node.txt").read_text()
