@@ -19,7 +19,7 @@ import pytest
 
 import traceanalyzer as ta
 from traceanalyzer.baselines import read_nccl_tests
-from traceanalyzer.classify.busbw import achieved_busbw, busbw_summary
+from traceanalyzer.classify.busbw import achieved_busbw, busbw_summary, exposed_split
 
 from conftest import DLRM, FIXTURES, TRACES, needs_shared, run_cli
 
@@ -95,6 +95,14 @@ def test_aligned_ranks_use_the_transfer_time():
     assert per["time_basis"].unique().to_list() == ["transfer (ranks aligned)"]
     assert per["busbw_gbps"].to_list() == pytest.approx([2**30 / 5e6 * 1.75] * 2)
     assert per["efficiency"].to_list() == pytest.approx([2**30 / 5e6 * 1.75 / 369.0] * 2)
+    # exposed split: rank 0 waited 1 ms of its 6 ms kernel; the 5 ms transfer beats 369 GB/s
+    # (2^30 × 1.75 / 369 = 5.09 ms > 5 ms), so nothing is below the reference
+    comm = pl.DataFrame({"rank": [0, 1], "step": [1, 1], "by": ["type", "type"], "key": ["all_reduce"] * 2,
+                         "exposed_ns": [3_000_000, 1_100_000]})
+    split = exposed_split(per, comm)
+    assert split.select("exposed_wait_ns", "exposed_link_speed_ns", "exposed_below_reference_ns").rows() == [
+        (500_000, 2_500_000, 0), (100_000, 1_000_000, 0)]
+    assert split["split_basis"].unique().to_list() == ["wait measured (ranks aligned)"]
 
 
 @needs_shared()
@@ -111,3 +119,23 @@ def test_cli_baseline_with_trace():
     doc = json.loads(r.stdout)
     assert len(doc["collectives"]["instances"]) == 21
     assert {s["coll_type"] for s in doc["collectives"]["summary"]} == {"all_reduce", "broadcast"}
+
+
+@needs_shared()
+def test_exposed_split_by_hand():
+    an = ta.analyze(ta.load(NCCL))
+    per = achieved_busbw(an.collectives, gpu="A100")
+    split = exposed_split(per, an.comm)
+    # the three parts add up exactly to the exposed time of every (rank, step, type)
+    assert (split["exposed_wait_ns"] + split["exposed_link_speed_ns"] + split["exposed_below_reference_ns"] == split["exposed_ns"]).all()
+    expo = an.comm.filter((pl.col("by") == "type") & (pl.col("key") == "all_reduce") & (pl.col("step") == 4))["exposed_ns"].item()
+    # by hand: the step-4 all-reduces of the raw JSON at A100's 246 GB/s reference
+    steps = per.filter((pl.col("coll_type") == "all_reduce") & (pl.col("step") == 4))
+    hand = {(h["bytes"], h["dur_ns"]) for h in by_hand(NCCL) if h["type"] == "all_reduce"}
+    pairs = list(zip(steps["bytes"].to_list(), steps["time_ns"].to_list()))
+    assert set(pairs) <= hand and len(pairs) == 5
+    at = sum(min(b * 1.0 / 246.0, d) for b, d in pairs)  # bytes × factor 1 / (246 bytes/ns)
+    link = round(expo * at / sum(d for _, d in pairs))
+    row = split.filter((pl.col("step") == 4) & (pl.col("coll_type") == "all_reduce")).row(0, named=True)
+    assert row["exposed_ns"] == expo and row["exposed_wait_ns"] == 0 and row["exposed_link_speed_ns"] == link
+    assert row["split_basis"].startswith("one rank of the group")

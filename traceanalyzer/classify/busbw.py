@@ -1,7 +1,8 @@
 """Collective efficiency: the bus bandwidth each collective in a trace reached, against a reference.
 
-Public surface: :func:`achieved_busbw` (one row per collective kernel with a byte count) and
-:func:`busbw_summary` (per collective type and process group).
+Public surface: :func:`achieved_busbw` (one row per collective kernel with a byte count),
+:func:`busbw_summary` (per collective type and process group) and :func:`exposed_split` (the
+exposed communication split into wait, link speed and below the reference).
 
 For each communication kernel of :func:`traceanalyzer.classify.comm.collectives` that has a
 byte count and a group size:
@@ -29,7 +30,7 @@ from traceanalyzer.baselines.nccltests import bus_factor_expr
 from traceanalyzer.model.hardware import BUS_EFFICIENCY, GPUS, detect_gpu
 
 BUSBW_COLUMNS = [
-    "rank", "step", "coll_type", "pg_name", "group_size", "bytes", "start_ns", "time_ns", "time_basis",
+    "rank", "step", "coll_type", "pg_name", "group_size", "bytes", "start_ns", "dur_ns", "time_ns", "time_basis",
     "algbw_gbps", "bus_factor", "busbw_gbps", "reference_gbps", "reference", "extrapolated", "efficiency",
 ]
 
@@ -90,4 +91,48 @@ def busbw_summary(per: pl.DataFrame) -> pl.DataFrame:
             pl.col("time_basis").first(),
         )
         .sort("time_ns", descending=True)
+    )
+
+
+def exposed_split(per: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
+    """The exposed communication of each (rank, step, collective type) split by cause.
+
+    ``per``: :func:`achieved_busbw`; ``comm``: ``Analysis.comm`` (its ``by == "type"`` rows give
+    ``exposed_ns``). Each kernel's duration is cut into ``wait`` (for late peers: duration −
+    transfer when the group's ranks are aligned; else 0, the wait then stays inside the slower
+    part), ``link speed`` = min(bytes × factor / reference, time): what the transfer needs at the
+    reference bus bandwidth, and ``below reference`` = the rest of the time (below the cluster's
+    own baseline, or the table figure without one). The exposed time of the (rank, step, type)
+    is split in the proportions of those parts summed over its kernels with a reference; the
+    three integer-ns columns sum exactly to ``exposed_ns``. ``split_basis`` says whether the
+    wait was measured.
+    """
+    k = (
+        per.filter(pl.col("reference_gbps").is_not_null() & (pl.col("reference_gbps") > 0))
+        .with_columns((pl.col("bytes") * pl.col("bus_factor") / pl.col("reference_gbps")).alias("__tref"))
+        .with_columns(pl.min_horizontal("__tref", pl.col("time_ns").cast(pl.Float64)).alias("__at"))
+    )
+    parts = k.group_by("rank", "step", "coll_type").agg(
+        (pl.col("dur_ns") - pl.col("time_ns")).sum().cast(pl.Float64).alias("wait"),
+        pl.col("__at").sum().alias("at"),
+        (pl.col("time_ns") - pl.col("__at")).sum().alias("below"),
+        pl.col("time_basis").str.starts_with("transfer").all().alias("aligned"),
+    )
+    expo = comm.filter(pl.col("by") == "type").select("rank", "step", pl.col("key").alias("coll_type"), "exposed_ns")
+    out = expo.join(parts, on=["rank", "step", "coll_type"], how="inner")
+    total = pl.col("wait") + pl.col("at") + pl.col("below")
+    return (
+        out.with_columns(
+            (pl.col("exposed_ns") * pl.col("wait") / total).round(0).cast(pl.Int64).alias("exposed_wait_ns"),
+            (pl.col("exposed_ns") * pl.col("at") / total).round(0).cast(pl.Int64).alias("exposed_link_speed_ns"),
+        )
+        .with_columns(
+            (pl.col("exposed_ns") - pl.col("exposed_wait_ns") - pl.col("exposed_link_speed_ns")).alias("exposed_below_reference_ns"),
+            pl.when(pl.col("aligned")).then(pl.lit("wait measured (ranks aligned)"))
+            .otherwise(pl.lit("one rank of the group: the wait for peers cannot be separated and stays in 'below reference'"))
+            .alias("split_basis"),
+        )
+        .select("rank", "step", "coll_type", "exposed_ns", "exposed_wait_ns", "exposed_link_speed_ns",
+                "exposed_below_reference_ns", "split_basis")
+        .sort("rank", "step", "coll_type")
     )

@@ -29,7 +29,7 @@ def baseline(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
 ) -> None:
     """Health of the cluster's own baseline (nccl-tests, nvidia-smi topo -m) and, with --trace, the bus bandwidth each collective reached against it."""
-    from traceanalyzer.render.linkhealth import efficiency_sections, health_sections, topology_sections
+    from traceanalyzer.render.linkhealth import efficiency_sections, exposed_split_section, health_sections, topology_sections
 
     if not files and topo is None:
         raise ConfigError("give nccl-tests output files and/or --topo FILE")
@@ -59,7 +59,7 @@ def baseline(
         raise ConfigError("--config flags TP groups against a topology: give --topo FILE too")
     if trace:
         from traceanalyzer.classify import analyze
-        from traceanalyzer.classify.busbw import achieved_busbw, busbw_summary
+        from traceanalyzer.classify.busbw import achieved_busbw, busbw_summary, exposed_split
         from traceanalyzer.commands.common import load_with_progress, print_warnings
 
         tr = load_with_progress(list(trace), show=True)
@@ -70,8 +70,11 @@ def baseline(
             print_warnings(["no collective in the trace carries a byte count and a group size "
                             "(record_param_comms / NCCL kernel args 'In msg nelems'): nothing to set against the baseline"])
         summ_c = busbw_summary(per)
+        split = exposed_split(per, an.comm)
         sections += efficiency_sections(summ_c, per)
-        doc["collectives"] = {"summary": summ_c.to_dicts(), "instances": per.to_dicts()}
+        if split.height:
+            sections.append(exposed_split_section(split))
+        doc["collectives"] = {"summary": summ_c.to_dicts(), "instances": per.to_dicts(), "exposed_split": split.to_dicts()}
     emit(sections, format, doc, output)
 
 

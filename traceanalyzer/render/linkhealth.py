@@ -79,3 +79,14 @@ def efficiency_sections(summary: pl.DataFrame, per: pl.DataFrame, limit: int = 4
     if per.height > limit:
         inst.notes.append(f"first {limit} of {per.height} instances (--format json has all)")
     return [s, inst]
+
+
+def exposed_split_section(split: pl.DataFrame) -> Section:
+    sec = Section("Exposed communication by cause", ["rank", "step", "type", "exposed ms", "wait for peers ms",
+                                                     "at reference speed ms", "below reference ms"])
+    for r in split.iter_rows(named=True):
+        sec.rows.append([str(r["rank"]), "—" if r["step"] is None else str(r["step"]), r["coll_type"],
+                         num(r["exposed_ns"] / 1e6, 3), num(r["exposed_wait_ns"] / 1e6, 3),
+                         num(r["exposed_link_speed_ns"] / 1e6, 3), num(r["exposed_below_reference_ns"] / 1e6, 3)])
+    sec.notes += sorted(set(split["split_basis"].to_list()))
+    return sec
