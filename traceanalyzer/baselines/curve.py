@@ -8,8 +8,8 @@ are smooth in that axis); outside the measured range the nearest end is used and
 ``extrapolated``. Sizes of 0 bytes are dropped (they time the launch only).
 
 Which curve: the same collective, out-of-place (what frameworks call), and — when the
-baseline holds several — the one whose rank count equals the trace group's, else the one with
-the most ranks; within it, one scope (``intra`` preferred when the group fits one host).
+baseline holds several tests of it — the one whose rank count equals the trace group's, else
+the one with the most ranks (the result names the curve's rank count and scope).
 """
 
 from __future__ import annotations

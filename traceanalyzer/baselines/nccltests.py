@@ -11,7 +11,6 @@ What is read (every line is classified with polars expressions; nothing loops ov
   current one (``redop`` and ``root`` columns, ``#wrong``) and the 2019–2021 one (no ``root``
   column, an ``error`` column such as ``2e-06``; all-to-all leaves ``redop`` empty; broadcast has
   ``root`` but no ``redop``). The last eight fields are always the two timing blocks;
-* ``# nThread T nGpus G minBytes ... maxBytes ...``: threads and GPUs per process;
 * ``#  Rank  R Group G Pid P on HOST device D [BUSID] NAME`` (``Group`` absent before 2022):
   ranks, hosts, GPUs per host and the device name. One host = ``intra`` node, several =
   ``inter`` node; none listed = ``unknown``;
@@ -80,7 +79,6 @@ _ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 # "  0: " (srun --label)
 _PREFIX = r"^(?:\[[\d,]+\](?:<std(?:out|err)>:)?|\s*\d+:\s)"
 _ROW = r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(.*\S)\s*$"
-_NTHREAD = r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
 _RANK = r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.*?)\s*$"
 _COLHDR = r"^#\s*size\s+count\s+type\b"
 _START = r"Collective test starting:\s*(\w+?)_perf"
@@ -166,8 +164,6 @@ def parse_nccl_tests(text: str, source: str = "<text>", collective: str | None =
         (pl.col("seg") + 1).alias("test"),
         pl.col("line").str.extract(_START, 1).alias("start_bin"),
         pl.col("line").str.extract(_BIN_RE, 1).alias("cmd_bin"),
-        pl.col("line").str.extract(_NTHREAD, 1).cast(pl.Int32).alias("nthread"),
-        pl.col("line").str.extract(_NTHREAD, 2).cast(pl.Int32).alias("ngpus"),
         pl.col("line").str.extract(_RANK, 1).cast(pl.Int32).alias("rank"),
         pl.col("line").str.extract(_RANK, 2).alias("host"),
         pl.col("line").str.extract(_RANK, 3).alias("device"),
