@@ -141,3 +141,20 @@ def test_cli_plan_table_and_json():
     r = run_cli("plan", "--tokens", "15T", "--params", "70B", "--mfu", "0.4", "--gpu", "H100 SXM", "--gpus", "8192")
     assert r.returncode == 0 and "wall-clock days" in r.stdout
     assert math.isfinite(ta.plan("15T", params="70B", mfu=0.4, gpu="H100 SXM")["total_flops"])
+
+
+def test_cli_plan_from_a_trace(tmp_path):
+    # plumbing only: a 6·N·T plan whose throughput is measured on the MI300X demo trace (3 steps)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[model]\nseq_length = 1\n[batch]\nglobal_batch = 256\n[hardware]\ngpu = "MI300X"\nnum_gpus = 8\n')
+    r = run_cli("plan", "-c", cfg, "--tokens", "1B", "--params", "25.6M", "--trace", DEMO, "-f", "json")
+    assert r.returncode == 0, r.stderr
+    import json
+
+    p = json.loads(r.stdout)["plan"]
+    steps = ta.analyze(ta.load(DEMO)).steps
+    med = steps.group_by("step").agg(pl.col("duration_ns").max())["duration_ns"].median() / 1e9
+    assert p["throughput_tflops_per_gpu"]["expected"] == pytest.approx(6 * 25.6e6 * 256 / (med * 8) / 1e12)
+    assert p["throughput_source"].startswith("measured") and p["margins"]["jitter"]["source"].startswith("measured over 3 steps")
+    r = run_cli("plan", "--tokens", "1B", "--params", "25.6M", "--trace", DEMO)
+    assert r.returncode == 7 and "--trace needs the run configuration" in r.stderr

@@ -28,10 +28,10 @@ def plan_sections(p: dict[str, Any]) -> list[Section]:
     res = Section("Time, energy and cost", ["", "low", "expected", "high"])
     res.rows += [
         _row("throughput, TFLOP/s per GPU", p["throughput_tflops_per_gpu"]),
-        _row("GPU-hours without margins (millions)", p["gpu_hours_ideal"], 3, 1e-6),
+        _row("GPU-hours without margins", p["gpu_hours_ideal"], 0),
         _row("margin factor", p["margin_factor"], 3),
-        _row("GPU-hours (millions)", p["gpu_hours"], 3, 1e-6),
-        _row("wall-clock days", p["wall_clock_days"], 1),
+        _row("GPU-hours", p["gpu_hours"], 0),
+        _row("wall-clock days", p["wall_clock_days"], 2),
         _row(f"energy, MWh (GPUs at {p['gpu_power_w']:g} W, PUE {p['pue']:g})" if p["gpu_power_w"] else "energy, MWh", p["energy_mwh"], 1),
         _row(f"cost (at {p['price_per_gpu_hour']} per GPU-hour)" if p["price_per_gpu_hour"] is not None else "cost", p["cost"], 0),
     ]
