@@ -158,3 +158,15 @@ def test_cli_plan_from_a_trace(tmp_path):
     assert p["throughput_source"].startswith("measured") and p["margins"]["jitter"]["source"].startswith("measured over 3 steps")
     r = run_cli("plan", "--tokens", "1B", "--params", "25.6M", "--trace", DEMO)
     assert r.returncode == 7 and "--trace needs the run configuration" in r.stderr
+
+
+def test_jitter_across_stored_runs():
+    # five nights: 10.0, 10.2, 9.9, 10.1, 11.0 s -> median 10.1, mean 10.24, p90 10.68 (linear)
+    p = plan_run("1T", params="1B", tflops=100, run_step_times=[10.0, 10.2, 9.9, 10.1, 11.0])
+    j = p["margins"]["jitter"]
+    assert j["low"] == pytest.approx(10.24 / 10.1 - 1) and j["high"] == pytest.approx(10.68 / 10.1 - 1)
+    assert j["source"].startswith("measured across 5 stored runs")
+    q = plan_run("1T", params="1B", tflops=100, run_step_times=[10.0])
+    assert q["margins"]["jitter"]["source"].startswith("assumed") and any("only 1 stored run" in n for n in q["notes"])
+    r = run_cli("plan", "--tokens", "1T", "--params", "1B", "--tflops", "100", "--store", "/nonexistent/store")
+    assert r.returncode == 3 and r.stderr.count("\n") == 1

@@ -27,6 +27,8 @@ def plan(
     price_per_gpu_hour: Annotated[Optional[float], typer.Option("--price-per-gpu-hour", help="Price of one GPU-hour.")] = None,
     gpu_power_w: Annotated[Optional[float], typer.Option("--gpu-power-w", help="Board power per GPU, W (energy = GPU-hours × W).")] = None,
     pue: Annotated[float, typer.Option("--pue", help="Power usage effectiveness of the data centre (energy × PUE); 1.0 = GPUs only.")] = 1.0,
+    store: Annotated[Optional[Path], typer.Option("--store", help="Batch store: the step-time spread across its runs (nights) sets the jitter margin.")] = None,
+    job: Annotated[Optional[str], typer.Option("--job", help="With --store: only this job's runs.")] = None,
     margin: Annotated[Optional[list[str]], typer.Option("--margin", help="Override a margin: NAME=LOW-HIGH (fractions or %), NAME one of framework, jitter, data, interruptions; repeatable.")] = None,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
@@ -54,9 +56,15 @@ def plan(
 
         an = analyze(load_with_progress(list(trace), show=True))
         measured = trace_measurement(cfg, an.steps, convention, "hardware" if hardware_flops else "model", params)
+    run_steps = None
+    if store is not None:
+        from traceanalyzer.batch.trend import trend_frame
+
+        run_steps = (trend_frame(store, "step_time", job=job)["value"] / 1e3).to_list()  # ms -> s
     p = plan_run(tokens, cfg, params=params, gpus=gpus, convention=convention, flops="hardware" if hardware_flops else "model",
                  tflops=tflops, mfu=mfu, gpu=gpu, measured=measured, price_per_gpu_hour=price_per_gpu_hour,
-                 gpu_power_w=gpu_power_w, pue=pue, margins=margins)
+                 gpu_power_w=gpu_power_w, pue=pue, margins=margins,
+                 run_step_times=run_steps)
     emit(plan_sections(p), format, {"plan": p}, output)
 
 

@@ -19,7 +19,8 @@ Arithmetic (every figure carries a low / expected / high value):
 Margins are fractions added to the time. Where a trace is given, they are **measured**: its step
 time already holds framework overhead, data loading and host-bound idle (margin 0, measured),
 and the spread of step times across its steps gives the jitter margin (mean / median − 1 as
-expected, p90 / median − 1 as high). Otherwise they are **assumed** (and the plan says so):
+low, p90 / median − 1 as high). The mean step times of runs in the batch store (one per night)
+give the same two numbers across nights, and then set the jitter margin. Otherwise they are **assumed** (and the plan says so):
 framework overhead 10–15 %, network jitter 5–10 %, data loading 0–5 %, interruptions
 (failures, restarts, checkpoint writes) 0–11 % — the Llama 3 paper reports "higher than 90%
 effective training time" on 16k H100s.
@@ -171,6 +172,7 @@ def plan_run(
     gpu_power_w: float | None = None,
     pue: float = 1.0,
     margins: dict[str, tuple[float, float] | float] | None = None,
+    run_step_times: list[float] | None = None,
 ) -> dict[str, Any]:
     """Time and cost of training on ``tokens`` tokens (see the module doc).
 
@@ -253,6 +255,16 @@ def plan_run(
             notes.append(f"only {measured['steps']} step(s) in the trace: the jitter margin stays assumed")
         if gpus is not None and gpus != run_gpus:
             notes.append(f"the throughput per GPU measured on {run_gpus} GPUs is assumed to hold on {gpus}")
+    if run_step_times is not None:
+        st = pl.Series([float(x) for x in run_step_times if x is not None and x > 0], dtype=pl.Float64)
+        if st.len() >= 3:
+            med = st.median()
+            j_lo = max(0.0, st.mean() / med - 1)
+            j_hi = max(j_lo, st.quantile(0.9, "linear") / med - 1)
+            margin_spec["jitter"] = (j_lo, j_hi, f"measured across {st.len()} stored runs (nights): "
+                                     f"mean/median − 1 = {j_lo:.1%}, p90/median − 1 = {j_hi:.1%}")
+        else:
+            notes.append(f"only {st.len()} stored run(s) with a step time: the jitter margin is not taken from the store")
     for k, v in (margins or {}).items():
         if k not in margin_spec:
             raise ConfigError(f"--margin {k}: one of {', '.join(margin_spec)}")
