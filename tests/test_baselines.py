@@ -15,7 +15,7 @@ from traceanalyzer.baselines import (
     tp_group_links,
 )
 from traceanalyzer.baselines.health import link_gbps
-from traceanalyzer.errors import InvalidTrace
+from traceanalyzer.errors import ConfigError, InvalidTrace
 
 from conftest import FIXTURES, run_cli
 
@@ -202,7 +202,7 @@ def test_topology_h100_nvlink_nic_affinity_and_tp_groups():
     assert [d[f"GPU{i}"] for i in range(8)] == ["NIC8", "NIC7", "NIC6", "NIC5", "NIC4", "NIC3", "NIC2", "NIC1"]
     tp = tp_group_links(t, 8)
     assert tp.select("weakest", "non_nvlink_pairs", "all_nvlink").rows() == [("NV18", 0, True)]
-    with pytest.raises(InvalidTrace, match="does not divide the 8 GPUs"):
+    with pytest.raises(ConfigError, match="does not divide the 8 GPUs"):
         tp_group_links(t, 3)
 
 
@@ -232,3 +232,17 @@ def test_cli_baseline_table_and_json(tmp_path):
     assert r.returncode == 0 and "healthy" not in r.stdout  # 61.84 / 450 at 4 MiB: no message ≥ 64 MiB
     r = run_cli("baseline", B / "reduce_scatter_perf_2x4gpu.txt", "--scope", "sideways")
     assert r.returncode == 7 and "--scope" in r.stderr
+
+
+def test_cli_tp_groups_from_a_run_config(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("[parallel]\ntp = 2\n")
+    r = run_cli("baseline", "--topo", B / "topo_rtx4090_8gpu.txt", "-c", cfg)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("spans non-NVLink pairs") == 4  # GPU0-1, 2-3, 4-5, 6-7: all SYS
+    cfg.write_text("[parallel]\ntp = 8\n")
+    r = run_cli("baseline", "--topo", B / "topo_h100_nv18_8gpu.txt", "-c", cfg)
+    assert r.returncode == 0 and "all pairs on NVLink" in r.stdout
+    cfg.write_text("[parallel]\ntp = 3\n")
+    r = run_cli("baseline", "--topo", B / "topo_h100_nv18_8gpu.txt", "-c", cfg)
+    assert r.returncode == 7 and "does not divide the 8 GPUs" in r.stderr

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.errors import InputNotFound, InvalidTrace
+from traceanalyzer.errors import ConfigError, InputNotFound, InvalidTrace
 
 _ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 _LINK = r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$"
@@ -190,7 +190,7 @@ def tp_group_links(topo: Topology, tp: int) -> pl.DataFrame:
     """
     gpus = topo.devices.filter(pl.col("kind") == "gpu").sort("index")
     if tp < 1 or gpus.height % tp:
-        raise InvalidTrace(f"tensor-parallel size {tp} does not divide the {gpus.height} GPUs of the topology", topo.source)
+        raise ConfigError(f"tensor-parallel size {tp} does not divide the {gpus.height} GPUs of the topology", topo.source)
     g = gpus.select("device", "index", (pl.col("index") // tp).alias("group"))
     pairs = (
         topo.gpu_links()
