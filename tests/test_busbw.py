@@ -139,3 +139,15 @@ def test_exposed_split_by_hand():
     row = split.filter((pl.col("step") == 4) & (pl.col("coll_type") == "all_reduce")).row(0, named=True)
     assert row["exposed_ns"] == expo and row["exposed_wait_ns"] == 0 and row["exposed_link_speed_ns"] == link
     assert row["split_basis"].startswith("one rank of the group")
+
+
+@needs_shared()
+def test_cli_trace_without_baseline_uses_the_hardware_table():
+    r = run_cli("baseline", "--trace", NCCL, "-f", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    refs = {i["reference"] for i in doc["collectives"]["instances"]}
+    assert refs == {"hardware table (no baseline given): NVIDIA A100 (SXM4/PCIe) NVLink 300 GB/s × 0.82"}
+    assert sum(x["exposed_ns"] for x in doc["collectives"]["exposed_split"]) > 0
+    r = run_cli("baseline")
+    assert r.returncode == 7 and r.stderr.count("\n") == 1

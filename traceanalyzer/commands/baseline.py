@@ -31,8 +31,8 @@ def baseline(
     """Health of the cluster's own baseline (nccl-tests, nvidia-smi topo -m) and, with --trace, the bus bandwidth each collective reached against it."""
     from traceanalyzer.render.linkhealth import efficiency_sections, exposed_split_section, health_sections, topology_sections
 
-    if not files and topo is None:
-        raise ConfigError("give nccl-tests output files and/or --topo FILE")
+    if not files and topo is None and not trace:
+        raise ConfigError("give nccl-tests output files, --topo FILE and/or --trace (collectives against the hardware table)")
     if scope is not None and scope not in ("intra", "inter"):
         raise ConfigError(f"--scope {scope!r}: use intra or inter")
     sections = []
