@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer import __version__
-from traceanalyzer.commands import annotate, batch, breakdown, gate, predict, reconcile, report, trend
+from traceanalyzer.commands import annotate, baseline, batch, breakdown, gate, plan, predict, reconcile, report, trend
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
 
 _EPILOG = "Exit codes: " + "; ".join(f"{k} {v.split(':')[0]}" for k, v in EXIT_CODES.items()) + "."
@@ -28,7 +28,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-for _module in (breakdown, predict, reconcile, report, annotate, batch, trend, gate):
+for _module in (breakdown, predict, reconcile, report, annotate, batch, trend, gate, baseline, plan):
     _module.register(app)
 
 

@@ -48,11 +48,19 @@ def predict(
     kernel_efficiency: Annotated[Optional[float], typer.Option("--kernel-efficiency", help="Fraction of peak reached by compute kernels (default: implied by [reported], the --vs run, else 1.0).")] = None,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", help="nccl-tests output: bandwidth by message size instead of the hardware table's.")] = None,
 ) -> None:
     """Predict FLOPs, bubble, recompute and communication of a run; with --vs, split the gap into causes."""
     if convention is not None and convention not in CONVENTIONS:
         raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
     cfg = load_config(config, megatron_args)
+    base = None
+    if baseline:
+        import polars as pl
+
+        from traceanalyzer.baselines import read_nccl_tests
+
+        base = pl.concat([read_nccl_tests(f) for f in baseline])
     ref = ref_pred = None
     if vs is not None:
         ref = load_config(vs)
@@ -61,7 +69,7 @@ def predict(
         if kernel_efficiency is None:
             kernel_efficiency = ref_pred["kernel_efficiency"]
     batches = global_batch or [None]
-    preds = [predict_run(cfg, convention=convention, kernel_efficiency=kernel_efficiency, global_batch=g) for g in batches]
+    preds = [predict_run(cfg, convention=convention, kernel_efficiency=kernel_efficiency, global_batch=g, baseline=base) for g in batches]
     sections = prediction_sections(preds[0])
     doc: dict[str, Any] = {"prediction": preds[0]}
     if len(preds) > 1:

@@ -34,7 +34,8 @@ CAUSES = ("peak", "kernel_efficiency", "recompute", "bubble", "exposed_comm")
 
 
 def predict(cfg: RunConfig, *, convention: str | None = None, kernel_efficiency: float | None = None,
-            global_batch: int | None = None, exposed_comm: dict[str, float] | None = None) -> dict[str, Any]:
+            global_batch: int | None = None, exposed_comm: dict[str, float] | None = None,
+            baseline: Any = None) -> dict[str, Any]:
     """Analytic prediction for ``cfg`` (pure; plain dict of numbers and labels).
 
     ``convention``: FLOPs convention of every figure (default: the reported figure's, else the
@@ -42,6 +43,9 @@ def predict(cfg: RunConfig, *, convention: str | None = None, kernel_efficiency:
     by ``[reported]``, else 1.0). ``global_batch`` overrides ``[batch]`` (sweeps).
     ``exposed_comm``: per-dimension fraction of the communication time that is exposed,
     replacing the defaults of :mod:`traceanalyzer.model.parallel` (e.g. ``{"tp": 0.0}``).
+    ``baseline``: an nccl-tests frame (:func:`traceanalyzer.baselines.read_nccl_tests`): each
+    communication family's bandwidth is read off it at its message size
+    (:func:`traceanalyzer.model.commcurve.with_baseline`) instead of the hardware table's.
     """
     if global_batch is not None:
         cfg = replace(cfg, batch=replace(cfg.batch, global_batch=global_batch)).validate()
@@ -53,6 +57,10 @@ def predict(cfg: RunConfig, *, convention: str | None = None, kernel_efficiency:
     m = cfg.need(cfg.microbatches, "[batch] global_batch", "the number of microbatches (pipeline bubble)")
     bub = bubble_fraction(cfg.parallel.pp, m, cfg.parallel.vp)
     comms = comm_volumes(cfg)
+    if baseline is not None:
+        from traceanalyzer.model.commcurve import with_baseline
+
+        comms = with_baseline(comms, cfg, baseline)
 
     def exposed_s(c) -> float:
         if exposed_comm is not None and c.dim in exposed_comm:
