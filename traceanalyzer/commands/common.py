@@ -42,6 +42,14 @@ def print_warnings(warnings: list[str]) -> None:
         err_console.print(f"[yellow]warning:[/yellow] {w}", markup=True, soft_wrap=True)
 
 
+def print_store_warnings(store) -> None:
+    """The damaged files a read of a batch store skipped (names printed as they are, no markup)."""
+    from rich.text import Text
+
+    for w in store.warnings:
+        err_console.print(Text.assemble(("warning:", "yellow"), " ", w), soft_wrap=True)
+
+
 @contextmanager
 def output_stream(output: Path | None) -> Iterator:
     if output is None:
