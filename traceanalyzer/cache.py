@@ -140,9 +140,19 @@ def _digest(path: Path, directory: Path | None) -> tuple[str, tuple]:
 
 
 def file_sha256(path: str | Path, directory: str | Path | None = None) -> str:
-    """SHA-256 of a file's bytes (remembered in the cache directory by the file's identity)."""
+    """SHA-256 of a file's bytes (remembered in the cache directory by the file's identity).
+    A file that cannot be read is :class:`~traceanalyzer.errors.InputNotFound`, naming it."""
+    from traceanalyzer.errors import InputNotFound
+
     d = resolve_dir(directory)
-    return _digest(Path(path), d)[0]
+    try:
+        return _digest(Path(path), d)[0]
+    except FileNotFoundError as exc:
+        raise InputNotFound("no such file or directory" + (" (a dangling link)" if Path(path).is_symlink() else ""), path) from exc
+    except PermissionError as exc:
+        raise InputNotFound("permission denied", path) from exc
+    except OSError as exc:
+        raise InputNotFound(f"cannot read: {exc.strerror or exc}", path) from exc
 
 
 def cache_key(files: Iterable[str | Path], hashes: list[str] | None = None, version: str | None = None,

@@ -178,7 +178,7 @@ def _input_keys(spec: RunSpec, digest_dir: str) -> tuple[str | None, str | None]
             return with_manifest, cache_key(files, hashes)
         key = cache_key(files, hashes)
         return key, key
-    except OSError:
+    except InputNotFound:
         return None, None
 
 
@@ -193,5 +193,5 @@ def _with_version(keys: tuple[str | None, str | None], spec: RunSpec, digest_dir
         if spec.manifest_path:
             out.add(cache_key([*files, Path(spec.manifest_path)], [*hashes, file_sha256(spec.manifest_path, digest_dir)], version=version))
         return out
-    except OSError:
+    except InputNotFound:
         return set()
