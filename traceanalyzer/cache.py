@@ -188,9 +188,7 @@ def get(path: str | Path, directory: str | Path | None = None) -> tuple[pl.DataF
         return None
     entry = _entry(digest, d)
     try:
-        import pyarrow.parquet as pq
-
-        info = orjson.loads(pq.read_schema(entry).metadata[_META_KEY])
+        info = orjson.loads(_read_info(entry))
         if info["sha256"] != digest or info["cache_version"] != CACHE_VERSION or info["version"] != __version__:
             raise ValueError("foreign entry")
         events = conform(pl.read_parquet(entry), EVENT_SCHEMA)
@@ -218,8 +216,6 @@ def put(path: str | Path, events: pl.DataFrame, meta: dict, warnings: list[str],
         before = _seen.pop(str(path), ident)
         if not ident or before != ident:
             return False
-        import pyarrow.parquet as pq
-
         info = {
             "sha256": digest,
             "cache_version": CACHE_VERSION,
@@ -229,14 +225,34 @@ def put(path: str | Path, events: pl.DataFrame, meta: dict, warnings: list[str],
             "meta": meta,
             "warnings": list(warnings),
         }
-        table = events.to_arrow()
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), _META_KEY: orjson.dumps(info)})
         entry = _entry(digest, d)
         entry.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(entry, lambda t: pq.write_table(table, t, compression="zstd", write_statistics=False))
+        _atomic_write(entry, lambda t: _write_entry(events, orjson.dumps(info), t))
         return True
     except Exception:  # noqa: BLE001 - a cache that cannot be written is skipped
         return False
+
+
+def _write_entry(events: pl.DataFrame, info: bytes, target: Path) -> None:
+    """The frame as zstd Parquet, ``info`` in the file's key-value metadata (polars writes it
+    natively in recent versions, which spares importing pyarrow: 0.4 s per process)."""
+    try:
+        events.write_parquet(target, compression="zstd", statistics=False, metadata={_META_KEY.decode(): info.decode()})
+    except TypeError:  # a polars without `metadata=`
+        import pyarrow.parquet as pq
+
+        table = events.to_arrow()
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), _META_KEY: info})
+        pq.write_table(table, target, compression="zstd", write_statistics=False)
+
+
+def _read_info(entry: Path) -> bytes:
+    reader = getattr(pl, "read_parquet_metadata", None)
+    if reader is not None:
+        return reader(entry)[_META_KEY.decode()].encode()
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(entry).metadata[_META_KEY]
 
 
 def load_cached(paths: str | Path | list[str | Path], cache_dir: str | Path | None, key: str | None = None) -> tuple["Trace", str, bool]:
