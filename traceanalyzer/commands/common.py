@@ -23,7 +23,7 @@ class Format(str, Enum):
 
 def load_with_progress(paths: list[Path], show: bool, cache: bool = False) -> Trace:
     """Load traces; show a progress bar on an interactive stderr when there is much to read.
-    ``cache``: use the Parquet parse cache (see :mod:`traceanalyzer.parsers.cache`)."""
+    ``cache``: use the Parquet parse cache (see :mod:`traceanalyzer.cache`)."""
     files = [f for p in paths for f in discover(p)]
     big = sum(f.stat().st_size for f in files if f.is_file()) > 20 * 2**20
     if not (show and sys.stderr.isatty() and (len(files) > 1 or big)):
