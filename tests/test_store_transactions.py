@@ -380,3 +380,23 @@ def test_second_batch_waits_for_the_first(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert "1 analysed" in out and Store(store).runs()["run_id"].to_list() == ["iota-2026-11-18"]
+
+
+def test_a_reader_racing_a_commit_lists_again(three_nights, monkeypatch):
+    """A reader that listed `runs` just before a batch replaced a run finds the old write's files
+    gone: it reads `runs` again instead of returning the run without rows."""
+    root, store = three_nights
+    st = Store(store)
+    stale = st.committed()
+    run_batch([root / "eps-2026-11-19"], store, workers=1, force=True)
+    real, calls = Store.committed, []
+    monkeypatch.setattr(Store, "committed", lambda self: calls.append(1) and None or (stale if len(calls) == 1 else real(self)))
+    ranks = st.read("ranks")
+    assert len(calls) == 2 and ranks["run_id"].to_list() == ["eps-2026-11-18", "eps-2026-11-19", "eps-2026-11-20"]
+    assert st.damaged == {}
+    # a committed run's file that is really gone is named, not silently dropped
+    monkeypatch.setattr(Store, "committed", real)
+    gone = _store_file(store, "ranks", "eps-2026-11-18")
+    gone.unlink()
+    assert st.read("ranks")["run_id"].to_list() == ["eps-2026-11-19", "eps-2026-11-20"]
+    assert st.warnings == [f"{gone}: damaged store file (missing: the run's rows in this table are gone): skipped"]
