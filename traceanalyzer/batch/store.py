@@ -229,9 +229,8 @@ class Store:
             try:
                 return self._read_runs()
             except FileNotFoundError:  # a batch replaced a runs file meanwhile: list again
-                if attempt == 4:
-                    raise
-        raise AssertionError("unreachable")
+                continue
+        raise InputNotFound("the store kept changing while it was read (five commits in a row): try again", self.root)
 
     def _committed_files(self, runs: pl.DataFrame, table: str) -> tuple[list[Path], list[Path]]:
         """(files of ``table`` that belong to the commits of ``runs``, expected files missing)."""
@@ -265,7 +264,7 @@ class Store:
                 return self._collect(table, files).drop("write_id")
             except FileNotFoundError:
                 continue
-        raise AssertionError("unreachable")  # pragma: no cover - five concurrent commits in a row
+        raise InputNotFound("the store kept changing while it was read (five commits in a row): try again", self.root)
 
     def scan(self, table: str) -> pl.LazyFrame:
         """What :meth:`read` returns, as a LazyFrame."""
