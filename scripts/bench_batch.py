@@ -8,7 +8,8 @@ kineto-public/; each single trace is one run, the 8-rank DLRM directory is one r
 ``--nights`` dates, then times ``run_batch`` on it:
 
 * cold, parse cache off (``cache=False``): the engines compared on the same work;
-* warm: a second store re-analysed with ``force=True`` from a populated parse cache.
+* warm: a second store re-analysed with ``force=True`` from a populated parse cache (a private
+  one, in the temporary directory).
 
 Every configuration runs in a fresh store and must produce the same rows (checked). Timings are
 wall-clock seconds of one run each; on a shared machine treat them as proportions.
@@ -34,7 +35,7 @@ from traceanalyzer.batch import Store, run_batch  # noqa: E402
 from traceanalyzer.batch.engines import default_workers  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"
-VOLATILE = ["analysed_at", "seconds", "path"]
+VOLATILE = ["analysed_at", "seconds", "path", "write_id"]
 
 
 def build(tree: Path, nights: int) -> tuple[int, int, int]:
@@ -72,6 +73,7 @@ def main() -> None:
     if not TRACES.exists():
         sys.exit(f"shared traces not found at {TRACES}")
     tmp = Path(tempfile.mkdtemp(prefix="bench_batch_", dir=a.tmp))
+    os.environ["TRACEANALYZER_CACHE"] = str(tmp / "cache")  # a parse cache of its own, empty at the start
     try:
         runs, files, size = build(tmp / "tree", a.nights)
         print(f"# {runs} runs, {files} trace files, {size / 2**20:.1f} MiB gzipped; {platform.processor() or platform.machine()}, "
@@ -108,8 +110,8 @@ def main() -> None:
         t = time.perf_counter()
         s = run_batch([tmp / "tree"], store, workers=w)
         print(f"| local | {w} | nothing to do (all {len(s.skipped)} stored) | {time.perf_counter() - t:.2f} | | | |")
-        cache = sum(p.stat().st_size for p in (store / "_cache").glob("*.parquet"))
-        print(f"# parse cache: {len(list((store / '_cache').glob('*.parquet')))} entries, {cache / 2**20:.1f} MiB")
+        entries = list((tmp / "cache" / "traces").glob("*.parquet"))
+        print(f"# parse cache: {len(entries)} entries, {sum(p.stat().st_size for p in entries) / 2**20:.1f} MiB")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

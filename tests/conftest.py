@@ -34,3 +34,17 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
         cwd=cwd or ROOT,
         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
     )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_parse_cache(tmp_path_factory):
+    """Every test (and every CLI it runs) uses a parse cache of its own, never the user's."""
+    import os
+
+    old = os.environ.get("TRACEANALYZER_CACHE")
+    os.environ["TRACEANALYZER_CACHE"] = str(tmp_path_factory.mktemp("parse-cache"))
+    yield
+    if old is None:
+        os.environ.pop("TRACEANALYZER_CACHE", None)
+    else:
+        os.environ["TRACEANALYZER_CACHE"] = old

@@ -12,7 +12,8 @@ from polars.testing import assert_frame_equal
 
 import traceanalyzer as ta
 from traceanalyzer.batch import Store, discover_runs, gate_check, run_batch, trend_frame
-from traceanalyzer.batch.cache import cache_key, load_cached
+from traceanalyzer import cache as parse_cache
+from traceanalyzer.cache import cache_key, file_sha256, load_cached
 from traceanalyzer.batch.discover import parse_date
 from traceanalyzer.classify import FIELDS
 
@@ -173,7 +174,7 @@ def test_failed_run_is_retried_when_its_files_change(tmp_path):
 
 def test_cache_roundtrip_is_exact(tmp_path):
     trace, key, hit = load_cached(DLRM, tmp_path)
-    assert not hit and (tmp_path / f"{key}.parquet").is_file()
+    assert not hit and len(list((tmp_path / "traces").glob("*.parquet"))) == 8  # one entry per rank file
     again, key2, hit2 = load_cached(sorted(DLRM.iterdir()), tmp_path)
     ref = ta.load(DLRM)
     assert hit2 and key2 == key
@@ -185,13 +186,21 @@ def test_cache_roundtrip_is_exact(tmp_path):
     shutil.copytree(DLRM, moved)
     there, _, hit3 = load_cached(moved, tmp_path)
     assert hit3 and there.meta["file"].to_list() == [str(moved / Path(f).name) for f in ref.meta["file"].to_list()]
-    # same bytes under another name -> another key (the name can carry the rank)
+    # same bytes under another name: another run key (the name can carry the rank), the same entry
     other = tmp_path / "copy.json.gz"
     shutil.copy(DEMO, other)
     assert cache_key([other]) != cache_key([DEMO])
-    (tmp_path / f"{cache_key([DEMO])}.parquet").write_bytes(b"damaged")
+    assert not load_cached(DEMO, tmp_path)[2] and load_cached(other, tmp_path)[2]
+    entry = parse_cache._entry(file_sha256(DEMO), tmp_path)
+    entry.write_bytes(b"damaged")
     assert not load_cached(DEMO, tmp_path)[2]  # a damaged entry is a miss, and is rewritten
     assert load_cached(DEMO, tmp_path)[2]
+    # the run key is the SHA-256 over the sorted (name, SHA-256 of the bytes) pairs and the version
+    import hashlib
+
+    h = hashlib.sha256(f"traceanalyzer {ta.__version__}\n".encode())
+    h.update(f"{DEMO.name}\0{hashlib.sha256(DEMO.read_bytes()).hexdigest()}\n".encode())
+    assert cache_key([DEMO]) == h.hexdigest()
 
 
 def _gate_cli(store: Path, *args: str):

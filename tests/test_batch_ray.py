@@ -14,7 +14,7 @@ from conftest import DEMO, DLRM
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (optional extra: pip install 'traceanalyzer[ray]')")
 
-VOLATILE = ["analysed_at", "seconds"]  # when and how long: the only columns allowed to differ
+VOLATILE = ["analysed_at", "seconds", "write_id"]  # when, how long, which write: the only columns allowed to differ
 
 
 def test_ray_engine_matches_local_engine(tmp_path):

@@ -3,7 +3,8 @@
 The streaming reader (many small chunks forced here) must give exactly what the whole-document
 path gives (one ``orjson.loads`` of the file, then the same frame building): same events, same
 meta, same warnings, on complete and on truncated files. The cache must hand back the same
-frames and be invalidated when the file changes.
+frames, miss when the file's bytes change, hit when only its name, place or mtime do, and treat a
+damaged entry as a miss.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import traceanalyzer as ta
-from traceanalyzer.parsers import cache as parse_cache
+from traceanalyzer import cache as parse_cache
 from traceanalyzer.parsers import kineto
 
 from conftest import DEMO, DLRM, FIXTURES, run_cli
@@ -109,7 +110,12 @@ def test_bare_array_trace_falls_back_to_the_whole_document_path(tmp_path):
 def cache_dir(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv("TRACEANALYZER_CACHE", str(d))
+    parse_cache._digests.clear()  # this process's memo of file digests: start from the disk's
     return d
+
+
+def _entries(d):
+    return sorted((d / "traces").glob("*.parquet"))
 
 
 def _assert_same_trace(a, b):
@@ -118,11 +124,19 @@ def _assert_same_trace(a, b):
     assert a.warnings == b.warnings
 
 
+def _count_parses(monkeypatch) -> list:
+    calls = []
+    real = kineto.parse_file
+    monkeypatch.setattr(kineto, "parse_file", lambda f: calls.append(f) or real(f))
+    return calls
+
+
 def test_cache_returns_the_same_frames_and_is_really_used(cache_dir, monkeypatch):
     fresh = ta.load(DLRM)
     first = ta.load(DLRM, cache=True)
     _assert_same_trace(fresh, first)
-    assert len(list(cache_dir.glob("*.parquet"))) == 8 and len(list(cache_dir.glob("*.json"))) == 8
+    # one entry per rank file (8 distinct byte strings), one remembered digest per file
+    assert len(_entries(cache_dir)) == 8 and len(list((cache_dir / "digests").glob("*.json"))) == 8
 
     def no_parse(path):
         raise AssertionError(f"parsed {path} although it is cached")
@@ -135,33 +149,102 @@ def test_cache_returns_the_same_frames_and_is_really_used(cache_dir, monkeypatch
     assert_frame_equal(ta.breakdown(second), ta.breakdown(fresh))
 
 
-def test_cache_is_invalidated_when_the_file_changes(cache_dir, tmp_path, monkeypatch):
+def test_cache_is_keyed_by_content(cache_dir, tmp_path, monkeypatch):
     p = tmp_path / "rank0.json.gz"
     shutil.copy(ROCM, p)
     a = ta.load(p, cache=True)
-    assert ta.load(p, cache=True).events.height == a.events.height
-    # rewrite the file with other content (the DEMO trace), mtime moved on
+    calls = _count_parses(monkeypatch)
+    assert ta.load(p, cache=True).events.height == a.events.height and calls == []
+    # rewrite the file with other content (the DEMO trace): a miss, parsed again
     shutil.copy(DEMO, p)
-    st = p.stat()
-    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    calls = []
-    real = kineto.parse_file
-    monkeypatch.setattr(kineto, "parse_file", lambda f: calls.append(f) or real(f))
     b = ta.load(p, cache=True)
-    assert calls == [p]  # a miss: parsed again
+    assert calls == [p]
     assert b.events.height == kineto._parse_whole(DEMO)[0].height != a.events.height
-    # a touched file (same bytes, new mtime) is a miss too
+    # a touched file (same bytes, new mtime): hashed again, and a hit
+    st = p.stat()
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
+    hashed = []
+    real_hash = parse_cache._sha256_of
+    monkeypatch.setattr(parse_cache, "_sha256_of", lambda f: hashed.append(f) or real_hash(f))
     ta.load(p, cache=True)
-    assert len(calls) == 2
+    assert calls == [p] and len(hashed) == 1
+    # the same bytes under another name and place: a hit, and its paths are the new ones
+    other = tmp_path / "elsewhere" / "rank3.json.gz"
+    other.parent.mkdir()
+    shutil.copy(p, other)
+    c = ta.load(other, cache=True)
+    assert calls == [p] and len(hashed) == 2
+    assert c.meta["file"].to_list() == [str(other)]
+    _assert_same_trace(c, ta.load(other))
+    # an unchanged file is not read again to be hashed (its digest is remembered by identity,
+    # also across processes: the memo is on disk)
+    parse_cache._digests.clear()
+    ta.load(other, cache=True)
+    assert len(hashed) == 2
 
 
-def test_unreadable_cache_entry_is_a_miss(cache_dir):
+def test_cache_key_holds_the_parser_version(cache_dir, monkeypatch):
     ta.load(ROCM, cache=True)
-    for f in cache_dir.glob("*.parquet"):
-        f.write_bytes(b"not parquet")
-    again = ta.load(ROCM, cache=True)
-    _assert_same_trace(again, ta.load(ROCM))
+    calls = _count_parses(monkeypatch)
+    monkeypatch.setattr(parse_cache, "CACHE_VERSION", "kineto-999")
+    ta.load(ROCM, cache=True)
+    assert calls == [ROCM] and len(_entries(cache_dir)) == 2
+
+
+def test_a_file_that_changes_while_parsed_is_not_cached(cache_dir, tmp_path, monkeypatch):
+    p = tmp_path / "growing.json.gz"
+    shutil.copy(ROCM, p)
+    real = kineto.parse_file
+
+    def parse_while_written(f):
+        out = real(f)
+        with open(p, "ab") as fh:  # the profiler appends while we parse
+            fh.write(b"\n")
+        return out
+
+    monkeypatch.setattr(kineto, "parse_file", parse_while_written)
+    ta.load(p, cache=True)
+    assert _entries(cache_dir) == []
+
+
+def test_unreadable_cache_entry_is_a_miss_and_is_replaced(cache_dir, monkeypatch):
+    ref = ta.load(ROCM)
+    ta.load(ROCM, cache=True)
+    [entry] = _entries(cache_dir)
+    for damage in (b"not parquet", b"", entry.read_bytes()[: entry.stat().st_size // 2]):
+        entry.write_bytes(damage)
+        again = ta.load(ROCM, cache=True)
+        _assert_same_trace(again, ref)
+        assert entry.read_bytes()[:4] == b"PAR1" and entry.stat().st_size > 1000  # rewritten
+    calls = _count_parses(monkeypatch)
+    ta.load(ROCM, cache=True)
+    assert calls == []
+    # a damaged digest memo is a miss too (the file is hashed again)
+    for memo in (cache_dir / "digests").glob("*.json"):
+        memo.write_bytes(b"{")
+    parse_cache._digests.clear()
+    _assert_same_trace(ta.load(ROCM, cache=True), ref)
+    assert calls == []
+
+
+def test_unwritable_cache_is_skipped(tmp_path, monkeypatch):
+    blocker = tmp_path / "file-not-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("TRACEANALYZER_CACHE", str(blocker / "cache"))
+    _assert_same_trace(ta.load(ROCM, cache=True), ta.load(ROCM))
+
+
+def test_default_cache_dir_is_the_platform_user_cache(monkeypatch, tmp_path):
+    monkeypatch.delenv("TRACEANALYZER_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    import sys
+
+    if sys.platform.startswith("linux"):
+        assert parse_cache.default_dir() == tmp_path / "xdg" / "traceanalyzer"
+    monkeypatch.setenv("TRACEANALYZER_CACHE", str(tmp_path / "mine"))
+    assert parse_cache.default_dir() == tmp_path / "mine"
+    ta.load(ROCM, cache=tmp_path / "explicit")  # an explicit directory wins over both
+    assert len(_entries(tmp_path / "explicit")) == 1 and not (tmp_path / "mine").exists()
 
 
 def test_truncated_trace_warning_survives_the_cache(cache_dir, tmp_path):
@@ -172,16 +255,22 @@ def test_truncated_trace_warning_survives_the_cache(cache_dir, tmp_path):
     second = ta.load(cut, cache=True)
     _assert_same_trace(first, second)
     assert any("truncated" in w for w in second.warnings)
+    # the same bytes under another name: the warnings name the new file
+    moved = tmp_path / "moved.json"
+    shutil.copy(cut, moved)
+    third = ta.load(moved, cache=True)
+    assert third.warnings == [w.replace(str(cut), str(moved)) for w in first.warnings]
+    assert any(str(moved) in w for w in third.warnings)
 
 
 def test_cli_cache_flag_writes_and_reuses_the_cache(cache_dir, tmp_path):
     out1, out2 = tmp_path / "a.json", tmp_path / "b.json"
     r1 = run_cli("breakdown", ROCM, "--cache", "-f", "json", "-o", out1)
     assert r1.returncode == 0, r1.stderr
-    assert len(list(cache_dir.glob("*.parquet"))) == 1
+    assert len(_entries(cache_dir)) == 1
     r2 = run_cli("breakdown", ROCM, "--cache", "-f", "json", "-o", out2)
     assert r2.returncode == 0, r2.stderr
     assert out1.read_bytes() == out2.read_bytes()
     # default is no cache: nothing new written
     r3 = run_cli("breakdown", DEMO, "-f", "json", "-o", out2)
-    assert r3.returncode == 0 and len(list(cache_dir.glob("*.parquet"))) == 1
+    assert r3.returncode == 0 and len(_entries(cache_dir)) == 1

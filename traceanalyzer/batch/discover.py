@@ -7,8 +7,11 @@ A *run* is one job's traces of one night:
   (``2026-11-19.json.gz``, ``2026-11-20.json.gz``: one run per file), or when a file is given
   as a root.
 
-Directories are searched recursively; names starting with ``.`` or ``_`` are skipped (the store's
-``_cache`` among them). Identity, from the name unless a manifest says otherwise:
+Directories are searched recursively; names starting with ``.`` or ``_`` are skipped, and so are
+symbolic links to directories (a ``loop -> ..`` link would never end, a ``latest -> night-42``
+link would name a run twice); a root named on the command line may itself be a link. A symbolic
+link to a trace file is a trace file (a dangling one too: its run fails, naming it). Identity,
+from the name unless a manifest says otherwise:
 
 * **date**: ``YYYY-MM-DD``, ``YYYY_MM_DD`` or ``YYYYMMDD`` anywhere in the run's name; else the
   manifest's ``date``; else (filled in after parsing) the trace's own start time, else the
@@ -20,7 +23,10 @@ Directories are searched recursively; names starting with ``.`` or ``_`` are ski
 
 A manifest ``traceanalyzer-run.toml`` in a run directory overrides any of ``run_id``, ``date``,
 ``job``, and may name a run ``config`` (a ``run.toml`` for MFU, relative to the manifest) and a
-``step_range``.
+``step_range``. A manifest that cannot be used (invalid TOML, an unknown key, a bad date, a
+``config`` that does not exist), or a directory that cannot be listed, does not stop the
+discovery: that run gets ``error`` set (its identity then comes from its name) and the batch
+records it as a failed run.
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ class RunSpec:
     config: str | None = None  # run.toml for MFU (manifest, else --config)
     step_range: str | None = None
     manifest: dict = field(default_factory=dict, compare=False, hash=False)
+    manifest_path: str | None = None  # the run's manifest file, if it has one
+    error: str | None = None  # set when the run cannot be analysed at all (bad manifest, unreadable)
+    error_class: str | None = None  # ConfigError or InputNotFound, with ``error``
 
 
 def parse_date(name: str) -> tuple[str | None, str]:
@@ -76,7 +85,13 @@ def _strip_suffix(name: str) -> str:
 
 
 def _is_trace(p: Path) -> bool:
-    return p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES) and p.name != MANIFEST
+    if not p.name.lower().endswith(TRACE_SUFFIXES) or p.name == MANIFEST:
+        return False
+    return p.is_file() or (p.is_symlink() and not p.exists())  # dangling: kept, so that it is named
+
+
+def _is_subdir(p: Path) -> bool:
+    return not p.name.startswith((".", "_")) and not p.is_symlink() and p.is_dir()
 
 
 def read_manifest(directory: Path) -> dict:
@@ -97,11 +112,15 @@ def read_manifest(directory: Path) -> dict:
         except ValueError as exc:
             raise ConfigError(f"manifest date {value!r} is not YYYY-MM-DD", path) from exc
     if "config" in doc:
-        doc["config"] = str((directory / str(doc["config"])).resolve())
+        cfg = directory / str(doc["config"])
+        if not cfg.is_file():
+            raise ConfigError(f"the manifest's config {str(doc['config'])!r} is not a file", path)
+        doc["config"] = str(cfg.resolve())
     return doc
 
 
-def _spec(name: str, parent_name: str, path: Path, files: list[Path], manifest: dict, config: str | None) -> RunSpec:
+def _spec(name: str, parent_name: str, path: Path, files: list[Path], manifest: dict, config: str | None,
+          error: Exception | None = None) -> RunSpec:
     date, rest = parse_date(name)
     job = str(manifest.get("job", rest if date and rest else (name if not date else parent_name or name)))
     run_id = name if (not date or rest) else f"{job}/{name}"
@@ -114,6 +133,9 @@ def _spec(name: str, parent_name: str, path: Path, files: list[Path], manifest: 
         config=manifest.get("config", config),
         step_range=manifest.get("step_range"),
         manifest=manifest,
+        manifest_path=str(path / MANIFEST) if path.is_dir() and (path / MANIFEST).is_file() else None,
+        error=str(error) if error is not None else None,
+        error_class=type(error).__name__ if error is not None else None,
     )
 
 
@@ -129,20 +151,36 @@ def discover_runs(roots: list[Path], exclude: Path | None = None, config: str | 
             runs.append(_spec(_strip_suffix(root.name), root.resolve().parent.name, root, [root], {}, config))
             continue
         stack = [root]
+        seen: set[tuple[int, int]] = set()
         while stack:  # directories, not events: a walk over the tree
             d = stack.pop()
-            if excluded is not None and d.resolve() == excluded:
+            real = d.resolve()
+            if excluded is not None and real == excluded:
                 continue
-            entries = sorted(d.iterdir())
+            try:
+                st = d.stat()
+                if (st.st_dev, st.st_ino) in seen:  # a bind mount looping back: never twice
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                entries = sorted(d.iterdir())
+            except OSError as exc:
+                if d == root:
+                    raise InputNotFound(f"cannot read: {exc.strerror or exc}", d) from exc
+                err = InputNotFound(f"cannot list this directory: {exc.strerror or exc}", d)
+                runs.append(_spec(real.name, real.parent.name, d, [], {}, config, err))
+                continue
             traces = [p for p in entries if _is_trace(p)]
             if traces:
-                manifest = read_manifest(d)
+                try:
+                    manifest, error = read_manifest(d), None
+                except ConfigError as exc:
+                    manifest, error = {}, exc
                 dated = [parse_date(_strip_suffix(p.name))[0] for p in traces]
-                if not manifest and len(traces) > 1 and all(dated) and len(set(dated)) == len(dated):
-                    runs.extend(_spec(_strip_suffix(p.name), d.resolve().name, p, [p], {}, config) for p in traces)
+                if error is None and not manifest and len(traces) > 1 and all(dated) and len(set(dated)) == len(dated):
+                    runs.extend(_spec(_strip_suffix(p.name), real.name, p, [p], {}, config) for p in traces)
                 else:
-                    runs.append(_spec(d.resolve().name, d.resolve().parent.name, d, traces, manifest, config))
-            stack.extend(p for p in reversed(entries) if p.is_dir() and not p.name.startswith((".", "_")))
+                    runs.append(_spec(real.name, real.parent.name, d, traces, manifest, config, error))
+            stack.extend(p for p in reversed(entries) if _is_subdir(p))
     if not runs:
         raise InputNotFound("no trace files found under " + ", ".join(str(r) for r in roots))
     seen: dict[str, str] = {}
@@ -160,5 +198,13 @@ def fallback_date(base_time_ns: int | None, files: tuple[str, ...]) -> str:
     """A run whose name and manifest carry no date: the trace's start (UTC), else the newest mtime."""
     if base_time_ns and base_time_ns > 946_684_800 * 10**9:  # an epoch time after 2000-01-01
         return dt.datetime.fromtimestamp(base_time_ns / 1e9, tz=dt.timezone.utc).date().isoformat()
-    mtime = max(Path(f).stat().st_mtime for f in files)
+    stamps = []
+    for f in files:
+        try:
+            stamps.append(Path(f).stat().st_mtime)
+        except OSError:  # a dangling link: the newest of the others
+            pass
+    if not stamps:
+        return dt.datetime.now(dt.timezone.utc).date().isoformat()
+    mtime = max(stamps)
     return dt.datetime.fromtimestamp(mtime, tz=dt.timezone.utc).date().isoformat()

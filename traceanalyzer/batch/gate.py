@@ -11,6 +11,11 @@ Baselines:
 
 The latest run of a job is the one with the newest date (then run id). If it failed to analyse,
 the gate fails too: a night whose trace cannot be read has not shown that it did not regress.
+
+Damaged store files: a damaged ``runs`` file dated on or after the latest run of a job being
+checked might *be* that job's latest run, so the gate cannot answer: exit 4 naming the file. An
+older one, or a damaged ``ranks`` file (only the explanation reads those), is skipped with a
+warning (``Store.warnings``; pass a :class:`Store` to read them).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.batch.store import Store
+from traceanalyzer.batch.store import DamagedStoreFile, Store
 from traceanalyzer.classify import BUCKETS
 from traceanalyzer.errors import ConfigError, InputNotFound
 
@@ -66,7 +71,7 @@ def _explain(store: Store, latest: dict, base: dict, change: float, threshold: f
     top, top_delta = deltas[0]
     rel = f" ({top_delta / base[f'{top}_us']:+.0%})" if base[f"{top}_us"] else ""
     others = [f"{b.replace('_', ' ')} {d / 1000:+.3f} ms" for b, d in deltas[1:] if abs(d) >= 0.5]
-    ranks = store.read("ranks").filter(pl.col("run_id").is_in([latest["run_id"], base["run_id"]]))
+    ranks = store.read("ranks", [latest["run_id"], base["run_id"]])
     per = ranks.with_columns(
         (pl.col(f"{top}_ns") / pl.col("steps") / 1000).alias("bucket_us")
     ).select("run_id", "rank", "step_time_us", "bucket_us")
@@ -96,9 +101,24 @@ def _explain(store: Store, latest: dict, base: dict, change: float, threshold: f
     )
 
 
-def gate_check(store: str | Path, baseline: str = LAST_GOOD, max_regression: float = 0.03, job: str | None = None) -> list[GateResult]:
+def _refuse_if_damaged_latest(st: Store, runs: pl.DataFrame, jobs: list[str]) -> None:
+    """Exit 4 when a damaged runs file could be the latest run of a job being checked."""
+    damaged = st.damaged_runs()
+    if not damaged:
+        return
+    latest = runs.filter(pl.col("job").is_in(jobs)).group_by("job").agg(pl.col("date").max())
+    for date, path in damaged:
+        later = latest.filter(pl.col("date").cast(pl.String) <= date)["job"].sort().to_list() if date else jobs
+        if later:
+            raise DamagedStoreFile(
+                f"damaged store file ({st.damaged[path]}): it may hold the latest run of job {later[0]!r}, so the gate "
+                "cannot decide; run `traceanalyzer batch` again to store that run again, or delete the file", path)
+
+
+def gate_check(store: str | Path | Store, baseline: str = LAST_GOOD, max_regression: float = 0.03, job: str | None = None) -> list[GateResult]:
     """One :class:`GateResult` per job checked (``job``, the baseline run's job, or every job)."""
-    st = Store(store)
+    st = store if isinstance(store, Store) else Store(store)
+    store = st.root
     runs = st.require_runs()
     if baseline != LAST_GOOD:
         named = runs.filter(pl.col("run_id") == baseline)
@@ -112,6 +132,7 @@ def gate_check(store: str | Path, baseline: str = LAST_GOOD, max_regression: flo
     jobs = [job] if job is not None else sorted(runs.get_column("job").unique().to_list())
     if job is not None and job not in runs.get_column("job").to_list():
         raise InputNotFound(f"no run of job {job!r} in the store", store)
+    _refuse_if_damaged_latest(st, runs, jobs)
     results = []
     for j in jobs:
         mine = runs.filter(pl.col("job") == j).sort("date", "run_id")

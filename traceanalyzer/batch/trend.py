@@ -23,13 +23,17 @@ METRICS: dict[str, tuple[str, str, float]] = {
 }
 
 
-def trend_frame(store: str | Path, metric: str = "step_time", since: str | dt.date | None = None, job: str | None = None) -> pl.DataFrame:
+def trend_frame(store: str | Path | Store, metric: str = "step_time", since: str | dt.date | None = None, job: str | None = None) -> pl.DataFrame:
     """``date, job, run_id, value, change`` per successful run: the metric in its unit, and its
-    relative change from the job's previous run (null for the first)."""
+    relative change from the job's previous run (null for the first).
+
+    Damaged store files are skipped; pass a :class:`Store` to read which (``Store.warnings``).
+    Exit 4 (:class:`~traceanalyzer.batch.store.DamagedStoreFile`) only if no run can be read."""
     if metric not in METRICS:
         raise ConfigError(f"unknown metric {metric!r}: one of {', '.join(METRICS)}")
     column, _, scale = METRICS[metric]
-    runs = Store(store).require_runs().filter(pl.col("status") == "ok")
+    st = store if isinstance(store, Store) else Store(store)
+    runs = st.require_runs().filter(pl.col("status") == "ok")
     if since is not None:
         try:
             day = since if isinstance(since, dt.date) else dt.date.fromisoformat(str(since))
@@ -38,7 +42,7 @@ def trend_frame(store: str | Path, metric: str = "step_time", since: str | dt.da
         runs = runs.filter(pl.col("date") >= day)
     if job is not None:
         if job not in runs.get_column("job").unique().to_list():
-            raise InputNotFound(f"no successful run of job {job!r} in the store", store)
+            raise InputNotFound(f"no successful run of job {job!r} in the store", st.root)
         runs = runs.filter(pl.col("job") == job)
     out = (
         runs.select("date", "job", "run_id", (pl.col(column) * scale).alias("value"))

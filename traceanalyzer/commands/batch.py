@@ -28,9 +28,11 @@ def batch(
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray://host:10001 or host:6379); default: a local Ray.")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="Run configuration (run.toml) for MFU, for runs whose manifest names none.")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parse cache (STORE/_cache).")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parse cache ($TRACEANALYZER_CACHE, default: the user cache directory).")] = False,
 ) -> None:
-    """Analyse nightly runs into a Parquet store (skips runs already stored); summary at the end."""
+    """Analyse nightly runs into a Parquet store (skips runs stored on the same inputs); summary at the end.
+
+    A second batch on the same store waits for the first (one line on stderr says so)."""
     if config is not None and not config.is_file():
         from traceanalyzer.errors import InputNotFound
 
@@ -56,7 +58,8 @@ def batch(
 
     try:
         summary = run_batch(roots, store, force=force, engine=engine.value, workers=workers, address=address,
-                            config=config, step_range=step_range, cache=not no_cache, on_plan=on_plan, on_done=on_done)
+                            config=config, step_range=step_range, cache=not no_cache, on_plan=on_plan, on_done=on_done,
+                            on_notice=lambda msg: err_console.print(f"batch: {msg}", markup=False, soft_wrap=True, highlight=False))
     finally:
         if progress is not None:
             progress.stop()
@@ -64,6 +67,7 @@ def batch(
     total = len(summary.analysed) + len(summary.skipped) + len(summary.failed)
     out.print(
         f"batch: {total} run(s): {len(summary.analysed)} analysed"
+        f"{f' ({len(summary.reanalysed)} again: input changed)' if summary.reanalysed else ''}"
         f" ({summary.cache_hits} from the parse cache), {len(summary.skipped)} skipped (already stored"
         f"{'' if force else '; --force re-analyses'}), {len(summary.failed)} failed; store: {store}",
         soft_wrap=True,

@@ -31,8 +31,8 @@ def breakdown(
         bool,
         typer.Option(
             "--cache/--no-cache",
-            help="Keep parsed traces as Parquet in $TRACEANALYZER_CACHE (default ~/.cache/traceanalyzer) "
-            "and reuse them while the file is unchanged (size and mtime).",
+            help="Keep parsed traces as Parquet in $TRACEANALYZER_CACHE (default: the user cache directory, "
+            "~/.cache/traceanalyzer on Linux) and reuse them for files with the same bytes.",
         ),
     ] = False,
 ) -> None:

@@ -23,7 +23,7 @@ class Format(str, Enum):
 
 def load_with_progress(paths: list[Path], show: bool, cache: bool = False) -> Trace:
     """Load traces; show a progress bar on an interactive stderr when there is much to read.
-    ``cache``: use the Parquet parse cache (see :mod:`traceanalyzer.parsers.cache`)."""
+    ``cache``: use the Parquet parse cache (see :mod:`traceanalyzer.cache`)."""
     files = [f for p in paths for f in discover(p)]
     big = sum(f.stat().st_size for f in files if f.is_file()) > 20 * 2**20
     if not (show and sys.stderr.isatty() and (len(files) > 1 or big)):
@@ -40,6 +40,14 @@ def load_with_progress(paths: list[Path], show: bool, cache: bool = False) -> Tr
 def print_warnings(warnings: list[str]) -> None:
     for w in warnings:
         err_console.print(f"[yellow]warning:[/yellow] {w}", markup=True, soft_wrap=True)
+
+
+def print_store_warnings(store) -> None:
+    """The damaged files a read of a batch store skipped (names printed as they are, no markup)."""
+    from rich.text import Text
+
+    for w in store.warnings:
+        err_console.print(Text.assemble(("warning:", "yellow"), " ", w), soft_wrap=True)
 
 
 @contextmanager

@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer.batch.gate import LAST_GOOD, gate_check, parse_threshold
+from traceanalyzer.batch.store import Store
+from traceanalyzer.commands.common import print_store_warnings
 from traceanalyzer.errors import GateFailed
 
 
@@ -18,7 +20,10 @@ def gate(
     job: Annotated[Optional[str], typer.Option("--job", help="Check this job only (default: the latest run of every job).")] = None,
 ) -> None:
     """Compare the latest run with a baseline on mean step time; exit code 8 with an explanation if it regressed."""
-    results = gate_check(store, baseline, parse_threshold(max_regression), job)
+    threshold = parse_threshold(max_regression)
+    st = Store(store)
+    results = gate_check(st, baseline, threshold, job)
+    print_store_warnings(st)  # the damaged files skipped (an error above is one line on its own)
     failed = [r for r in results if not r.passed]
     for r in results:
         if r.passed:

@@ -10,7 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from traceanalyzer.batch.store import Store
 from traceanalyzer.batch.trend import METRICS, plot_trend, trend_frame
+from traceanalyzer.commands.common import print_store_warnings
 from traceanalyzer.errors import ConfigError
 
 
@@ -24,7 +26,9 @@ def trend(
     """Show a metric over time per job (table; PNG plot with -o)."""
     if metric not in METRICS:
         raise ConfigError(f"unknown metric {metric!r}: one of {', '.join(METRICS)}")
-    frame = trend_frame(store, metric, since, job)
+    st = Store(store)
+    frame = trend_frame(st, metric, since, job)
+    print_store_warnings(st)  # the damaged files skipped (an error above is one line on its own)
     unit = METRICS[metric][1]
     table = Table(title=f"{metric} ({unit}) per run", title_justify="left")
     for col in ("date", "job", "run", f"{metric} {unit}", "vs previous"):

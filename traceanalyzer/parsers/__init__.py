@@ -48,12 +48,13 @@ def _nsys_sniff(path: Path) -> str | None:
 
 
 def load(
-    path: str | Path | Iterable[str | Path], progress: ProgressFn | None = None, cache: bool = False
+    path: str | Path | Iterable[str | Path], progress: ProgressFn | None = None, cache: bool | str | Path = False
 ) -> Trace:
     """Load one trace file, a directory of rank files, or a list of files as one job.
 
-    ``cache=True`` reads and writes the Parquet parse cache (:mod:`traceanalyzer.parsers.cache`)
-    for Kineto files: an unchanged file is read back from Parquet instead of being decoded.
+    ``cache=True`` reads and writes the Parquet parse cache (:mod:`traceanalyzer.cache`) in its
+    default directory, ``cache=DIR`` in ``DIR``, for Kineto files: a file whose bytes were parsed
+    before is read back from Parquet instead of being decoded.
     """
     if isinstance(path, (str, Path)):
         files = discover(Path(path))
@@ -78,7 +79,7 @@ def load(
     return _merge(traces)
 
 
-def _load_kineto(files: list[Path], progress: ProgressFn | None, cache: bool = False) -> Trace:
+def _load_kineto(files: list[Path], progress: ProgressFn | None, cache: bool | str | Path = False) -> Trace:
     frames, metas, warnings = [], [], []
     for f in files:
         df, meta, warns = _parse_kineto_file(f, cache)
@@ -98,13 +99,14 @@ def _load_kineto(files: list[Path], progress: ProgressFn | None, cache: bool = F
     return Trace(events=events, meta=meta, warnings=warnings, sources=list(files))
 
 
-def _parse_kineto_file(f: Path, cache: bool) -> tuple[pl.DataFrame, dict, list[str]]:
+def _parse_kineto_file(f: Path, cache: bool | str | Path) -> tuple[pl.DataFrame, dict, list[str]]:
     """Parse and clean one rank file (de-duplicate, drop stray events, cut a truncated trace back
-    to its complete steps); with ``cache``, through the Parquet parse cache."""
-    if cache:
-        from traceanalyzer.parsers import cache as parse_cache
+    to its complete steps); with ``cache`` (True or a directory), through the parse cache."""
+    cache_dir = None if cache is True else cache
+    if cache is not None and cache is not False:
+        from traceanalyzer import cache as parse_cache
 
-        hit = parse_cache.get(f)
+        hit = parse_cache.get(f, cache_dir)
         if hit is not None:
             return hit
     clean.sniff_foreign(f)
@@ -115,8 +117,8 @@ def _parse_kineto_file(f: Path, cache: bool) -> tuple[pl.DataFrame, dict, list[s
         more += trimmed
     warns = [*warns, *more]
     meta["n_events"] = df.height
-    if cache:
-        parse_cache.put(f, df, meta, warns)
+    if cache is not None and cache is not False:
+        parse_cache.put(f, df, meta, warns, cache_dir)
     return df, meta, warns
 
 
