@@ -14,7 +14,7 @@ from traceanalyzer.classify import comm, crossrank, idle, recompute
 from traceanalyzer.classify.invariants import check_event_span, check_ranks_aligned, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import BUCKETS, FIELDS, check_causes, partition
-from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows
+from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows, outside_steps, outside_warnings
 from traceanalyzer.errors import NoGpuActivity
 from traceanalyzer.parsers.clean import RANGE_PROFILER_NOTE
 from traceanalyzer.schema import GPU_WORK_KINDS, Trace
@@ -41,6 +41,7 @@ class Analysis:
     collectives: pl.DataFrame | None = None  # one row per communication kernel (classify.comm.collectives)
     comm: pl.DataFrame | None = None  # rank, step, by (type/group/dim), key, count, bytes, time/wait/transfer/exposed/overlapped ns
     cross_rank: pl.DataFrame | None = None  # per step over ranks: slowest rank, skew, straggler bucket
+    outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns: GPU busy time in no step
 
     def _fields(self) -> list[str]:
         return [f for f in [*FIELDS, *IDLE_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in self.steps.columns]
@@ -87,6 +88,7 @@ def analyze(
     rc_ops = recompute.recompute_ops(trace.events, recompute_pattern)
     gpu = label_gpu(trace.events, rc_ops)
     steps = partition(gpu, windows, source)
+    outside = outside_steps(gpu, windows)
     coll = comm.collectives(trace.events, gpu, windows, trace.meta, bus_bw_gbps)
     expo = comm.exposure(gpu, coll, windows)
     idle_parts = idle.idle_split(trace.events, gpu, windows, coll)
@@ -107,7 +109,7 @@ def analyze(
     if extra:  # a dimension outside DIMENSIONS would break the sum: never silently
         raise AssertionError(f"unexpected exposed-comm dimension columns {extra}")
     check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source)
-    warnings = list(warnings)
+    warnings = [*warnings, *outside_warnings(outside)]
     if trace.meta["truncated"].any():
         warnings.append(
             "the trace was truncated: host runtime records (launch and synchronisation calls) after the cut "
@@ -129,6 +131,7 @@ def analyze(
         collectives=coll,
         comm=comm.summary(coll, expo),
         cross_rank=crossrank.cross_rank(steps, IDLE_FIELDS, coll),
+        outside_steps=outside,
     )
 
 
