@@ -61,10 +61,12 @@ def analyze(
     step_name: str | None = DEFAULT_STEP,
     recompute_pattern: str | None = None,
     bus_bw_gbps: float = comm.DEFAULT_BUS_BW_GBPS,
+    comm_kernels: list[str] | None = None,
 ) -> Analysis:
     """Classify a trace. ``step_name`` names the step range (``None``: whole trace = one step);
     ``recompute_pattern``: regex of extra host ranges (e.g. NVTX) whose contents are recompute;
-    ``bus_bw_gbps``: bus bandwidth for single-rank transfer estimates."""
+    ``bus_bw_gbps``: bus bandwidth for single-rank transfer estimates;
+    ``comm_kernels``: extra kernel-name regexes that are communication (``--comm-kernel``)."""
     source = ", ".join(str(s) for s in trace.sources[:3]) or "trace"
     if not trace.events.select(pl.col("kind").is_in(GPU_WORK_KINDS).any()).item():
         truncated = trace.meta.filter(pl.col("truncated"))
@@ -86,7 +88,7 @@ def analyze(
     windows, warnings = gpu_windows(trace.events, step_name)
     check_windows(windows, trace.events, source)
     rc_ops = recompute.recompute_ops(trace.events, recompute_pattern)
-    gpu = label_gpu(trace.events, rc_ops)
+    gpu = label_gpu(trace.events, rc_ops, comm_kernels=comm_kernels)
     steps = partition(gpu, windows, source)
     outside = outside_steps(gpu, windows)
     coll = comm.collectives(trace.events, gpu, windows, trace.meta, bus_bw_gbps)
@@ -109,7 +111,7 @@ def analyze(
     if extra:  # a dimension outside DIMENSIONS would break the sum: never silently
         raise AssertionError(f"unexpected exposed-comm dimension columns {extra}")
     check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source)
-    warnings = [*warnings, *outside_warnings(outside)]
+    warnings = [*warnings, *outside_warnings(outside), *comm.comm_warnings(coll, trace.meta)]
     if trace.meta["truncated"].any():
         warnings.append(
             "the trace was truncated: host runtime records (launch and synchronisation calls) after the cut "
