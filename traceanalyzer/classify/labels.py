@@ -21,6 +21,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.classify import recompute
+from traceanalyzer.errors import ConfigError
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: Known communication kernels: (library, regex on the kernel name, collective type, dimension).
@@ -77,6 +78,16 @@ def comm_kernel_pattern(extra: list[str] | None = None) -> str:
 
 
 COMM_KERNEL = comm_kernel_pattern()
+
+
+def check_comm_pattern(pattern: str) -> None:
+    """Raise :class:`~traceanalyzer.errors.ConfigError` unless ``pattern`` is a regex the
+    analysis can use (polars' regex dialect: no look-around, no back-references)."""
+    try:
+        pl.Series([""]).str.contains(user_pattern([pattern]))
+    except Exception as exc:  # polars raises ComputeError on a bad pattern
+        why = [ln[len("error: "):] for ln in str(exc).splitlines() if ln.startswith("error: ")]
+        raise ConfigError(f"--comm-kernel {pattern!r} is not a valid regex ({why[0] if why else 'parse error'})") from None
 
 
 def user_pattern(patterns: list[str]) -> str:
