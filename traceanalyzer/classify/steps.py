@@ -3,8 +3,11 @@
 A step's CPU window is its ``ProfilerStep#N`` range (or a user-chosen range name). GPU work
 belongs to the step whose CPU window contains its launch call (joined by correlation id, or by
 External id when no launch call was recorded). GPU work with neither record is placed by time:
-it belongs to the last step whose CPU window began at or before the work began (the GPU runs
-behind the host, never ahead of it); work that began before the first step began is in no step,
+when the device timeline carries the GPU-side copies of the step ranges (``ProfilerStep#N``
+as ``gpu_user_annotation``), it belongs to the last step marked at or before the work began
+(before the first mark: only to a host step earlier than the first marked one); otherwise to
+the last step whose CPU window began at or before the work began (the GPU runs behind the host,
+never ahead of it); work that began before the first step began is in no step,
 and so is work whose correlation id is below every recorded launch of its rank (ids grow with
 launch order: it was launched before the profile began and is still running, e.g. warm-up).
 Step N's GPU window starts at the first GPU activity it holds and ends where step N+1's starts;
@@ -51,9 +54,25 @@ def cpu_steps(events: pl.LazyFrame, name: str = DEFAULT_STEP) -> pl.LazyFrame:
     )
 
 
-def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame) -> pl.LazyFrame:
+def gpu_step_marks(events: pl.LazyFrame, name: str = DEFAULT_STEP) -> pl.LazyFrame:
+    """``rank, step, mark_ns``: starts of the GPU-side copies of the step ranges (Kineto's
+    ``gpu_user_annotation`` ``ProfilerStep#N`` on the device timeline), numbered like
+    :func:`cpu_steps`."""
+    pat = step_pattern(name)
+    return (
+        events.filter((pl.col("kind") == "gpu_annotation") & pl.col("name").str.contains(pat))
+        .select("rank", pl.col("name").str.extract(pat, 1).cast(pl.Int64, strict=False).alias("step"), pl.col("start_ns").alias("mark_ns"))
+        .unique(["rank", "mark_ns"])
+        .sort("rank", "mark_ns")
+        .with_columns(pl.col("step").fill_null(pl.int_range(pl.len()).over("rank")))
+    )
+
+
+def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame, marks: pl.LazyFrame | None = None) -> pl.LazyFrame:
     """GPU work with the step whose CPU window holds its launch (``step`` null if none), and
-    GPU work without a launch record placed by time (column ``by_time`` true)."""
+    GPU work without a launch record placed by time (column ``by_time`` true): by the GPU-side
+    step marks (``marks``, :func:`gpu_step_marks`) when the rank has them and the work began at
+    or after the first, else by the host step windows."""
     gpu = events.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("rank", "start_ns", "end_ns", "correlation", "external_id")
     launches = (
         events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
@@ -81,11 +100,21 @@ def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame) -> pl.LazyFrame:
     # correlation ids grow with launch order: GPU work whose id is below every recorded launch
     # of its rank was launched before the profile began (warm-up still running): no step
     first_corr = launches.group_by("rank").agg(pl.col("correlation").min().alias("__first_corr"))
+    if marks is None:
+        marks = pl.LazyFrame(schema={"rank": pl.Int32, "step": pl.Int64, "mark_ns": pl.Int64})
     by_time = (
         g.filter(pl.col("launch_ns").is_null())
         .join(first_corr, on="rank", how="left")
         .sort("start_ns")
         .join_asof(cpu_sorted, left_on="start_ns", right_on="cpu_start_ns", by="rank", strategy="backward", check_sortedness=False)
+        .join_asof(marks.sort("mark_ns").rename({"step": "__mark_step"}), left_on="start_ns", right_on="mark_ns", by="rank", strategy="backward", check_sortedness=False)
+        .join(marks.group_by("rank").agg(pl.col("step").sort_by("mark_ns").first().alias("__first_mark")), on="rank", how="left")
+        # before the first mark: only a host step earlier than the first marked step can hold it
+        .with_columns(
+            pl.when(pl.col("__mark_step").is_not_null()).then(pl.col("__mark_step"))
+            .when(pl.col("__first_mark").is_null() | (pl.col("step") < pl.col("__first_mark"))).then(pl.col("step"))
+            .alias("step")
+        )
         .with_columns(
             pl.when(pl.col("correlation").is_not_null() & (pl.col("correlation") < pl.col("__first_corr")))
             .then(pl.lit(None, pl.Int64))
@@ -109,7 +138,8 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
     if name is None:
         cpu = cpu.filter(pl.lit(False))
     cpu = cpu.collect().lazy()  # a few rows, used three times: match names once
-    placed = gpu_step_of(ev, cpu).filter(pl.col("step").is_not_null()).collect()
+    marks = gpu_step_marks(ev, name or DEFAULT_STEP).join(cpu.select("rank", "step"), on=["rank", "step"], how="semi")
+    placed = gpu_step_of(ev, cpu, marks).filter(pl.col("step").is_not_null()).collect()
     assigned = placed.lazy().group_by("rank", "step").agg(pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns"))
     win = (
         cpu.join(assigned, on=["rank", "step"], how="inner")
