@@ -122,3 +122,18 @@ def test_gpu_work_without_launch_records_is_placed_by_time(gpu_marks):
     if gpu_marks:  # the launched truth: every step starts within 2.3 ms of it
         truth = ta.analyze(t).steps.sort("start_ns")["start_ns"].to_list()
         assert all(0 < s - w < 2_300_000 for s, w in zip(starts, truth))
+
+
+MI250 = DEMO.parent / "mi250_rocm62_minitoy.json.gz"
+
+
+def test_step_range_skip_counts_and_no_contradictory_warning():
+    t = ta.load(MI250)
+    # 4 'aten::empty' ranges, none launches GPU work: one warning, saying so, with the right count
+    w = [x for x in ta.analyze(t, "aten::empty").warnings if "aten::empty" in x]
+    assert w == ["rank 0: none of its 4 'aten::empty' ranges holds GPU work: the whole GPU span is analysed as one step (step 0)"]
+    # ProfilerStep#1 launches all 16 GPU events, ProfilerStep#2 none (raw JSON): 1 of 2 skipped
+    w = [x for x in ta.analyze(t).warnings if "ProfilerStep" in x]
+    assert w == ["rank 0: 1 of 2 'ProfilerStep' steps launched no GPU work and are skipped"]
+    w = [x for x in ta.analyze(t, "no_such_range").warnings if "no_such_range" in x]
+    assert w == ["rank 0: no 'no_such_range' step markers: the whole GPU span is analysed as one step (step 0)"]
