@@ -238,3 +238,41 @@ def test_single_process_traces_never_get_the_warning(world):
     meta = t.meta.with_columns(pl.lit(world, pl.Int32).alias("world_size"))
     a = ta.analyze(Trace(events=t.events, meta=meta, sources=t.sources), None)
     assert not any("no communication kernel" in w for w in a.warnings)
+
+
+def test_unknown_waits_are_not_zero_waits_across_ranks():
+    """Ranks 0 and 1 cut down alike, rank 1 missing its first DeepEP kernel: the DeepEP group's
+    ranks disagree on the instance count, so its waits are unknown (not 0, not estimated); the
+    rank waited on is chosen from the userbuffers waits alone, aligned by hand: instance i,
+    wait = min(duration, latest start over the two ranks - own start)."""
+    traces = []
+    for rank in (0, 1):
+        path = sorted(DLRM.glob(f"worker{rank}_*"))[0]
+        t = ta.load(path)
+        ev = t.events.filter((pl.col("name") != "record_param_comms") & ~pl.col("name").str.starts_with("nccl:"))
+        ev = ev.with_columns(
+            pl.when(pl.col("name").str.starts_with("ncclKernel_SendRecv")).then(pl.lit(DEEPEP))
+            .when(pl.col("name").str.starts_with("ncclKernel_AllReduce")).then(pl.lit(UB_AR))
+            .otherwise(pl.col("name")).alias("name")
+        )
+        if rank == 1:
+            first = ev.filter(pl.col("name") == DEEPEP)["start_ns"].min()
+            ev = ev.filter(~((pl.col("name") == DEEPEP) & (pl.col("start_ns") == first)))
+        traces.append(Trace(events=ev, meta=t.meta, sources=t.sources))
+    both = Trace(events=pl.concat([t.events for t in traces]), meta=pl.concat([t.meta for t in traces]), sources=[])
+    a = ta.analyze(both)
+    c = a.collectives
+    ep = c.filter(pl.col("pg_name") == "DeepEP")
+    assert ep.height == 9 and ep["wait_ns"].null_count() == 9 and not ep["transfer_estimated"].any()
+    ub = c.filter(pl.col("pg_name") == "TE userbuffers").sort("rank", "start_ns")
+    starts = {r: ub.filter(pl.col("rank") == r).select("start_ns", "dur_ns").rows() for r in (0, 1)}
+    wait = {r: sum(min(d, max(starts[0][i][0], starts[1][i][0]) - s) for i, (s, d) in enumerate(starts[r])) for r in (0, 1)}
+    assert ub["wait_ns"].null_count() == 0 and {r: ub.filter(pl.col("rank") == r)["wait_ns"].sum() for r in (0, 1)} == wait
+    cr = a.cross_rank.row(0, named=True)
+    r = min(wait, key=wait.get)
+    assert (cr["waited_on_rank"], cr["waited_on_wait_ns"]) == (r, wait[r])
+    # without rank 1's userbuffers kernels no wait is measured at all: no rank is named
+    ev1 = traces[1].events.filter(pl.col("name") != UB_AR)
+    a = ta.analyze(Trace(events=pl.concat([traces[0].events, ev1]), meta=both.meta, sources=[]))
+    assert a.collectives["wait_ns"].null_count() == a.collectives.height
+    assert a.cross_rank.row(0, named=True)["waited_on_rank"] is None

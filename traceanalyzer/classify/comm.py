@@ -16,8 +16,9 @@ For every communication kernel (``cls == "comm"`` in :mod:`.labels`):
   first ``Input Dims`` of ``record_param_comms``; element size from ``dtype``, else from the
   kernel name's type token (not for SendRecv, whose ``int8_t`` is NCCL's byte transport).
 * **process group** (name, description, size, ranks) from the kernel / ``record_param_comms``
-  args, completed from ``distributedInfo.pg_config``; traces with no group info get group
-  ``"default"`` sized to the world.
+  args, completed from ``distributedInfo.pg_config``; kernels with no group info get group
+  ``"default"`` sized to the world, except those of a library in the table other than NCCL
+  (DeepEP, userbuffers, ...), which get a group named after the library (size unknown).
 * **dimension** (TP/DP/PP/CP/EP/unknown): see :func:`dimension_expr`.
 
 **Wait vs transfer.** With several ranks of a group loaded, instance *i* of the group (its
@@ -254,12 +255,10 @@ def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, 
         pl.lit("unknown"),
     )
     # what the kernel says about its dimension when no process group names one
-    unlinked = pl.col("pg_name").is_null() & pl.col("group_size").is_null() & pl.col("pg_desc").is_null()
-    hint = pl.coalesce(
-        library_expr("name", 3),
-        pl.when(pl.col("an_name").str.contains(MOE_RANGE)).then(pl.lit("EP")),
-        pl.when(unlinked & (ctype == "all_to_all")).then(pl.lit("EP")),
-    )
+    hint = pl.coalesce(library_expr("name", 3), pl.when(pl.col("an_name").str.contains(MOE_RANGE)).then(pl.lit("EP")))
+    # kernels of a library other than NCCL with no process group: one group per library
+    lib = library_expr("name", 0)
+    group = pl.coalesce("pg_name", pl.when(lib.is_not_null() & (lib != "NCCL/RCCL")).then(lib), pl.lit("default"))
     j = j.with_columns(ctype.alias("coll_type"), _kernel_dtype().alias("__kdtype"), hint.alias("__dim_hint"))
     nelems = pl.coalesce(pl.max_horizontal("in_nelems", "out_nelems"), _dims_nelems())
     esize = pl.coalesce(
@@ -269,7 +268,7 @@ def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, 
     cfg = _pg_config(meta).lazy()
     world = meta.lazy().select("rank", pl.col("world_size").cast(pl.Int64).alias("world"))
     j = (
-        j.with_columns((nelems * esize).alias("bytes"), pl.col("pg_name").fill_null("default"))
+        j.with_columns((nelems * esize).alias("bytes"), group.alias("pg_name"))
         .join(cfg, on=["rank", "pg_name"], how="left")
         .join(world, on="rank", how="left")
         .with_columns(
