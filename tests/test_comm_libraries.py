@@ -21,6 +21,7 @@ import pytest
 import traceanalyzer as ta
 from traceanalyzer.classify import comm
 from traceanalyzer.classify.labels import COMM_KERNEL, label_gpu, library_expr
+from traceanalyzer.render import json as json_render
 from traceanalyzer.schema import Trace
 
 from conftest import DLRM, FIXTURES, run_cli
@@ -159,6 +160,9 @@ def test_deepep_and_userbuffers_are_exposed_comm_with_their_dimension():
     assert not c["transfer_estimated"].any()
     assert not any("estimate" in w for w in a.warnings)
     assert any("is unknown: no byte count" in w for w in a.warnings)
+    doc = json_render.document(a)["ranks"][0]["collectives"]["by_dimension"]
+    assert [(d["dimension"], d["exposed_us"], d["wait_us"], d["transfer_us"], d["transfer_estimated"]) for d in doc] == [
+        ("EP", want["EP"] / 1000, None, None, False), ("TP", want["TP"] / 1000, None, None, False)]
 
 
 def test_deepseek_spelling_and_a_dispatch_annotation_give_ep():
