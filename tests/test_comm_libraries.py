@@ -159,7 +159,7 @@ def test_deepep_and_userbuffers_are_exposed_comm_with_their_dimension():
     assert c["bytes"].null_count() == c.height and c["transfer_ns"].null_count() == c.height
     assert not c["transfer_estimated"].any()
     assert not any("estimate" in w for w in a.warnings)
-    assert any("is unknown: no byte count" in w for w in a.warnings)
+    assert any("is unknown: the trace gives no byte count" in w for w in a.warnings)
     doc = json_render.document(a)["ranks"][0]["collectives"]["by_dimension"]
     assert [(d["dimension"], d["exposed_us"], d["wait_us"], d["transfer_us"], d["transfer_estimated"]) for d in doc] == [
         ("EP", want["EP"] / 1000, None, None, False), ("TP", want["TP"] / 1000, None, None, False)]
