@@ -455,7 +455,7 @@ def comm_warnings(coll: pl.DataFrame, meta: pl.DataFrame) -> list[str]:
         unknown = coll.filter(pl.col("transfer_ns").is_null())
         if unknown.height:
             out.append(
-                f"collective wait/transfer for {unknown.height} of {coll.height} kernels is unknown: no byte count "
-                "(the kernel's library records none) and not all ranks of its group are loaded"
+                f"collective wait/transfer for {unknown.height} of {coll.height} kernels is unknown: the trace gives "
+                "no byte count and not all ranks of its group are loaded"
             )
     return out
