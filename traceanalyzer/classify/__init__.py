@@ -14,7 +14,7 @@ from traceanalyzer.classify import comm, crossrank, idle, recompute
 from traceanalyzer.classify.invariants import check_event_span, check_ranks_aligned, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import BUCKETS, FIELDS, check_causes, partition
-from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows
+from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows, outside_steps, outside_warnings
 from traceanalyzer.errors import NoGpuActivity
 from traceanalyzer.parsers.clean import RANGE_PROFILER_NOTE
 from traceanalyzer.schema import GPU_WORK_KINDS, Trace
@@ -41,6 +41,7 @@ class Analysis:
     collectives: pl.DataFrame | None = None  # one row per communication kernel (classify.comm.collectives)
     comm: pl.DataFrame | None = None  # rank, step, by (type/group/dim), key, count, bytes, time/wait/transfer/exposed/overlapped ns
     cross_rank: pl.DataFrame | None = None  # per step over ranks: slowest rank, skew, straggler bucket
+    outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns: GPU busy time in no step
 
     def _fields(self) -> list[str]:
         return [f for f in [*FIELDS, *IDLE_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in self.steps.columns]
@@ -60,10 +61,12 @@ def analyze(
     step_name: str | None = DEFAULT_STEP,
     recompute_pattern: str | None = None,
     bus_bw_gbps: float = comm.DEFAULT_BUS_BW_GBPS,
+    comm_kernels: list[str] | None = None,
 ) -> Analysis:
     """Classify a trace. ``step_name`` names the step range (``None``: whole trace = one step);
     ``recompute_pattern``: regex of extra host ranges (e.g. NVTX) whose contents are recompute;
-    ``bus_bw_gbps``: bus bandwidth for single-rank transfer estimates."""
+    ``bus_bw_gbps``: bus bandwidth for single-rank transfer estimates;
+    ``comm_kernels``: extra kernel-name regexes that are communication (``--comm-kernel``)."""
     source = ", ".join(str(s) for s in trace.sources[:3]) or "trace"
     if not trace.events.select(pl.col("kind").is_in(GPU_WORK_KINDS).any()).item():
         truncated = trace.meta.filter(pl.col("truncated"))
@@ -85,8 +88,9 @@ def analyze(
     windows, warnings = gpu_windows(trace.events, step_name)
     check_windows(windows, trace.events, source)
     rc_ops = recompute.recompute_ops(trace.events, recompute_pattern)
-    gpu = label_gpu(trace.events, rc_ops)
+    gpu = label_gpu(trace.events, rc_ops, comm_kernels=comm_kernels)
     steps = partition(gpu, windows, source)
+    outside = outside_steps(gpu, windows)
     coll = comm.collectives(trace.events, gpu, windows, trace.meta, bus_bw_gbps)
     expo = comm.exposure(gpu, coll, windows)
     idle_parts = idle.idle_split(trace.events, gpu, windows, coll)
@@ -107,7 +111,7 @@ def analyze(
     if extra:  # a dimension outside DIMENSIONS would break the sum: never silently
         raise AssertionError(f"unexpected exposed-comm dimension columns {extra}")
     check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source)
-    warnings = list(warnings)
+    warnings = [*warnings, *outside_warnings(outside), *comm.comm_warnings(coll, trace.meta)]
     if trace.meta["truncated"].any():
         warnings.append(
             "the trace was truncated: host runtime records (launch and synchronisation calls) after the cut "
@@ -129,6 +133,7 @@ def analyze(
         collectives=coll,
         comm=comm.summary(coll, expo),
         cross_rank=crossrank.cross_rank(steps, IDLE_FIELDS, coll),
+        outside_steps=outside,
     )
 
 

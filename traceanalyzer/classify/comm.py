@@ -6,15 +6,19 @@ For every communication kernel (``cls == "comm"`` in :mod:`.labels`):
   ``broadcast``, ``reduce``, ``gather``, ``scatter``, ``barrier``, ``unknown``) from, best first:
   the kernel's own ``Collective name`` arg, the linked ``record_param_comms`` (same External id,
   or the one enclosing the launch call on the host thread), the enclosing ``nccl:*`` / ``gloo:*``
-  annotation, and last the kernel name (``ncclKernel_AllReduce_...``, ``ncclDevKernel_AllGather_...``,
-  ``ncclKernel_SendRecv_...``; ``ncclDevKernel_Generic`` says nothing).
+  annotation or user annotation naming ``dispatch`` / ``combine`` (MoE token exchange:
+  ``all_to_all``), the NCCL kernel name (``ncclKernel_AllReduce_...``,
+  ``ncclDevKernel_AllGather_...``, ``ncclKernel_SendRecv_...``; ``ncclDevKernel_Generic`` says
+  nothing), and last the library table :data:`traceanalyzer.classify.labels.COMM_LIBRARIES`
+  (DeepEP ``dispatch``/``combine`` are ``all_to_all``, userbuffers ``..._ag`` ``all_gather``...).
 * **bytes** = max(in, out) elements × element size (the nccl-tests "size": the full buffer of an
   all-gather / reduce-scatter). Elements from ``In/Out msg nelems``, else the product of the
   first ``Input Dims`` of ``record_param_comms``; element size from ``dtype``, else from the
   kernel name's type token (not for SendRecv, whose ``int8_t`` is NCCL's byte transport).
 * **process group** (name, description, size, ranks) from the kernel / ``record_param_comms``
-  args, completed from ``distributedInfo.pg_config``; traces with no group info get group
-  ``"default"`` sized to the world.
+  args, completed from ``distributedInfo.pg_config``; kernels with no group info get group
+  ``"default"`` sized to the world, except those of a library in the table other than NCCL
+  (DeepEP, userbuffers, ...), which get a group named after the library (size unknown).
 * **dimension** (TP/DP/PP/CP/EP/unknown): see :func:`dimension_expr`.
 
 **Wait vs transfer.** With several ranks of a group loaded, instance *i* of the group (its
@@ -23,7 +27,9 @@ start time) is aligned across ranks: ``transfer = end − latest start over rank
 kernel), ``wait = duration − transfer``. A group whose ranks disagree on the instance count is
 not aligned. Otherwise transfer is estimated as ``bytes × f / bus_bw`` (``f`` = 2(n−1)/n for
 all-reduce, (n−1)/n for all-gather / reduce-scatter / all-to-all, 1 otherwise: nccl-tests'
-bus-bandwidth factors) and flagged ``transfer_estimated``.
+bus-bandwidth factors) and flagged ``transfer_estimated``. A kernel with no byte count (DeepEP,
+userbuffers, custom all-reduce: nothing records their size) that cannot be aligned has
+``wait_ns`` / ``transfer_ns`` null: unknown, not estimated.
 
 **Exposed / overlapped per type, group and dimension** come from one boundary sweep
 (:func:`traceanalyzer.classify.intervals.segments`) with one extra class per type / group /
@@ -37,7 +43,7 @@ import orjson
 import polars as pl
 
 from traceanalyzer.classify.intervals import segments
-from traceanalyzer.classify.labels import CLASSES
+from traceanalyzer.classify.labels import CLASSES, library_expr
 from traceanalyzer.classify.recompute import THREAD, host_tree
 
 DEFAULT_BUS_BW_GBPS = 100.0
@@ -55,7 +61,16 @@ _TYPE_RULES = [  # (regex on a lower-cased name, type); first match wins
     (r"gather", "gather"),
     (r"scatter", "scatter"),
     (r"reduce", "reduce"),
+    (r"(^|[^a-z])(dispatch|combine)([^a-z]|$)", "all_to_all"),  # MoE token exchange (DeepEP, Megatron)
 ]
+#: host ranges that say which collective a launch belongs to: NCCL/gloo/RCCL ranges, and user
+#: annotations of a MoE token exchange (``dispatch`` / ``combine``, e.g. around DeepEP calls)
+LINK_RANGE = r"^(nccl|gloo|rccl):"
+MOE_RANGE = r"(?i)(^|[^a-z])(dispatch|combine)([^a-z]|$)"
+
+
+def _link_range() -> pl.Expr:
+    return pl.col("name").str.contains(LINK_RANGE) | ((pl.col("kind") == "annotation") & pl.col("name").str.contains(MOE_RANGE))
 
 _DTYPE_SIZE = {
     "float": 4, "float32": 4, "f32": 4, "float64": 8, "double": 8, "f64": 8,
@@ -115,12 +130,15 @@ def _dims_nelems() -> pl.Expr:
     )
 
 
-def dimension_expr(world: pl.Expr) -> pl.Expr:
+def dimension_expr(world: pl.Expr, hint: pl.Expr | None = None) -> pl.Expr:
     """Parallelism dimension of a group from ``pg_desc``, ``group_size``, ``stride``, ``p2p_only``.
 
     1. the description names it (``tp``/``tensor``, ``pp``/``pipe``, ``cp``/``context``,
        ``ep``/``expert``/``moe``, ``dp``/``data``/``fsdp``/``ddp``/``shard``/``replicate``;
        DeviceMesh's ``mesh_tp`` style included);
+    1b. else ``hint`` when not null: what the kernel itself says (the library table: DeepEP is EP,
+       userbuffers and custom all-reduce are TP; an enclosing ``dispatch``/``combine`` annotation
+       or an all-to-all with no process-group information is EP);
     2. a group carrying only send/recv is PP;
     3. a group spanning the world (or ``default_pg``) is DP;
     4. contiguous ranks (stride 1) smaller than the world are TP;
@@ -137,6 +155,7 @@ def dimension_expr(world: pl.Expr) -> pl.Expr:
         .when(d.str.contains(f"{w}(cp|context){e}|context_parallel")).then(pl.lit("CP"))
         .when(d.str.contains(f"{w}(ep|expert|moe){e}|expert")).then(pl.lit("EP"))
         .when(d.str.contains(f"{w}(dp|data|fsdp|ddp|hsdp|shard|replicate|dp_shard|dp_replicate){e}|data_parallel")).then(pl.lit("DP"))
+        .when((hint if hint is not None else pl.lit(None, pl.String)).is_not_null()).then(hint if hint is not None else pl.lit(None, pl.String))
         .when(pl.col("p2p_only")).then(pl.lit("PP"))
         .when((size == world) | (d == "default_pg")).then(pl.lit("DP"))
         .when((pl.col("stride") == 1) & (size < world)).then(pl.lit("TP"))
@@ -186,7 +205,7 @@ def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, 
     # launch to a collective: the call tree of the others is not built)
     linking = ev.filter(
         pl.col("kind").is_in(["cpu_op", "annotation"])
-        & ((pl.col("name") == "record_param_comms") | pl.col("name").str.contains(r"^(nccl|gloo|rccl):"))
+        & ((pl.col("name") == "record_param_comms") | _link_range())
     ).select(THREAD).unique()
     tree = host_tree(ev.join(linking, on=THREAD, how="semi")).collect().lazy()
     launch = (
@@ -203,7 +222,7 @@ def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, 
         .sort("rp_pos")
     )
     ann = (
-        tree.filter(pl.col("kind").is_in(["annotation", "cpu_op"]) & pl.col("name").str.contains(r"^(nccl|gloo|rccl):"))
+        tree.filter(pl.col("kind").is_in(["annotation", "cpu_op"]) & _link_range())
         .select(*THREAD, pl.col("pos").alias("an_pos"), pl.col("hi").alias("an_hi"), pl.col("name").alias("an_name"))
         .sort("an_pos")
     )
@@ -232,9 +251,15 @@ def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, 
         pl.when(pl.col("coll_name").str.to_lowercase() != "coalesced").then(coll_type_expr("coll_name")),
         coll_type_expr("an_name"),
         _kernel_type(),
+        library_expr("name", 2),
         pl.lit("unknown"),
     )
-    j = j.with_columns(ctype.alias("coll_type"), _kernel_dtype().alias("__kdtype"))
+    # what the kernel says about its dimension when no process group names one
+    hint = pl.coalesce(library_expr("name", 3), pl.when(pl.col("an_name").str.contains(MOE_RANGE)).then(pl.lit("EP")))
+    # kernels of a library other than NCCL with no process group: one group per library
+    lib = library_expr("name", 0)
+    group = pl.coalesce("pg_name", pl.when(lib.is_not_null() & (lib != "NCCL/RCCL")).then(lib), pl.lit("default"))
+    j = j.with_columns(ctype.alias("coll_type"), _kernel_dtype().alias("__kdtype"), hint.alias("__dim_hint"))
     nelems = pl.coalesce(pl.max_horizontal("in_nelems", "out_nelems"), _dims_nelems())
     esize = pl.coalesce(
         _dtype_size("dtype"),
@@ -243,7 +268,7 @@ def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, 
     cfg = _pg_config(meta).lazy()
     world = meta.lazy().select("rank", pl.col("world_size").cast(pl.Int64).alias("world"))
     j = (
-        j.with_columns((nelems * esize).alias("bytes"), pl.col("pg_name").fill_null("default"))
+        j.with_columns((nelems * esize).alias("bytes"), group.alias("pg_name"))
         .join(cfg, on=["rank", "pg_name"], how="left")
         .join(world, on="rank", how="left")
         .with_columns(
@@ -262,7 +287,7 @@ def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, 
         pl.when(rl.list.len() >= 2).then(rl.list.get(1, null_on_oob=True) - rl.list.get(0, null_on_oob=True)).alias("stride"),
         (pl.col("coll_type") == "send_recv").all().over("rank", "pg_name").alias("p2p_only"),
     ).with_columns(
-        dimension_expr(pl.col("world")).alias("dim"),
+        dimension_expr(pl.col("world"), pl.col("__dim_hint")).alias("dim"),
         pl.when(pl.col("pg_name") == "default").then(pl.lit("default")).otherwise(pl.col("pg_name")).alias("pg_name"),
     )
     # step of each kernel: the window holding its start
@@ -301,9 +326,10 @@ def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, 
         .with_columns(
             pl.when(pl.col("__aligned"))
             .then((pl.col("end_ns") - pl.max_horizontal("last_arrival_ns", "start_ns")).clip(0))
-            .otherwise(pl.min_horizontal(est, "dur_ns"))
+            .when(est.is_not_null())
+            .then(pl.min_horizontal(est, "dur_ns"))
             .alias("transfer_ns"),
-            (~pl.col("__aligned")).alias("transfer_estimated"),
+            (~pl.col("__aligned") & est.is_not_null()).alias("transfer_estimated"),
         )
         .with_columns(
             pl.when(pl.col("transfer_ns").is_not_null()).then(pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"),
@@ -392,8 +418,8 @@ def summary(coll: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
                 pl.len().alias("count"),
                 pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()).alias("bytes"),
                 pl.col("dur_ns").sum().alias("time_ns"),
-                pl.col("wait_ns").sum().alias("wait_ns"),
-                pl.col("transfer_ns").sum().alias("transfer_ns"),
+                pl.when(pl.col("wait_ns").is_not_null().any()).then(pl.col("wait_ns").sum()).alias("wait_ns"),
+                pl.when(pl.col("transfer_ns").is_not_null().any()).then(pl.col("transfer_ns").sum()).alias("transfer_ns"),
                 pl.col("transfer_estimated").any().alias("transfer_estimated"),
                 pl.col("pg_desc").first().alias("pg_desc"),
                 pl.col("group_size").first().alias("group_size"),
@@ -409,3 +435,27 @@ def summary(coll: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
         pl.col("exposed_ns").fill_null(0),
         pl.col("overlapped_ns").fill_null(0),
     ).sort("rank", "step", "by", "key")
+
+
+def comm_warnings(coll: pl.DataFrame, meta: pl.DataFrame) -> list[str]:
+    """Warnings about what the communication analysis could not see or measure."""
+    out = []
+    multi = meta.filter(pl.col("world_size").fill_null(1) > 1).select("rank", "world_size")
+    seen = coll.get_column("rank").unique().implode() if coll.height else pl.Series([], dtype=pl.Int32).implode()
+    silent = multi.filter(~pl.col("rank").is_in(seen)).sort("rank")
+    if silent.height:
+        ranks = ", ".join(str(r) for r in silent.get_column("rank").to_list())
+        out.append(
+            f"rank {ranks}: part of a {silent.item(0, 'world_size')}-rank job but no communication kernel was found "
+            "(no NCCL/RCCL, DeepEP, NVSHMEM, userbuffers, custom all-reduce or MSCCL++ kernel, none launched by "
+            "record_param_comms): all its GPU time is counted as compute/other; if it communicates with kernels "
+            "of another library, name them with --comm-kernel REGEX"
+        )
+    if coll.height:
+        unknown = coll.filter(pl.col("transfer_ns").is_null())
+        if unknown.height:
+            out.append(
+                f"collective wait/transfer for {unknown.height} of {coll.height} kernels is unknown: the trace gives "
+                "no byte count and not all ranks of its group are loaded"
+            )
+    return out

@@ -2,10 +2,21 @@
 
 A step's CPU window is its ``ProfilerStep#N`` range (or a user-chosen range name). GPU work
 belongs to the step whose CPU window contains its launch call (joined by correlation id, or by
-External id when no launch call was recorded). Step N's GPU window starts at the first GPU
-activity it launched and ends where step N+1's starts; the last step ends at the last end of
-its own work. Consecutive windows therefore tile the GPU timeline exactly, with no gap and no
-double counting. With no step markers on a rank, its whole GPU span is one step, numbered 0.
+External id when no launch call was recorded). GPU work with neither record is placed by time:
+when the device timeline carries the GPU-side copies of the step ranges (``ProfilerStep#N``
+as ``gpu_user_annotation``), it belongs to the last step marked at or before the work began
+(before the first mark: only to a host step earlier than the first marked one); otherwise to
+the last step whose CPU window began at or before the work began (the GPU runs behind the host,
+never ahead of it); work that began before the first step began is in no step,
+and so is work whose correlation id is below every recorded launch of its rank (ids grow with
+launch order: it was launched before the profile began and is still running, e.g. warm-up).
+Step N's GPU window starts at the first GPU activity it holds and ends where step N+1's starts;
+the last step ends at the last end of its own work. Consecutive windows therefore tile the GPU
+timeline exactly, with no gap and no double counting. With no step markers on a rank, its whole
+GPU span is one step, numbered 0.
+
+GPU work outside every window (warm-up before the first step, work launched after the last one)
+is in no step: :func:`outside_steps` measures its busy time so that nothing is lost silently.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ import re
 
 import polars as pl
 
+from traceanalyzer.classify.intervals import segments
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 DEFAULT_STEP = "ProfilerStep"
@@ -42,8 +54,25 @@ def cpu_steps(events: pl.LazyFrame, name: str = DEFAULT_STEP) -> pl.LazyFrame:
     )
 
 
-def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame) -> pl.LazyFrame:
-    """GPU work with the step whose CPU window holds its launch (``step`` null if none)."""
+def gpu_step_marks(events: pl.LazyFrame, name: str = DEFAULT_STEP) -> pl.LazyFrame:
+    """``rank, step, mark_ns``: starts of the GPU-side copies of the step ranges (Kineto's
+    ``gpu_user_annotation`` ``ProfilerStep#N`` on the device timeline), numbered like
+    :func:`cpu_steps`."""
+    pat = step_pattern(name)
+    return (
+        events.filter((pl.col("kind") == "gpu_annotation") & pl.col("name").str.contains(pat))
+        .select("rank", pl.col("name").str.extract(pat, 1).cast(pl.Int64, strict=False).alias("step"), pl.col("start_ns").alias("mark_ns"))
+        .unique(["rank", "mark_ns"])
+        .sort("rank", "mark_ns")
+        .with_columns(pl.col("step").fill_null(pl.int_range(pl.len()).over("rank")))
+    )
+
+
+def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame, marks: pl.LazyFrame | None = None) -> pl.LazyFrame:
+    """GPU work with the step whose CPU window holds its launch (``step`` null if none), and
+    GPU work without a launch record placed by time (column ``by_time`` true): by the GPU-side
+    step marks (``marks``, :func:`gpu_step_marks`) when the rank has them and the work began at
+    or after the first, else by the host step windows."""
     gpu = events.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("rank", "start_ns", "end_ns", "correlation", "external_id")
     launches = (
         events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
@@ -61,12 +90,41 @@ def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame) -> pl.LazyFrame:
         .with_columns(pl.coalesce("launch_ns", "op_ns").alias("launch_ns"))
         .drop("op_ns")
     )
-    with_launch = g.filter(pl.col("launch_ns").is_not_null()).sort("launch_ns")
-    return (
-        with_launch.join_asof(cpu.sort("cpu_start_ns"), left_on="launch_ns", right_on="cpu_start_ns", by="rank", strategy="backward", check_sortedness=False)
-        .with_columns(pl.when(pl.col("launch_ns") < pl.col("cpu_end_ns")).then(pl.col("step")).alias("step"))
-        .select("rank", "step", "start_ns", "end_ns")
+    cpu_sorted = cpu.sort("cpu_start_ns")
+    with_launch = (
+        g.filter(pl.col("launch_ns").is_not_null())
+        .sort("launch_ns")
+        .join_asof(cpu_sorted, left_on="launch_ns", right_on="cpu_start_ns", by="rank", strategy="backward", check_sortedness=False)
+        .with_columns(pl.when(pl.col("launch_ns") < pl.col("cpu_end_ns")).then(pl.col("step")).alias("step"), pl.lit(False).alias("by_time"))
     )
+    # correlation ids grow with launch order: GPU work whose id is below every recorded launch
+    # of its rank was launched before the profile began (warm-up still running): no step
+    first_corr = launches.group_by("rank").agg(pl.col("correlation").min().alias("__first_corr"))
+    if marks is None:
+        marks = pl.LazyFrame(schema={"rank": pl.Int32, "step": pl.Int64, "mark_ns": pl.Int64})
+    by_time = (
+        g.filter(pl.col("launch_ns").is_null())
+        .join(first_corr, on="rank", how="left")
+        .sort("start_ns")
+        .join_asof(cpu_sorted, left_on="start_ns", right_on="cpu_start_ns", by="rank", strategy="backward", check_sortedness=False)
+        .join_asof(marks.sort("mark_ns").rename({"step": "__mark_step"}), left_on="start_ns", right_on="mark_ns", by="rank", strategy="backward", check_sortedness=False)
+        .join(marks.group_by("rank").agg(pl.col("step").sort_by("mark_ns").first().alias("__first_mark")), on="rank", how="left")
+        # before the first mark: only a host step earlier than the first marked step can hold it
+        .with_columns(
+            pl.when(pl.col("__mark_step").is_not_null()).then(pl.col("__mark_step"))
+            .when(pl.col("__first_mark").is_null() | (pl.col("step") < pl.col("__first_mark"))).then(pl.col("step"))
+            .alias("step")
+        )
+        .with_columns(
+            pl.when(pl.col("correlation").is_not_null() & (pl.col("correlation") < pl.col("__first_corr")))
+            .then(pl.lit(None, pl.Int64))
+            .otherwise(pl.col("step"))
+            .alias("step"),
+            pl.lit(True).alias("by_time"),
+        )
+    )
+    cols = ["rank", "step", "start_ns", "end_ns", "by_time"]
+    return pl.concat([with_launch.select(cols), by_time.select(cols)])
 
 
 def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[pl.DataFrame, list[str]]:
@@ -80,12 +138,9 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
     if name is None:
         cpu = cpu.filter(pl.lit(False))
     cpu = cpu.collect().lazy()  # a few rows, used three times: match names once
-    assigned = (
-        gpu_step_of(ev, cpu)
-        .filter(pl.col("step").is_not_null())
-        .group_by("rank", "step")
-        .agg(pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns"))
-    )
+    marks = gpu_step_marks(ev, name or DEFAULT_STEP).join(cpu.select("rank", "step"), on=["rank", "step"], how="semi")
+    placed = gpu_step_of(ev, cpu, marks).filter(pl.col("step").is_not_null()).collect()
+    assigned = placed.lazy().group_by("rank", "step").agg(pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns"))
     win = (
         cpu.join(assigned, on=["rank", "step"], how="inner")
         .sort("rank", "first_ns")
@@ -97,6 +152,14 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
         .select("rank", "step", "wstart_ns", "wend_ns", "cpu_start_ns", "cpu_end_ns")
         .collect()
     )
+    cpu_counts = cpu.group_by("rank").len().collect()
+    kept = win.group_by("rank").len()
+    by_time = placed.filter(pl.col("by_time")).group_by("rank").len().sort("rank")
+    for r, n in by_time.iter_rows():  # one row per rank
+        warnings.append(
+            f"rank {r}: {n} GPU events have no launch record; each was placed in the last step that began "
+            f"before it ran"
+        )
     gpu_ranks = ev.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select(pl.col("rank").unique()).collect().get_column("rank")
     stepless = gpu_ranks.filter(~gpu_ranks.is_in(win.get_column("rank").unique().implode()))
     if stepless.len():
@@ -114,13 +177,79 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
             .collect()
         )
         win = pl.concat([win, whole.select(win.columns).cast(win.schema)])
-        ranks = ", ".join(str(r) for r in sorted(stepless.to_list()))
         if name is not None:
-            warnings.append(f"rank {ranks}: no '{name}' step markers: the whole GPU span is analysed as one step (step 0)")
-    cpu_counts = cpu.group_by("rank").len().collect()
-    dropped = cpu_counts.join(win.group_by("rank").len(), on="rank", how="left", suffix="_kept").filter(
-        pl.col("len_kept").fill_null(0) < pl.col("len")
-    )
-    for r, n, k in dropped.iter_rows():  # one row per rank: a handful at most
-        warnings.append(f"rank {r}: {n - (k or 0)} of {n} '{name}' steps launched no GPU work and are skipped")
+            marked = dict(cpu_counts.iter_rows())
+            bare = sorted(r for r in stepless.to_list() if r not in marked)
+            if bare:
+                warnings.append(
+                    f"rank {', '.join(map(str, bare))}: no '{name}' step markers: the whole GPU span is analysed as one step (step 0)"
+                )
+            for r in sorted(r for r in stepless.to_list() if r in marked):
+                warnings.append(
+                    f"rank {r}: none of its {marked[r]} '{name}' ranges holds GPU work: "
+                    "the whole GPU span is analysed as one step (step 0)"
+                )
+    dropped = cpu_counts.join(kept, on="rank", how="inner", suffix="_kept").filter(pl.col("len_kept") < pl.col("len"))
+    for r, n, k in dropped.sort("rank").iter_rows():  # one row per rank: a handful at most
+        warnings.append(f"rank {r}: {n - k} of {n} '{name}' steps launched no GPU work and are skipped")
     return win.sort("rank", "wstart_ns"), warnings
+
+
+def outside_steps(gpu: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per rank, GPU busy time in no step window: ``rank, outside_ns, before_ns, after_ns``.
+
+    Busy = the union of the rank's GPU work intervals (kernels, memcpy, memset, other GPU work),
+    clipped to the time before the rank's first window (``before_ns``: warm-up) and after its
+    last (``after_ns``: tail), plus any gap between windows (none: windows tile); ``outside_ns``
+    is their sum. Every rank with GPU work has a row (zeros when nothing is outside)."""
+    g = gpu.lazy().filter(pl.col("kind").is_in(GPU_WORK_KINDS) & (pl.col("end_ns") > pl.col("start_ns")))
+    w = windows.lazy()
+    span = g.group_by("rank").agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
+    edges = w.group_by("rank").agg(pl.col("wstart_ns").min().alias("first"), pl.col("wend_ns").max().alias("last"))
+    # gaps between consecutive windows (tiling makes them empty; measured anyway)
+    gaps = (
+        w.sort("rank", "wstart_ns")
+        .with_columns(pl.col("wstart_ns").shift(-1).over("rank").alias("next"))
+        .filter(pl.col("next") > pl.col("wend_ns"))
+        .select("rank", pl.lit("gap").alias("part"), pl.col("wend_ns").alias("t0"), pl.col("next").alias("t1"))
+    )
+    out_iv = pl.concat(
+        [
+            span.join(edges, on="rank", how="left").select(
+                "rank", pl.lit("before").alias("part"), pl.col("lo").alias("t0"), pl.coalesce("first", "hi").alias("t1")
+            ),
+            span.join(edges, on="rank", how="inner").select("rank", pl.lit("after").alias("part"), pl.col("last").alias("t0"), pl.col("hi").alias("t1")),
+            gaps,
+        ]
+    ).filter(pl.col("t1") > pl.col("t0")).with_row_index("__w").with_columns(pl.col("__w").cast(pl.Int64))
+    seg = segments(
+        g.select("rank", "start_ns", "end_ns", pl.lit("busy").alias("cls")),
+        out_iv.select("rank", pl.col("__w").alias("step"), pl.col("t0").alias("wstart_ns"), pl.col("t1").alias("wend_ns")),
+        ["busy"],
+    )
+    busy = (
+        seg.filter(pl.col("n_busy") > 0)
+        .join(out_iv.select(pl.col("__w").alias("step"), "part"), on="step", how="left")
+        .group_by("rank")
+        .agg(*[(pl.col("t1") - pl.col("t0")).filter(pl.col("part") == p).sum().alias(f"{p}_ns") for p in ("before", "after", "gap")])
+    )
+    return (
+        span.select("rank")
+        .join(busy, on="rank", how="left")
+        .with_columns(pl.col(c).fill_null(0).cast(pl.Int64) for c in ("before_ns", "after_ns", "gap_ns"))
+        .select("rank", (pl.col("before_ns") + pl.col("after_ns") + pl.col("gap_ns")).alias("outside_ns"), "before_ns", pl.col("after_ns") + pl.col("gap_ns"))
+        .sort("rank")
+        .collect()
+    )
+
+
+def outside_warnings(outside: pl.DataFrame) -> list[str]:
+    """One warning per rank whose GPU busy time is partly in no step."""
+    out = []
+    for r, total, before, after in outside.filter(pl.col("outside_ns") > 0).iter_rows():  # one row per rank
+        out.append(
+            f"rank {r}: {total / 1e6:.3f} ms of GPU busy time lies in no step window "
+            f"({before / 1e6:.3f} ms before the first step, {after / 1e6:.3f} ms after the last); "
+            "it is counted in no step (JSON: outside_steps_ns)"
+        )
+    return out

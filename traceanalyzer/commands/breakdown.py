@@ -14,6 +14,7 @@ from traceanalyzer.classify import analyze
 from traceanalyzer.commands.common import Format, load_with_progress, output_stream, print_warnings
 from traceanalyzer.render import json as json_render
 from traceanalyzer.classify.comm import DEFAULT_BUS_BW_GBPS
+from traceanalyzer.classify.labels import check_comm_pattern
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.render.table import print_breakdown, print_detail
 
@@ -27,6 +28,7 @@ def breakdown(
     detail: Annotated[bool, typer.Option("--detail", help="Also print the causes: idle by cause, communication by type/group, recomputed ops, cross-rank skew.")] = False,
     recompute_range: Annotated[Optional[str], typer.Option("--recompute-range", help="Regex of extra host/NVTX ranges whose contents are recompute (e.g. 'CheckpointFunctionBackward').")] = None,
     bus_bw: Annotated[float, typer.Option("--bus-bw", help="Bus bandwidth (GB/s) for estimating collective transfer time when only one rank of a group is loaded.")] = DEFAULT_BUS_BW_GBPS,
+    comm_kernel: Annotated[Optional[list[str]], typer.Option("--comm-kernel", help="Regex (case-insensitive) of kernel names that are communication, besides the known libraries (NCCL/RCCL, DeepEP, NVSHMEM, userbuffers, custom all-reduce, MSCCL++). Repeatable.")] = None,
     cache: Annotated[
         bool,
         typer.Option(
@@ -44,8 +46,10 @@ def breakdown(
             re.compile(recompute_range)
         except re.error as exc:
             raise ConfigError(f"--recompute-range is not a valid regex: {exc}") from None
+    for pat in comm_kernel or []:
+        check_comm_pattern(pat)
     trace = load_with_progress(paths, show=True, cache=cache)
-    analysis = analyze(trace, None if whole_trace else step_range, recompute_pattern=recompute_range, bus_bw_gbps=bus_bw)
+    analysis = analyze(trace, None if whole_trace else step_range, recompute_pattern=recompute_range, bus_bw_gbps=bus_bw, comm_kernels=comm_kernel)
     if format is Format.json:
         with output_stream(output) as fh:
             fh.write(json_render.dumps(json_render.document(analysis)))

@@ -13,7 +13,7 @@ from traceanalyzer import __version__
 from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, IDLE_FIELDS, Analysis
 
 SCHEMA_VERSION = 1
-STEP_FIELDS = ["step", "start_us", *[f"{f}_us" for f in FIELDS]]
+STEP_FIELDS = ["step", "start_ns", "start_us", *[f"{f}_us" for f in FIELDS]]
 CAUSE_FIELDS = [f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]]
 
 
@@ -91,6 +91,7 @@ def document(analysis: Analysis) -> dict:
     cause_fields = [f for f in CAUSE_FIELDS if f in analysis.steps.columns]
     steps = analysis.steps.select("rank", *STEP_FIELDS, *cause_fields).partition_by("rank", as_dict=True, maintain_order=True)
     totals = {r["rank"]: r for r in analysis.totals().iter_rows(named=True)}
+    outside = {} if analysis.outside_steps is None else {r: ns for r, ns, _, _ in analysis.outside_steps.iter_rows()}
     ranks = []
     for (rank,), frame in sorted(steps.items()):
         m = meta.get(rank, {})
@@ -104,6 +105,8 @@ def document(analysis: Analysis) -> dict:
                 "total": {"steps": total["steps"], **{f"{f}_us": total[f"{f}_us"] for f in FIELDS}, **{f: total[f] for f in cause_fields}},
                 "recompute_ops": _recompute_ops(analysis, rank),
                 "collectives": _collectives(analysis, rank),
+                "outside_steps_ns": outside.get(rank, 0),
+                "outside_steps_us": outside.get(rank, 0) / 1000,
             }
         )
     return {

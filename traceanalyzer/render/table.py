@@ -77,7 +77,7 @@ def comm_table(analysis: Analysis) -> Table | None:
     if analysis.comm is None or analysis.comm.height == 0:
         return None
     t = Table(
-        title="Communication per rank, summed over steps (ms). wait/transfer: * = estimated from bytes and bus bandwidth",
+        title="Communication per rank, summed over steps (ms). wait/transfer: * = estimated from bytes and bus bandwidth, - = unknown",
         title_justify="left",
     )
     for col in ("rank", "by", "key", "count", "MB", "kernel", "exposed", "overlapped", "wait", "transfer"):
@@ -88,7 +88,8 @@ def comm_table(analysis: Analysis) -> Table | None:
             pl.col("count").sum(),
             pl.col("bytes").sum(),
             pl.col("bytes").is_not_null().any().alias("has_bytes"),
-            *[pl.col(f"{x}_ns").sum() for x in ("time", "exposed", "overlapped", "wait", "transfer")],
+            *[pl.col(f"{x}_ns").sum() for x in ("time", "exposed", "overlapped")],
+            *[pl.when(pl.col(f"{x}_ns").is_not_null().any()).then(pl.col(f"{x}_ns").sum()).alias(f"{x}_ns") for x in ("wait", "transfer")],
             pl.col("transfer_estimated").any(),
             pl.col("dim").drop_nulls().first(),
         )

@@ -1,0 +1,57 @@
+"""MTIA (Meta's accelerator) traces: device work in ``mtia_ccp_events``, runtime calls in
+``mtia_runtime``. Fixture: HTA's ``tests/data/mtia_inference_trace/mtia_inference_rank_0.json.gz``
+cut to its first 200 ms (see fixtures/README.md).
+
+The category table lives in the Kineto parser; until it maps the two MTIA categories, the test
+adds them for its own run (``monkeypatch``), exactly as the parser change would. HTA's temporal
+breakdown counts every row with a ``stream`` arg as GPU busy time (all ``mtia_ccp_events`` rows
+carry one), merged into a union over the span from the first start to the last end; the
+expected numbers below are that definition, computed by hand from the raw JSON in integer ns.
+"""
+
+from __future__ import annotations
+
+import gzip
+
+import orjson
+import pytest
+
+import traceanalyzer as ta
+from traceanalyzer.parsers import kineto
+
+from conftest import FIXTURES
+
+MTIA = FIXTURES / "kineto" / "mtia_inference_cut.json.gz"
+
+
+@pytest.fixture
+def mtia_categories(monkeypatch):
+    monkeypatch.setitem(kineto._KIND_OF_CAT, "mtia_ccp_events", "kernel")
+    monkeypatch.setitem(kineto._KIND_OF_CAT, "mtia_runtime", "runtime")
+
+
+def _hand():
+    doc = orjson.loads(gzip.open(MTIA).read())
+    iv = sorted(
+        (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000))
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") == "mtia_ccp_events" and "stream" in e.get("args", {})
+    )
+    busy, end = 0, None
+    for s, e in iv:
+        if end is None or s >= end:
+            busy, end = busy + e - s, e
+        elif e > end:
+            busy, end = busy + e - end, e
+    return busy, max(e for _, e in iv) - iv[0][0], len(iv)
+
+
+def test_mtia_busy_time_agrees_with_hta_definition(mtia_categories):
+    busy, span, n = _hand()
+    assert (busy, span, n) == (196_975_314, 199_961_665, 608)
+    a = ta.analyze(ta.load(MTIA))
+    assert a.trace.meta["device_name"].to_list() == ["ARTEMIS"]
+    s = a.steps.row(0, named=True)
+    assert s["duration_ns"] == span
+    assert s["duration_ns"] - s["idle_ns"] == busy
+    assert a.outside_steps["outside_ns"].to_list() == [0]
