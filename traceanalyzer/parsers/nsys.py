@@ -661,9 +661,10 @@ def _trim_cut(ev: pl.DataFrame, cut: _Cut, path: Path) -> tuple[pl.DataFrame, st
 
     The file holds every event that starts before ``cut.t_ns`` (the last complete line). GPU work
     launched before that but starting later is missing, so the earliest launch without its GPU
-    record (per rank) also marks where the GPU timeline stops being complete. Everything from the
-    ``ProfilerStep`` holding the earlier of the two (or from that time, without step markers) is
-    dropped: host events starting there or later and GPU work launched there or later."""
+    record (on any rank) also marks where the GPU timeline stops being complete. Everything from
+    the earlier of the two on, on every rank, is dropped (from the start of the ``ProfilerStep``
+    holding it, on ranks with step markers): host events starting there or later and GPU work
+    launched there or later."""
     from traceanalyzer.schema import GPU_WORK_KINDS
 
     is_gpu = pl.col("kind").is_in([*GPU_WORK_KINDS, "gpu_sync"])
@@ -674,8 +675,10 @@ def _trim_cut(ev: pl.DataFrame, cut: _Cut, path: Path) -> tuple[pl.DataFrame, st
     ranks = ev.select("rank").unique()
     first_missing = (launches.join(recorded, on=["rank", "correlation"], how="anti")
                      .group_by("rank").agg(pl.col("start_ns").min().alias("_miss")))
-    at = ranks.join(first_missing, on="rank", how="left").with_columns(
-        _at=pl.min_horizontal(pl.col("_miss").fill_null(t_end), pl.lit(t_end)))
+    # one time for all ranks (they share the session clock): the earliest incomplete point of any
+    miss = first_missing.get_column("_miss").min()
+    t_at = min(t_end, int(miss)) if miss is not None else t_end
+    at = ranks.with_columns(_at=pl.lit(t_at, I64))
     steps = ev.filter((pl.col("kind") == "annotation") & pl.col("name").str.contains(_STEP_RE)).select(
         "rank", "start_ns", "end_ns")
     holding = (steps.join(at.select("rank", "_at"), on="rank")
@@ -691,11 +694,14 @@ def _trim_cut(ev: pl.DataFrame, cut: _Cut, path: Path) -> tuple[pl.DataFrame, st
     out = (ev.join(launch_of, on=["rank", "correlation"], how="left", maintain_order="left")
            .join(at.select("rank", "_cut"), on="rank", how="left", maintain_order="left")
            .filter(keep).drop("_launch", "_cut"))
-    until = int(at.get_column("_cut").min())
+    until = t_at
     what = f"{n_steps} incomplete steps and the tail" if n_steps else "the incomplete tail"
+    when = f"{until // 10**9}.{until % 10**9:09d} s of the session clock"
+    if holding.height:
+        when = f"the start of the ProfilerStep running at {when}"
     warning = (f"{path}: truncated nsys JSON export: its last line (line {cut.line}, from byte {cut.kept:,} of "
-               f"{cut.size:,}) is cut off: dropped {what} ({ev.height - out.height} events, everything from "
-               f"{until / 1e9:.6f} s of the session clock on) so that nothing is undercounted")
+               f"{cut.size:,}) is cut off: dropped {what} ({ev.height - out.height} events, everything from {when} "
+               "on) so that nothing is undercounted")
     return out, warning
 
 
