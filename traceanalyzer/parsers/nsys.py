@@ -751,10 +751,13 @@ def _build(src, path: Path, fmt: str) -> Trace:
         raise InvalidTrace(f"not an Nsight Systems export: no StringIds table found ({fmt})", path)
     if not src.has(STRINGS):
         raise InvalidTrace("Nsight Systems export is missing its StringIds table (names cannot be resolved)", path)
-    strings = _frame(src, STRINGS, {"id": I64, "value": STR}).unique("id", keep="first")
+    strings = _frame(src, STRINGS, {"id": I64, "value": STR})
 
     def resolve(df: pl.DataFrame, col: str, out: str) -> pl.DataFrame:
-        return df.join(strings.rename({"id": col, "value": out}), on=col, how="left", maintain_order="left")
+        # only the ids the rows use (a legacy JSON string table can hold millions of entries)
+        used = strings.filter(pl.col("id").is_in(df.get_column(col).drop_nulls().unique().implode()))
+        used = used.unique("id", keep="first", maintain_order=True)
+        return df.join(used.rename({"id": col, "value": out}), on=col, how="left", maintain_order="left")
 
     # ---- GPU activity -----------------------------------------------------------------------
     for table in (KERNEL, MEMCPY, MEMSET):
