@@ -319,7 +319,7 @@ def _legacy_json_tables(path: Path) -> _FrameTables:
         try:
             strings = orjson.loads(data.item(0, "l"))["data"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
-            raise InvalidTrace("nsys JSON export: its string table line is not a JSON {\"data\": [...]} object",
+            raise InvalidTrace("nsys JSON export: its string table line is not a JSON object with a data list",
                                path) from None
         frames[STRINGS] = pl.DataFrame({"value": pl.Series(strings, dtype=STR)}).with_row_index("id").with_columns(
             pl.col("id").cast(I64)
