@@ -131,6 +131,19 @@ def test_kernel_table_variants_give_the_original_breakdown(tmp_path, case):
         r[0] for r in sql(MFU, f"SELECT COUNT(*) FROM {KERNEL} GROUP BY deviceId ORDER BY deviceId")]
 
 
+@pytest.mark.parametrize("to,suffix", [("json", ".json"), ("jsonlines", ".jsonl"), ("parquetdir", "_pqtdir"),
+                                       ("arrowdir", "_arwdir")])
+def test_null_globalpid_in_every_format(tmp_path, to, suffix):
+    """The same NULLs written as JSON null / Parquet and Arrow nulls give the original frames."""
+    src = FIX / "mfu_2gpu_before_cut.sqlite"
+    db = variant(tmp_path, src, "nullpid", [f"UPDATE {KERNEL} SET globalPid = NULL"])
+    out = tmp_path / f"nullpid{suffix}"
+    subprocess.run([sys.executable, str(CONVERT), "convert", str(db), "--to", to, "-o", str(out)], check=True)
+    got, ref = load_nsys(out), load_nsys(FIX / f"mfu_2gpu_before_cut{suffix}")
+    assert_frame_equal(got.events, ref.events)
+    assert got.warnings == ref.warnings
+
+
 @needs_shared
 def test_kernels_keep_their_launches_when_globalpid_is_null(tmp_path):
     path = variant(tmp_path, MFU, "null", [f"UPDATE {KERNEL} SET globalPid = NULL"])

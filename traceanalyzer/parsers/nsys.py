@@ -42,7 +42,7 @@ import orjson
 import polars as pl
 
 from traceanalyzer.errors import InvalidTrace, NoGpuActivity
-from traceanalyzer.schema import EVENT_SCHEMA, META_SCHEMA, Trace, conform
+from traceanalyzer.schema import EVENT_SCHEMA, GPU_WORK_KINDS, META_SCHEMA, Trace, conform
 
 I64 = pl.Int64
 STR = pl.String
@@ -151,6 +151,15 @@ class _SqliteTables:
         self.conn.close()
 
 
+def _unreadable(path: Path, e: OSError) -> Exception:
+    """An OS error while reading an input: exit 3 naming the file."""
+    from traceanalyzer.errors import InputNotFound
+
+    if isinstance(e, PermissionError):
+        return InputNotFound("permission denied", path)
+    return InputNotFound(f"cannot read: {e.strerror or e}", path)
+
+
 #: what polars raises for a damaged Parquet / Arrow file or unreadable JSON rows
 _DAMAGED = (pl.exceptions.PolarsError, OSError, ValueError)
 
@@ -169,7 +178,9 @@ class _FrameTables:
     def has(self, table: str) -> bool:
         return table in self.frames or table in self.files
 
-    def _damaged(self, table: str, e: Exception) -> InvalidTrace:
+    def _damaged(self, table: str, e: Exception) -> Exception:
+        if isinstance(e, PermissionError):
+            return _unreadable(self.files[table], e)
         kind = "Parquet" if self.reader == "parquet" else "Arrow IPC"
         why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         return InvalidTrace(f"damaged {kind} table file of an nsys export ({why})", self.files[table])
@@ -249,10 +260,8 @@ def _read_lines(path: Path, what: str) -> tuple[pl.Series, _Cut | None]:
     for a character split by the cut itself at the very end."""
     try:
         raw = path.read_bytes()
-    except PermissionError:
-        from traceanalyzer.errors import InputNotFound
-
-        raise InputNotFound("permission denied", path) from None
+    except OSError as e:
+        raise _unreadable(path, e) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -615,7 +624,6 @@ def _drop_absurd(ev: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]
     duplicates, and events far from the rest of the trace in time. More than
     :data:`MAX_BAD_FRACTION` of the GPU activity dropped rejects the file (exit 4)."""
     from traceanalyzer.parsers import clean
-    from traceanalyzer.schema import GPU_WORK_KINDS
 
     is_gpu = pl.col("kind").is_in(GPU_WORK_KINDS)
     n_gpu = ev.filter(is_gpu).height
@@ -639,16 +647,16 @@ def _drop_absurd(ev: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]
                     "launched it", None))
     counts = dict(flagged.filter(pl.col("_why").is_not_null()).group_by("_why").agg(
         pl.len(), is_gpu.sum().alias("gpu")).select("_why", pl.struct("len", "gpu")).iter_rows())
-    warnings = []
+    warnings, found = [], []
     for i, (what, _) in enumerate(reasons):
         if i in counts:
             n, g = counts[i]["len"], counts[i]["gpu"]
             warnings.append(f"{path}: dropped {n} events with absurd timestamps: {what} ({g} of them GPU activity)")
+            found.append(f"{g} {what}")
     bad_gpu = sum(c["gpu"] for c in counts.values())
     if bad_gpu and bad_gpu > MAX_BAD_FRACTION * n_gpu:
         raise InvalidTrace(f"{bad_gpu} of {n_gpu} GPU activity rows have impossible timestamps (more than "
-                           f"{MAX_BAD_FRACTION:.0%}; {'; '.join(w.split(': ', 2)[-1] for w in warnings)}): "
-                           "timestamps are corrupt", path)
+                           f"{MAX_BAD_FRACTION:.0%}: {'; '.join(found)}): timestamps are corrupt", path)
     ev = flagged.filter(pl.col("_why").is_null()).drop("_why")
     if ev.height == 0:
         raise InvalidTrace("no events with usable timestamps", path)
@@ -665,8 +673,6 @@ def _trim_cut(ev: pl.DataFrame, cut: _Cut, path: Path) -> tuple[pl.DataFrame, st
     the earlier of the two on, on every rank, is dropped (from the start of the ``ProfilerStep``
     holding it, on ranks with step markers): host events starting there or later and GPU work
     launched there or later."""
-    from traceanalyzer.schema import GPU_WORK_KINDS
-
     is_gpu = pl.col("kind").is_in([*GPU_WORK_KINDS, "gpu_sync"])
     launches = ev.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
                          & pl.col("name").str.contains(_LAUNCH_RE) & ~pl.col("name").str.contains(_NO_GPU_RECORD_RE))
@@ -920,8 +926,6 @@ def _build(src, path: Path, fmt: str) -> Trace:
     if cut is not None:
         events, note = _trim_cut(events, cut, path)
         warnings.append(note)
-        from traceanalyzer.schema import GPU_WORK_KINDS
-
         if not events.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height:
             raise NoGpuActivity(f"truncated nsys JSON export (its last line, line {cut.line}, is cut off): no "
                                 "complete GPU activity in what was recovered", path)
