@@ -461,3 +461,16 @@ def test_linked_directories_are_not_followed(tmp_path):
     # a symlinked rank file that resolves is read as before
     (d / "rank1.sqlite").symlink_to(FIX / "mfu_2gpu_before_cut.sqlite")
     assert discover(d) == [d / "rank0.sqlite", d / "rank1.sqlite"]
+
+
+@pytest.mark.parametrize("to,suffix", [("json", ".json"), ("jsonlines", ".jsonl"), ("parquetdir", "_pqtdir")])
+def test_core_columns_only_in_every_format(tmp_path, to, suffix):
+    """A kernel table of the core columns only, converted to the other layouts: same frames as SQLite."""
+    src = FIX / "mfu_2gpu_before_cut.sqlite"
+    db = variant(tmp_path, src, "core", rebuild(src, KERNEL, ["start", "end", "deviceId", "shortName"]))
+    out = tmp_path / f"core{suffix}"
+    subprocess.run([sys.executable, str(CONVERT), "convert", str(db), "--to", to, "-o", str(out)], check=True)
+    got, ref = load_nsys(out), load_nsys(db)
+    assert_frame_equal(got.events, ref.events)
+    k = ref.events.filter(pl.col("kind") == "kernel")
+    assert k.height == 62 and k["correlation"].null_count() == 62 and k["stream"].null_count() == 62
