@@ -474,3 +474,76 @@ def test_core_columns_only_in_every_format(tmp_path, to, suffix):
     assert_frame_equal(got.events, ref.events)
     k = ref.events.filter(pl.col("kind") == "kernel")
     assert k.height == 62 and k["correlation"].null_count() == 62 and k["stream"].null_count() == 62
+
+
+def test_sqlite_cut_in_pages_it_does_not_read_warns(tmp_path):
+    """The last page of the fixture holds a table the loader does not read: the answer is complete,
+    and a warning says the file was cut (a cut in a table it reads is exit 4, test above)."""
+    src = FIX / "mfu_2gpu_before_cut.sqlite"
+    data = src.read_bytes()
+    path = tmp_path / "cut.sqlite"
+    path.write_bytes(data[: len(data) - 2048])
+    t = load_nsys(path)
+    assert any(f"shorter than its header says ({len(data) - 2048:,} of {len(data):,} bytes)" in w for w in t.warnings)
+    assert_frame_equal(t.events, load_nsys(src).events)
+
+
+# ------------------------------------------------------------------------------------------------
+# Hostile values anywhere: never exit 1 or 6, never a traceback
+# ------------------------------------------------------------------------------------------------
+
+_JUNK = [None, "x", -1, 0, 2**63 - 1, 1.5, [], {}, True, "123"]
+
+
+def _mutate(rng, o) -> None:
+    if isinstance(o, dict) and o:
+        k = rng.choice(sorted(o))
+        r = rng.random()
+        if r < 0.3:
+            del o[k]
+        elif r < 0.6 and isinstance(o[k], (dict, list)):
+            _mutate(rng, o[k])
+        else:
+            o[k] = rng.choice(_JUNK)
+    elif isinstance(o, list) and o:
+        o[rng.randrange(len(o))] = rng.choice(_JUNK)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_junk_values_in_every_text_and_sqlite_format(tmp_path, seed, capsys):
+    """Random values of the wrong kind (strings, lists, objects, huge numbers, NULLs) in random rows of
+    the JSON, JSON Lines and SQLite fixtures: the answer is a result (exit 0, 5) or one error line
+    (exit 4), never an internal error."""
+    import random
+
+    import orjson
+
+    rng = random.Random(seed)
+    values = ["NULL", "'abc'", "-5", "0", "9223372036854775807", "1.5", "x'ff00'"]
+    tables = [KERNEL, "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_MEMCPY",
+              "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "StringIds"]
+    for trial in range(12):
+        kind = ("json", "jsonl", "sqlite")[trial % 3]
+        src = FIX / f"mfu_2gpu_before_cut.{kind}"
+        path = tmp_path / f"t{trial}.{kind}"
+        if kind == "sqlite":
+            stmts = []
+            for _ in range(rng.choice([1, 3])):
+                t = rng.choice(tables)
+                col = rng.choice(columns(src, t))
+                stmts += rebuild(src, t, columns(src, t)) + [
+                    f'UPDATE "{t}" SET "{col}" = {rng.choice(values)} WHERE rowid % {rng.choice([1, 2, 7, 50])} = 0']
+            path = variant(tmp_path, src, f"t{trial}", stmts)
+        else:
+            lines = src.read_bytes().splitlines()
+            for _ in range(rng.choice([1, 3, 20])):
+                i = rng.randrange(1 if kind == "json" else 0, len(lines))
+                o = orjson.loads(lines[i])
+                _mutate(rng, o)
+                lines[i] = orjson.dumps(o)
+            path.write_bytes(b"\n".join(lines) + b"\n")
+        rc, out, err = run_inproc(capsys, "breakdown", path, "-f", "json")
+        assert rc in (0, 4, 5), (path.name, rc, err)
+        assert "Traceback" not in err and "internal error" not in err, err
+        if rc:
+            one_error_line(err, path, "")

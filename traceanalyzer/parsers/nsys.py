@@ -108,6 +108,36 @@ def _sqlite_dtype(decl: str) -> pl.DataType:
     return STR
 
 
+def _typed(col: str, dtype: pl.DataType) -> str:
+    """SQL for ``col`` that yields only values of its declared kind: SQLite stores any value in any
+    column, and a text or blob where an integer belongs (a damaged or hand-edited export) reads as
+    NULL, which the loader then handles like any NULL. Integral REALs are read as integers."""
+    c = f'"{col}"'
+    if dtype == I64:
+        return (f"CASE typeof({c}) WHEN 'integer' THEN {c} WHEN 'real' THEN "
+                f"CASE WHEN {c} = CAST({c} AS INTEGER) THEN CAST({c} AS INTEGER) END END")
+    if dtype == F64:
+        return f"CASE WHEN typeof({c}) IN ('integer', 'real') THEN {c} END"
+    return f"CASE WHEN typeof({c}) = 'text' THEN {c} WHEN typeof({c}) IN ('integer', 'real') THEN CAST({c} AS TEXT) END"
+
+
+def _sqlite_size(path: Path) -> tuple[int | None, int]:
+    """(size the SQLite header promises, size on disk); None when the header does not say."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+        size = path.stat().st_size
+    except OSError:
+        return None, 0
+    if len(head) < 100:
+        return None, size
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(head[28:32], "big")
+    valid = head[24:28] == head[92:96]  # "in-header database size" is valid only then
+    return (page * pages if valid and pages else None), size
+
+
 class _SqliteTables:
     def __init__(self, path: Path):
         self.path = path
@@ -122,6 +152,11 @@ class _SqliteTables:
             raise InvalidTrace(f"not a readable SQLite database ({e})", path) from None
         self.names = {r[0] for r in rows}
         self._cols: dict[str, dict[str, pl.DataType]] = {}
+        want, size = _sqlite_size(path)
+        if want and size < want:
+            self.warnings.append(
+                f"{path}: the SQLite file is shorter than its header says ({size:,} of {want:,} bytes): it was cut "
+                "off; the tables the analysis reads were read completely (a damaged table is an error)")
 
     def has(self, table: str) -> bool:
         return table in self.names
@@ -140,7 +175,7 @@ class _SqliteTables:
 
     def read(self, table: str, cols: list[str]) -> pl.DataFrame:
         info = self._info(table)
-        sql = "SELECT " + ", ".join(f'"{c}"' for c in cols) + f' FROM "{table}"'
+        sql = "SELECT " + ", ".join(_typed(c, info[c]) for c in cols) + f' FROM "{table}"'
         try:
             rows = self.conn.execute(sql).fetchall()
         except sqlite3.DatabaseError as e:  # a damaged or truncated database file
@@ -218,8 +253,10 @@ def _frame(src, table: str, cols: dict[str, pl.DataType]) -> pl.DataFrame | None
     present = set(src.columns(table))
     have = [c for c in cols if c in present]
     df = src.read(table, have) if have else pl.DataFrame()
+    # a value of the wrong kind (a list or object where a number or a name belongs) reads as NULL
+    usable = {c for c in have if not df.schema[c].is_nested() and df.schema[c] != pl.Object}
     exprs = [
-        (pl.col(c).cast(t, strict=False) if c in have else pl.lit(None, dtype=t)).alias(c)
+        (pl.col(c).cast(t, strict=False) if c in usable else pl.lit(None, dtype=t)).alias(c)
         for c, t in cols.items()
     ]
     if not have:  # keep the row count of an all-absent selection at zero
@@ -334,8 +371,13 @@ def _legacy_json_tables(path: Path) -> _FrameTables:
             pl.col("id").cast(I64)
         )
 
+    damaged = [0]
+
     def decode(types: list[int], key: str) -> pl.DataFrame | None:
         part = df.filter(pl.col("typ").is_in(types) & ~pl.col("is_data"))
+        ok = part.filter(pl.col("l").str.contains(rf'"{key}"\s*:\s*\{{'))  # the payload is an object
+        damaged[0] += part.height - ok.height
+        part = ok
         if part.height == 0:
             return None
         body = "\n".join(part.get_column("l").to_list()).encode()
@@ -344,15 +386,20 @@ def _legacy_json_tables(path: Path) -> _FrameTables:
         except _DAMAGED as e:  # a damaged event line
             why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             raise InvalidTrace(f"nsys JSON export: {key} lines cannot be read ({why})", path) from None
-        if key not in raw.columns:
+        if key not in raw.columns or not isinstance(raw.schema[key], pl.Struct) or "Type" not in raw.columns:
             return None
         return raw.select(pl.col("Type").alias("_type"), pl.col(key)).unnest(key)
 
+    def scalar(dtype: pl.DataType) -> bool:
+        return not dtype.is_nested() and dtype != pl.Object
+
     def num(c: str, frame: pl.DataFrame) -> pl.Expr:
-        return (pl.col(c).cast(STR).cast(I64, strict=False) if c in frame.columns else pl.lit(None, I64)).alias(c)
+        ok = c in frame.columns and scalar(frame.schema[c])
+        return (pl.col(c).cast(STR).cast(I64, strict=False) if ok else pl.lit(None, I64)).alias(c)
 
     def sub(c: str, field: str, frame: pl.DataFrame) -> pl.Expr:
-        if c not in frame.columns or field not in frame.schema[c].to_schema():  # type: ignore[union-attr]
+        dtype = frame.schema.get(c)
+        if not isinstance(dtype, pl.Struct) or field not in dtype.to_schema() or not scalar(dtype.to_schema()[field]):
             return pl.lit(None, I64)
         return pl.col(c).struct.field(field).cast(STR).cast(I64, strict=False)
 
@@ -362,7 +409,7 @@ def _legacy_json_tables(path: Path) -> _FrameTables:
     cuda = decode([79, 80, 106, 130], "CudaEvent")
     if cuda is not None:
         base = [num(k, cuda).alias(v) for k, v in gpu_map.items()]
-        has = lambda k: k in cuda.columns  # noqa: E731
+        has = lambda k: isinstance(cuda.schema.get(k), pl.Struct)  # noqa: E731
         kern = cuda.filter(pl.col("_type") == 79)
         if has("kernel") and kern.height:
             frames[KERNEL] = kern.select(*base, *[sub("kernel", f, kern).alias(f) for f in
@@ -380,7 +427,9 @@ def _legacy_json_tables(path: Path) -> _FrameTables:
         if has("sync"):
             sy = cuda.filter(pl.col("sync").is_not_null())
             if sy.height:
-                st = pl.col("sync").struct.field("syncType").cast(STR)
+                fields = cuda.schema["sync"].to_schema()  # type: ignore[union-attr]
+                st = (pl.col("sync").struct.field("syncType").cast(STR)
+                      if scalar(fields.get("syncType", pl.Object)) else pl.lit(None, STR))
                 frames[SYNC] = sy.select(
                     *base,
                     pl.coalesce(st.replace_strict(_SYNC_TYPE_BY_ENUM_NAME, default=None, return_dtype=I64),
@@ -403,10 +452,17 @@ def _legacy_json_tables(path: Path) -> _FrameTables:
         frames[NVTX] = nv.select(
             num("Timestamp", nv).alias("start"), num("EndTimestamp", nv).alias("end"),
             pl.col("_type").cast(I64).alias("eventType"),
-            (pl.col("Text").cast(STR) if "Text" in nv.columns else pl.lit(None, STR)).alias("text"),
+            (pl.col("Text").cast(STR) if scalar(nv.schema.get("Text", pl.Object)) else pl.lit(None, STR)).alias("text"),
             num("TextId", nv).alias("textId"), num("GlobalTid", nv).alias("globalTid"),
             num("DomainId", nv).alias("domainId"),
         )
+    warnings = []
+    n_events = df.filter(pl.col("typ").is_in([79, 80, 106, 130, 47, 48, 59, 60, 34, 75]) & ~pl.col("is_data")).height
+    if damaged[0]:
+        if damaged[0] > MAX_BAD_FRACTION * n_events:
+            raise InvalidTrace(f"{damaged[0]} of {n_events} event lines have no event object (more than "
+                               f"{MAX_BAD_FRACTION:.0%}): not an intact nsys JSON export", path)
+        warnings.append(f"{path}: ignored {damaged[0]} event lines whose event is not a JSON object")
     if cut is not None:
         if STRINGS not in frames:
             raise InvalidTrace(f"truncated nsys JSON export: its last line (line {cut.line}) is cut off, and the "
@@ -414,7 +470,7 @@ def _legacy_json_tables(path: Path) -> _FrameTables:
         starts = [f.get_column("start").max() for f in frames.values() if "start" in f.columns and f.height]
         starts = [t for t in starts if t is not None]
         cut.t_ns = int(max(starts)) if starts else None
-    return _FrameTables(frames=frames, truncated=cut)
+    return _FrameTables(frames=frames, truncated=cut, warnings=warnings)
 
 
 def _columnar_tables(path: Path, suffixes: tuple[str, ...], reader: str) -> _FrameTables:
