@@ -337,6 +337,16 @@ def test_damaged_table_file_exit_4_naming_it(tmp_path, fmt, suffix, damage, caps
     one_error_line(err, f, "damaged")
 
 
+def test_dangling_table_file_link_is_exit_3(tmp_path):
+    d = tmp_path / "mock_pqtdir"
+    shutil.copytree(FIX / "mock_cut_pqtdir", d)
+    (d / f"{KERNEL}.parquet").unlink()
+    (d / f"{KERNEL}.parquet").symlink_to(tmp_path / "gone.parquet")
+    with pytest.raises(InputNotFound, match="cannot read") as e:
+        load_nsys(d)
+    assert e.value.path == str(d / f"{KERNEL}.parquet")
+
+
 def test_damaged_table_that_is_not_read_does_not_matter(tmp_path):
     d = tmp_path / "mock_pqtdir"
     shutil.copytree(FIX / "mock_cut_pqtdir", d)

@@ -214,8 +214,9 @@ class _FrameTables:
         return table in self.frames or table in self.files
 
     def _damaged(self, table: str, e: Exception) -> Exception:
-        if isinstance(e, PermissionError):
-            return _unreadable(self.files[table], e)
+        f = self.files[table]
+        if isinstance(e, PermissionError) or not f.exists():  # unreadable, or a dangling link
+            return _unreadable(f, e if isinstance(e, OSError) else FileNotFoundError(2, "no such file"))
         kind = "Parquet" if self.reader == "parquet" else "Arrow IPC"
         why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         return InvalidTrace(f"damaged {kind} table file of an nsys export ({why})", self.files[table])
