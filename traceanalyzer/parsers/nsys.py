@@ -28,6 +28,12 @@ are dropped.
 
 Timestamps stay on the report's session clock (integer ns), which all processes of one report
 share. ``meta.base_time_ns`` is left null: the session clock is not an epoch.
+
+Odd but valid input (``docs/nsys.md``): every column but ``start``, ``end`` and ``deviceId`` may be
+absent or NULL (a missing process id is inferred, see :func:`_fill_process`); a value of the wrong
+kind reads as NULL. What is unusable (absurd timestamps, the incomplete tail of a truncated legacy
+JSON export) is dropped with a count by :mod:`traceanalyzer.parsers.nsys_clean`; damaged files are
+exit 4 naming the file.
 """
 
 from __future__ import annotations
@@ -35,13 +41,13 @@ from __future__ import annotations
 import io
 import re
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 import polars as pl
 
 from traceanalyzer.errors import InvalidTrace, NoGpuActivity
+from traceanalyzer.parsers.nsys_clean import MAX_BAD_FRACTION, TextCut, drop_absurd, trim_cut
 from traceanalyzer.schema import EVENT_SCHEMA, GPU_WORK_KINDS, META_SCHEMA, Trace, conform
 
 I64 = pl.Int64
@@ -142,7 +148,7 @@ class _SqliteTables:
     def __init__(self, path: Path):
         self.path = path
         self.warnings: list[str] = []
-        self.truncated: _Cut | None = None
+        self.truncated: TextCut | None = None
         try:
             self.conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
             # Some real exports hold non-UTF-8 bytes in TEXT columns (e.g. TARGET_INFO_SYSTEM_ENV).
@@ -203,7 +209,7 @@ class _FrameTables:
     """Tables already in memory (JSON Lines, legacy JSON) or one file per table (Parquet/Arrow)."""
 
     def __init__(self, frames: dict[str, pl.DataFrame] | None = None, files: dict[str, Path] | None = None,
-                 reader: str = "parquet", warnings: list[str] | None = None, truncated: _Cut | None = None):
+                 reader: str = "parquet", warnings: list[str] | None = None, truncated: TextCut | None = None):
         self.frames = frames or {}
         self.files = files or {}
         self.reader = reader
@@ -269,28 +275,7 @@ def _frame(src, table: str, cols: dict[str, pl.DataType]) -> pl.DataFrame | None
 # Format readers
 # --------------------------------------------------------------------------------------------
 
-#: more unusable rows than this fraction (of a file's lines, or of its GPU activity) rejects the file
-MAX_BAD_FRACTION = 0.10
-#: GPU work recorded as starting more than this before the API call that launched it is absurd
-#: (CUPTI GPU timestamps are on the host clock; no real export shows a start before its launch)
-LAUNCH_SLACK_NS = 1_000_000_000
-
-
-@dataclass
-class _Cut:
-    """Where a line-oriented text export (JSON Lines, legacy JSON) was cut off."""
-
-    size: int  # bytes in the file
-    kept: int  # bytes of the complete lines before the cut
-    line: int  # 1-based number of the incomplete last line
-    t_ns: int | None = None  # legacy JSON: start of the last complete event (the file is in time order)
-
-    @property
-    def fraction(self) -> float:
-        return self.kept / self.size if self.size else 0.0
-
-
-def _read_lines(path: Path, what: str) -> tuple[pl.Series, _Cut | None]:
+def _read_lines(path: Path, what: str) -> tuple[pl.Series, TextCut | None]:
     """The non-blank lines of a text export, and where it was cut off (None if it is complete).
 
     A file is cut off when its last non-blank line is not a complete JSON value (every line of both
@@ -317,7 +302,7 @@ def _read_lines(path: Path, what: str) -> tuple[pl.Series, _Cut | None]:
             orjson.loads(body[start:])
         except orjson.JSONDecodeError:
             head = body[:start].encode("utf-8")
-            cut = _Cut(size=len(raw), kept=len(head), line=head.count(b"\n") + 1)
+            cut = TextCut(size=len(raw), kept=len(head), line=head.count(b"\n") + 1)
             body = body[:start]
     lines = pl.Series("l", body.splitlines(), dtype=STR)
     return lines.filter(lines.str.strip_chars() != ""), cut
@@ -606,9 +591,6 @@ def _env_version(src, var: str) -> str | None:
 
 
 _UNKNOWN_PROC = -1  # GPU rows whose process cannot be told (no globalPid and nothing to infer it from)
-_STEP_RE = r"^ProfilerStep#\d+$"
-_LAUNCH_RE = r"(?i)launch"
-_NO_GPU_RECORD_RE = r"(?i)hostfunc"
 
 
 def _proc_of(col: str) -> pl.Expr:
@@ -667,105 +649,6 @@ def _fill_process(gpu: pl.DataFrame, src, host_procs: list[int], path: Path,
             "calls and NVTX ranges")
         gpu = gpu.with_columns(pl.col("proc").fill_null(_UNKNOWN_PROC))
     return gpu
-
-
-def _drop_absurd(ev: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
-    """Drop events with impossible timestamps, one warning per reason with its count.
-
-    * ending before they start;
-    * starting at or before 0: the session clock starts before the profiled program, so a real
-      event never sits at its origin (0 is what a tool writes for an unset time);
-    * GPU work starting more than :data:`LAUNCH_SLACK_NS` before the CUDA API call that launched it.
-
-    Then the checks the Kineto path makes (:func:`traceanalyzer.parsers.clean.clean_events`): exact
-    duplicates, and events far from the rest of the trace in time. More than
-    :data:`MAX_BAD_FRACTION` of the GPU activity dropped rejects the file (exit 4)."""
-    from traceanalyzer.parsers import clean
-
-    is_gpu = pl.col("kind").is_in(GPU_WORK_KINDS)
-    n_gpu = ev.filter(is_gpu).height
-    reasons = [
-        ("ending before they start", pl.col("end_ns") < pl.col("start_ns")),
-        ("starting at or before time 0 of the session clock (an unset timestamp)", pl.col("start_ns") <= 0),
-    ]
-    flagged = ev.with_columns(
-        pl.when(r).then(pl.lit(i)).otherwise(None).alias(f"_r{i}") for i, (_, r) in enumerate(reasons)
-    ).with_columns(_why=pl.coalesce(*[f"_r{i}" for i in range(len(reasons))])).drop(
-        [f"_r{i}" for i in range(len(reasons))])
-    launches = (flagged.filter((pl.col("kind") == "runtime") & pl.col("_why").is_null()
-                               & pl.col("correlation").is_not_null())
-                .group_by("rank", "correlation").agg(pl.col("start_ns").min().alias("_launch")))
-    flagged = flagged.join(launches, on=["rank", "correlation"], how="left", maintain_order="left").with_columns(
-        _why=pl.when(pl.col("_why").is_null() & is_gpu
-                     & (pl.col("start_ns") < pl.col("_launch") - LAUNCH_SLACK_NS)).then(pl.lit(len(reasons)))
-        .otherwise(pl.col("_why"))
-    ).drop("_launch")
-    reasons.append((f"GPU work starting more than {LAUNCH_SLACK_NS / 1e9:g} s before the CUDA API call that "
-                    "launched it", None))
-    counts = dict(flagged.filter(pl.col("_why").is_not_null()).group_by("_why").agg(
-        pl.len(), is_gpu.sum().alias("gpu")).select("_why", pl.struct("len", "gpu")).iter_rows())
-    warnings, found = [], []
-    for i, (what, _) in enumerate(reasons):
-        if i in counts:
-            n, g = counts[i]["len"], counts[i]["gpu"]
-            warnings.append(f"{path}: dropped {n} events with absurd timestamps: {what} ({g} of them GPU activity)")
-            found.append(f"{g} {what}")
-    bad_gpu = sum(c["gpu"] for c in counts.values())
-    if bad_gpu and bad_gpu > MAX_BAD_FRACTION * n_gpu:
-        raise InvalidTrace(f"{bad_gpu} of {n_gpu} GPU activity rows have impossible timestamps (more than "
-                           f"{MAX_BAD_FRACTION:.0%}: {'; '.join(found)}): timestamps are corrupt", path)
-    ev = flagged.filter(pl.col("_why").is_null()).drop("_why")
-    if ev.height == 0:
-        raise InvalidTrace("no events with usable timestamps", path)
-    ev, more = clean.clean_events(ev, path)
-    return ev, warnings + more
-
-
-def _trim_cut(ev: pl.DataFrame, cut: _Cut, path: Path) -> tuple[pl.DataFrame, str]:
-    """Cut the events of a truncated legacy JSON export (written in time order) back to what is complete.
-
-    The file holds every event that starts before ``cut.t_ns`` (the last complete line). GPU work
-    launched before that but starting later is missing, so the earliest launch without its GPU
-    record (on any rank) also marks where the GPU timeline stops being complete. Everything from
-    the earlier of the two on, on every rank, is dropped (from the start of the ``ProfilerStep``
-    holding it, on ranks with step markers): host events starting there or later and GPU work
-    launched there or later."""
-    is_gpu = pl.col("kind").is_in([*GPU_WORK_KINDS, "gpu_sync"])
-    launches = ev.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
-                         & pl.col("name").str.contains(_LAUNCH_RE) & ~pl.col("name").str.contains(_NO_GPU_RECORD_RE))
-    recorded = ev.filter(is_gpu & pl.col("correlation").is_not_null()).select("rank", "correlation").unique()
-    t_end = cut.t_ns if cut.t_ns is not None else int(ev.get_column("end_ns").max()) + 1
-    ranks = ev.select("rank").unique()
-    first_missing = (launches.join(recorded, on=["rank", "correlation"], how="anti")
-                     .group_by("rank").agg(pl.col("start_ns").min().alias("_miss")))
-    # one time for all ranks (they share the session clock): the earliest incomplete point of any
-    miss = first_missing.get_column("_miss").min()
-    t_at = min(t_end, int(miss)) if miss is not None else t_end
-    at = ranks.with_columns(_at=pl.lit(t_at, I64))
-    steps = ev.filter((pl.col("kind") == "annotation") & pl.col("name").str.contains(_STEP_RE)).select(
-        "rank", "start_ns", "end_ns")
-    holding = (steps.join(at.select("rank", "_at"), on="rank")
-               .filter((pl.col("start_ns") <= pl.col("_at")) & (pl.col("end_ns") > pl.col("_at")))
-               .group_by("rank").agg(pl.col("start_ns").min().alias("_step")))
-    at = at.join(holding, on="rank", how="left").with_columns(_cut=pl.coalesce("_step", "_at"))
-    n_steps = (steps.join(at.select("rank", "_cut"), on="rank").filter(pl.col("start_ns") >= pl.col("_cut"))
-               .select("rank", "start_ns").unique().height)
-    launch_of = (ev.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
-                 .group_by("rank", "correlation").agg(pl.col("start_ns").min().alias("_launch")))
-    keep = pl.when(is_gpu).then(pl.col("_launch").fill_null(pl.col("start_ns")) < pl.col("_cut")).otherwise(
-        pl.col("start_ns") < pl.col("_cut"))
-    out = (ev.join(launch_of, on=["rank", "correlation"], how="left", maintain_order="left")
-           .join(at.select("rank", "_cut"), on="rank", how="left", maintain_order="left")
-           .filter(keep).drop("_launch", "_cut"))
-    until = t_at
-    what = f"{n_steps} incomplete steps and the tail" if n_steps else "the incomplete tail"
-    when = f"{until // 10**9}.{until % 10**9:09d} s of the session clock"
-    if holding.height:
-        when = f"the start of the ProfilerStep running at {when}"
-    warning = (f"{path}: truncated nsys JSON export: its last line (line {cut.line}, from byte {cut.kept:,} of "
-               f"{cut.size:,}) is cut off: dropped {what} ({ev.height - out.height} events, everything from {when} "
-               "on) so that nothing is undercounted")
-    return out, warning
 
 
 def _device_info(dev: pl.DataFrame, src) -> pl.DataFrame:
@@ -977,11 +860,11 @@ def _build(src, path: Path, fmt: str) -> Trace:
 
     events = conform(pl.concat(frames, how="diagonal_relaxed"), EVENT_SCHEMA)
     events = events.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
-    events, more = _drop_absurd(events, path)
+    events, more = drop_absurd(events, path)
     warnings += more
     cut = src.truncated
     if cut is not None:
-        events, note = _trim_cut(events, cut, path)
+        events, note = trim_cut(events, cut, path)
         warnings.append(note)
         if not events.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height:
             raise NoGpuActivity(f"truncated nsys JSON export (its last line, line {cut.line}, is cut off): no "
