@@ -25,7 +25,7 @@ from traceanalyzer.errors import InputNotFound, InvalidTrace
 from traceanalyzer.parsers import discover
 from traceanalyzer.parsers.nsys import load_nsys
 
-from test_nsys import CONVERT, FIX, NSYS, needs_shared, sql, sql_breakdown
+from test_nsys import CONVERT, FIX, NSYS, REAL, needs_shared, sql, sql_breakdown
 
 MFU = NSYS / "nsys-ai__mfu_2gpu_before.sqlite"
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -142,6 +142,16 @@ def test_null_globalpid_in_every_format(tmp_path, to, suffix):
     got, ref = load_nsys(out), load_nsys(FIX / f"mfu_2gpu_before_cut{suffix}")
     assert_frame_equal(got.events, ref.events)
     assert got.warnings == ref.warnings
+
+
+@needs_shared
+@pytest.mark.parametrize("src", REAL, ids=[p.name for p in REAL])
+def test_null_globalpid_on_every_real_export(tmp_path, src):
+    path = variant(tmp_path, src, "nullpid", rebuild(src, KERNEL, columns(src, KERNEL))
+                   + [f"UPDATE {KERNEL} SET globalPid = NULL"])
+    got, ref = load_nsys(path), load_nsys(src)
+    assert_frame_equal(got.events, ref.events)
+    assert_frame_equal(buckets(path), buckets(src))
 
 
 @needs_shared
