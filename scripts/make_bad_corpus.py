@@ -462,6 +462,93 @@ def make_nsys(c: Corpus) -> None:
     c.error("nsys_rep/capture.nsys-rep", b"\x00NSYS" + bytes(c.rng.randrange(256) for _ in range(4096)), "nsys-rep", 4, ["nsys export", "Nsight Systems"])
 
 
+NSYS_FIX = ROOT / "fixtures" / "nsys"
+
+
+def make_nsys_damage(c: Corpus) -> None:
+    """Nsight Systems exports that are odd but valid or damaged, and rank directories with broken
+    links. Every entry is made from the cut real exports in fixtures/nsys (see fixtures/README.md)."""
+    mfu = NSYS_FIX / "mfu_2gpu_before_cut.sqlite"
+    mfu_rel = str(mfu.relative_to(ROOT))
+    kernel = "CUPTI_ACTIVITY_KIND_KERNEL"
+
+    def variant(rel: str, stmts: list[str], src: Path = mfu) -> None:
+        p = c.out / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(src.read_bytes())
+        con = sqlite3.connect(p)
+        for stmt in stmts:
+            con.execute(stmt)
+        con.commit()
+        con.execute("VACUUM")
+        con.close()
+
+    def copies(where: str, start: str, end: str) -> list[str]:
+        return [f"CREATE TEMP TABLE x AS SELECT * FROM {kernel} WHERE {where}",
+                f"UPDATE x SET start = {start}, end = {end}", f"INSERT INTO {kernel} SELECT * FROM x"]
+
+    con = sqlite3.connect(f"{mfu.resolve().as_uri()}?mode=ro", uri=True)
+    n_kernels = con.execute(f"SELECT COUNT(*) FROM {kernel}").fetchone()[0]
+    con.close()
+    # optional columns absent or NULL: the process is inferred, the answer is the original's
+    variant("nsys/kernel_null_globalpid.sqlite", [f"UPDATE {kernel} SET globalPid = NULL"])
+    c.ok("nsys/kernel_null_globalpid.sqlite", None, "missing-field", same_as=mfu_rel)
+    # no globalPid, mangledName, grid/block, green context ... (the correlation stays: without it the
+    # communication kernels lose the launch that tells their parallel dimension)
+    variant("nsys/kernel_without_optional_columns.sqlite", [
+        f"CREATE TABLE k2 AS SELECT start, end, deviceId, contextId, streamId, correlationId, demangledName, "
+        f"shortName FROM {kernel}", f"DROP TABLE {kernel}", f"ALTER TABLE k2 RENAME TO {kernel}"])
+    c.ok("nsys/kernel_without_optional_columns.sqlite", None, "missing-field", same_as=mfu_rel)
+    # absurd timestamps on injected copies: dropped and counted, the answer is the original's
+    variant("nsys/kernel_at_t0.sqlite", copies("rowid = 3", "0", "1000"))
+    c.recover("nsys/kernel_at_t0.sqlite", None, "absurd-ts", "absurd timestamps", count=1, same_as=mfu_rel)
+    variant("nsys/kernels_end_before_start.sqlite", copies("rowid % 20 = 1", "start", "start - 5000"))
+    c.recover("nsys/kernels_end_before_start.sqlite", None, "absurd-ts", "ending before they start",
+              count=len(range(1, n_kernels + 1, 20)), same_as=mfu_rel)
+    variant("nsys/kernels_mostly_reversed.sqlite", [f"UPDATE {kernel} SET end = start - 1 WHERE rowid % 3 = 0"])
+    c.add("nsys/kernels_mostly_reversed.sqlite", None, "absurd-ts", expect="error", exit=4,
+          message="timestamps are corrupt")
+    # truncated text exports: legacy JSON (time order) keeps its complete part with a warning;
+    # JSON Lines (one table after another) cannot tell what is missing: exit 4
+    for suffix, frac in ((".json", 0.6), (".json", 0.65), (".json", 0.7), (".jsonl", 0.6), (".jsonl", 0.7)):
+        data = (NSYS_FIX / f"mfu_2gpu_before_cut{suffix}").read_bytes()
+        rel = f"nsys/cut{int(frac * 100)}{suffix}"
+        if suffix == ".json":
+            c.recover(rel, data[: int(len(data) * frac)], "truncated", "truncated nsys JSON export")
+        else:
+            c.error(rel, data[: int(len(data) * frac)], "truncated", 4, "truncated nsys JSON Lines export")
+    # damaged table files of a Parquet / Arrow export directory
+    for fmt, suffix, what in (("_pqtdir", ".parquet", "damaged Parquet"), ("_arwdir", ".arrow", "damaged Arrow")):
+        src = NSYS_FIX / f"mfu_2gpu_before_cut{fmt}"
+        rel = f"nsys/damaged{fmt}"
+        c.add(rel, None, "truncated", expect="error", exit=4, message=what)
+        for f in sorted(src.iterdir()):
+            data = f.read_bytes()
+            (c.out / rel).mkdir(parents=True, exist_ok=True)
+            (c.out / rel / f.name).write_bytes(data[: len(data) // 2] if f.name.startswith(kernel) else data)
+    # a JSON Lines export with Latin-1 bytes in it
+    text = (NSYS_FIX / "mock_cut.jsonl").read_bytes()
+    mid = text.index(b"\n", len(text) // 2) + 1
+    c.error("nsys/latin1.jsonl", text[:mid] + b'{"id":998,"table":"StringIds","value":"caf\xe9"}\n' + text[mid:],
+            "not-json", 4, "not valid UTF-8")
+    # rank directories: a dangling link and a link loop are errors naming the link; a link to the
+    # parent directory is not followed
+    mock = NSYS_FIX / "mock_cut.sqlite"
+    for rel, links in (("dirs/dangling_rank_link", {"rank1.sqlite": "gone.sqlite"}),
+                       ("dirs/rank_link_loop", {"rank1.json": "rank2.json", "rank2.json": "rank1.json"})):
+        what = "dangling symbolic link" if "dangling" in rel else "symbolic link loop"
+        c.add(rel, None, "unreadable", expect="error", exit=3, message=what)
+        (c.out / rel).mkdir(parents=True, exist_ok=True)
+        (c.out / rel / "rank0.sqlite").write_bytes(mock.read_bytes())
+        for name, target in links.items():
+            (c.out / rel / name).symlink_to(target)
+    rel = "dirs/loop_to_parent"
+    c.ok(rel, None, "unreadable", same_as=str(mock.relative_to(ROOT)))
+    (c.out / rel).mkdir(parents=True, exist_ok=True)
+    (c.out / rel / "rank0.sqlite").write_bytes(mock.read_bytes())
+    (c.out / rel / "loop").symlink_to("..")
+
+
 def make_directories(c: Corpus) -> None:
     """Rank sets: skewed clocks (warn), different jobs (exit 4 naming both files)."""
     w0 = orjson.loads(gzip.decompress(DLRM[0].read_bytes()))
@@ -525,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     make_not_a_trace(c)
     make_empty_and_unreadable(c)
     make_nsys(c)
+    make_nsys_damage(c)
     make_directories(c)
     (out / "manifest.json").write_bytes(orjson.dumps({"seed": c.seed, "entries": c.entries}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     print(f"{len(c.entries)} corpus entries in {out}", file=sys.stderr)

@@ -115,11 +115,10 @@ def to_legacy_json(tables: dict[str, pl.DataFrame], out: Path) -> None:
     parts: list[pl.DataFrame] = []  # (ts, line)
 
     def gpu_base(df: pl.DataFrame, event_class: int) -> list[pl.Expr]:
-        e = [_s("start").alias("startNs"), _s("end").alias("endNs"), pl.col("correlationId"),
-             pl.col("deviceId"), _s("contextId").alias("contextId"), _s("streamId").alias("streamId"),
-             pl.lit(event_class).alias("eventClass"), _s("globalPid").alias("globalPid")]
-        if "greenContextId" in df.columns:
-            e.append(_s("greenContextId").alias("greenContextId"))
+        """The CudaEvent fields; columns a (modified) export lacks are left out, as protobuf omits them."""
+        e = [_s("start").alias("startNs"), _s("end").alias("endNs"), pl.lit(event_class).alias("eventClass")]
+        e += [pl.col(c) for c in _present(df, ["correlationId", "deviceId"])]
+        e += [_s(c) for c in _present(df, ["contextId", "streamId", "globalPid", "greenContextId"])]
         return e
 
     def emit(df: pl.DataFrame, typ: pl.Expr, key: str, fields: list[pl.Expr], ts: str = "start") -> None:
@@ -130,7 +129,7 @@ def to_legacy_json(tables: dict[str, pl.DataFrame], out: Path) -> None:
             pl.struct(typ.alias("Type"), pl.struct(fields).alias(key)).struct.json_encode().alias("l"),
         ))
 
-    if (k := tables.get(KERNEL)) is not None:
+    if (k := tables.get(KERNEL)) is not None and k.height:
         kfields = [_s(c) for c in _present(k, ["demangledName", "shortName", "mangledName"])] + [
             pl.col(c) for c in _present(k, ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
                                             "staticSharedMemory", "dynamicSharedMemory", "registersPerThread",
@@ -154,15 +153,20 @@ def to_legacy_json(tables: dict[str, pl.DataFrame], out: Path) -> None:
         gf = [_s(c) for c in _present(g, ["graphId", "graphExecId"])]
         emit(g, pl.lit(130), "CudaEvent", gpu_base(g, 7) + [pl.struct(gf).alias("graph")])
     if (r := tables.get(RUNTIME)) is not None:
-        typ = pl.when(pl.col("correlationId").fill_null(0) == 0).then(47).otherwise(48)
+        corr = pl.col("correlationId") if "correlationId" in r.columns else pl.lit(None, I64)
+        typ = pl.when(corr.fill_null(0) == 0).then(47).otherwise(48)
         emit(r, typ, "TraceProcessEvent", [
-            _s("start").alias("startNs"), _s("end").alias("endNs"), pl.col("correlationId"), pl.col("eventClass"),
-            _s("nameId").alias("name"), pl.col("returnValue").alias("returnValue32"), _s("globalTid")])
+            _s("start").alias("startNs"), _s("end").alias("endNs"),
+            *[pl.col(c) for c in _present(r, ["correlationId", "eventClass"])],
+            *[_s(c).alias("name") for c in _present(r, ["nameId"])],
+            *[pl.col(c).alias("returnValue32") for c in _present(r, ["returnValue"])],
+            *[_s(c) for c in _present(r, ["globalTid"])]])
     if (n := tables.get(NVTX)) is not None:
+        named = {"end": "EndTimestamp", "textId": "TextId", "globalTid": "GlobalTid", "domainId": "DomainId"}
         emit(n, pl.col("eventType"), "NvtxEvent", [
-            pl.col("eventType").alias("Type"), _s("start").alias("Timestamp"), _s("end").alias("EndTimestamp"),
-            pl.col("text").alias("Text"), _s("textId").alias("TextId"), _s("globalTid").alias("GlobalTid"),
-            _s("domainId").alias("DomainId"), pl.lit(True).alias("NsTime")])
+            pl.col("eventType").alias("Type"), _s("start").alias("Timestamp"),
+            *[_s(c).alias(named[c]) for c in _present(n, list(named))],
+            *[pl.col(c).alias("Text") for c in _present(n, ["text"])], pl.lit(True).alias("NsTime")])
 
     strings = tables[STRINGS]
     n_ids = int(strings.get_column("id").max()) + 1 if strings.height else 0

@@ -243,7 +243,7 @@ def test_device_info_through_context_tables():
     c = load_nsys(NSYS / "pipit__perlmutter-cloverleaf-cuda.sqlite").meta
     assert c["device_name"].to_list() == ["NVIDIA A100-SXM4-80GB"]
     b = load_nsys(NSYS / "nsys-ai__mfu_2gpu_before.sqlite").meta  # no TARGET_INFO_GPU in this export
-    assert b["device_name"].to_list() == [None, None]
+    assert b["device_name"].to_list() == ["GPU 0 (name not recorded)", "GPU 1 (name not recorded)"]
     assert b["nccl_version"].to_list() == ["2.25.1-1"] * 2
 
 

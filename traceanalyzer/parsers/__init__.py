@@ -7,6 +7,8 @@ exports to the nsys parser.
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -22,21 +24,56 @@ ProgressFn = Callable[[Path], None]
 
 
 def discover(path: Path) -> list[Path]:
-    """The trace files a path stands for: the file itself, or the trace files in a directory."""
+    """The trace files a path stands for: the file itself, or the trace files in a directory.
+
+    In a directory, every entry named like a trace file (``TRACE_SUFFIXES``) is a rank file: one
+    that is a dangling symbolic link, a symbolic-link loop or unreadable is an error naming it
+    (exit 3), never silently left out. Sub-directories, symbolic links to directories included
+    (a ``loop -> ..`` link), are not followed."""
     path = Path(path)
     if not path.exists():
-        raise InputNotFound("no such file or directory", path)
+        raise InputNotFound(_broken_link(path) or "no such file or directory", path)
     if path.is_file():
         return [path]
     if not path.is_dir():
         raise InputNotFound("not a regular file or directory", path)
-    files = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES))
+    try:
+        entries = sorted(path.iterdir())
+    except PermissionError:
+        raise InputNotFound("permission denied (the directory cannot be listed)", path) from None
+    files = []
+    for p in entries:  # directory entries, a handful: not a loop over events
+        if not p.name.lower().endswith(TRACE_SUFFIXES):
+            continue
+        problem = _broken_link(p)
+        if problem:
+            raise InputNotFound(problem, p)
+        if not p.is_file():  # a directory (or a link to one) or a special file: not followed
+            continue
+        if not os.access(p, os.R_OK):
+            raise InputNotFound("permission denied", p)
+        files.append(p)
     if not files:
         # nsys parquet/arrow directories are one trace
         if _nsys_sniff(path):
             return [path]
         raise InputNotFound("directory holds no trace files (*.json, *.json.gz, *.sqlite)", path)
     return files
+
+
+def _broken_link(p: Path) -> str | None:
+    """What is wrong with a symbolic link that leads nowhere (None for anything else)."""
+    if not p.is_symlink():
+        return None
+    try:
+        os.stat(p)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "symbolic link loop (following it never reaches a file)"
+        if e.errno == errno.ENOENT:
+            return f"dangling symbolic link (its target {os.readlink(p)} does not exist)"
+        return f"symbolic link cannot be followed ({e.strerror})"
+    return None
 
 
 def _nsys_sniff(path: Path) -> str | None:
