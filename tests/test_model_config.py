@@ -180,3 +180,39 @@ def test_megatron_log_vocab_and_toml_completion(tmp_path):
         predict(cli)
     with pytest.raises(ConfigError, match="no Megatron-LM arguments"):
         parse_megatron_args("hello world")
+
+
+def moe(ep: int, dist_opt: bool = False):
+    # Mixtral-8x7B shape: 32 layers, h 4096, 32 heads / 8 KV heads, SwiGLU f 14336, 8 experts,
+    # top-2, vocab 32000; 64 GPUs as TP 1, PP 1, DP 64.
+    return RunConfig(
+        model=ModelConfig(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000, seq_length=4096,
+                          activation="swiglu", experts=8, top_k=2),
+        batch=BatchConfig(global_batch=64),
+        parallel=ParallelConfig(tp=1, pp=1, dp=64, ep=ep, distributed_optimizer=dist_opt),
+        hardware=HardwareConfig(gpu="H100 SXM", num_gpus=64),
+    ).validate()
+
+
+def test_moe_gradient_volume_accounts_for_expert_parallelism():
+    # By hand: attention 4096·(4096 + 2·1024) + 4096·4096 = 41.9M per layer; experts
+    # 3·4096·14336·8 = 1409.3M per layer; output layer 4096·32000 = 131.1M. Dense grads are
+    # all-reduced over DP 64; each GPU holds 8/ep experts, reduced over the 64/ep ranks that hold
+    # the same ones: 2·(n−1)/n·4 bytes each.
+    h, L = 4096, 32
+    dense = (h * (h + 2 * 1024) + h * h) * L + h * 32000
+    experts = 3 * h * 14336 * 8 * L
+
+    def by_hand(ep):
+        n_e = 64 // ep
+        return 2 * 63 / 64 * 4 * dense + 2 * (n_e - 1) / n_e * 4 * experts / ep
+
+    for ep in (1, 8):
+        (dp,) = [c for c in comm_volumes(moe(ep)) if c.dim == "dp"]
+        assert dp.bytes == pytest.approx(by_hand(ep), rel=1e-12)
+    one, eight = ([c for c in comm_volumes(moe(ep)) if c.dim == "dp"][0].bytes for ep in (1, 8))
+    assert one / 1e9 == pytest.approx(366.7, abs=0.1) and eight / 1e9 == pytest.approx(51.1, abs=0.1)  # 7.2x less
+    # distributed optimizer: reduce-scatter of fp32 grads + all-gather of bf16 params, same split
+    rs, ag = (c.bytes for c in comm_volumes(moe(8, dist_opt=True)) if c.dim == "dp")
+    assert rs == pytest.approx(by_hand(8) / 2, rel=1e-12)
+    assert ag == pytest.approx(by_hand(8) / 4, rel=1e-12)

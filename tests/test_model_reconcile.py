@@ -132,3 +132,48 @@ def test_gemm_check_catches_a_wrong_config():
     tiny = gemm_check(analysis(MI300X).trace, replace(load_config(CONFIGS / "mi300x-resnet18-ckpt.toml"),
                                                       model=ModelConfig(fwd_flops_per_sample=1e5)))
     assert not tiny["ok"] and tiny["ratio"] > 1.25
+
+
+def test_config_gpu_other_than_the_trace_device_is_warned_on_stderr(tmp_path):
+    from conftest import run_cli
+
+    text = (CONFIGS / "mi300x-resnet18-ckpt.toml").read_text().replace('gpu = "AMD Instinct MI300X"', 'gpu = "H100 SXM"')
+    cfg = tmp_path / "h100.toml"
+    cfg.write_text(text)
+    r = run_cli("reconcile", TRACES / MI300X, "--config", cfg, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert "[hardware] gpu = 'H100 SXM' but the trace ran on" in r.stderr and "MI300X" in r.stderr
+    import orjson
+
+    doc = orjson.loads(r.stdout)
+    assert doc["peak_tflops"] == 989.4  # the config's, as the warning says
+    assert any("but the trace ran on" in w for w in doc["warnings"])
+    # the right GPU: no such warning
+    ok = waterfall(analysis(MI300X), load_config(CONFIGS / "mi300x-resnet18-ckpt.toml"))
+    assert not any("but the trace ran on" in w for w in ok["warnings"])
+
+
+def test_fp8_waterfall_states_both_peaks():
+    base = load_config(CONFIGS / "mi300x-resnet18-ckpt.toml")
+    fp8 = replace(base, hardware=replace(base.hardware, precision="fp8"))
+    wf = waterfall(analysis(MI300X), fp8)
+    assert wf["peak_tflops"] == 2614.9 and wf["mfu_denominator"] == "dense fp8 peak"
+    assert wf["mfu_vs_bf16_peak"] == pytest.approx(wf["mfu"] * 2614.9 / 1307.4, rel=1e-12)
+    assert sum(t["tflops"] for t in wf["terms"]) == pytest.approx(2614.9, rel=1e-12)
+
+
+def test_korthikanti_hfu_in_the_waterfall():
+    cfg = replace(load_config(CONFIGS / "mi300x-resnet18-ckpt.toml"))
+    a = waterfall(analysis(MI300X), cfg)
+    b = waterfall(analysis(MI300X), cfg, hfu="korthikanti2022")
+    # full recompute counts the same under both conventions
+    assert a["hfu"] == b["hfu"] and b["hfu_convention"] == "korthikanti2022"
+
+
+def test_logged_step_time_is_cross_checked_with_the_trace():
+    base = load_config(CONFIGS / "mi300x-resnet18-ckpt.toml")
+    wf = waterfall(analysis(MI300X), replace(base, reported=replace(base.reported, step_time_s=10.0)))
+    assert wf["reported_step_time_s"] == 10.0
+    assert any("differs from the logged/reported 10 s" in w for w in wf["warnings"])
+    same = waterfall(analysis(MI300X), replace(base, reported=replace(base.reported, step_time_s=wf["step_time_s"])))
+    assert not any("differs from the logged" in w for w in same["warnings"])

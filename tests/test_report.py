@@ -17,7 +17,7 @@ from PIL import Image
 
 import traceanalyzer as ta
 from traceanalyzer.classify import BUCKETS
-from traceanalyzer.report import model as report_model
+from traceanalyzer.report import document as report_model
 from traceanalyzer.render import html as html_render
 from traceanalyzer.render import markdown as md_render
 from traceanalyzer.render import plots

@@ -39,8 +39,8 @@ def breakdown(
     ] = False,
 ) -> None:
     """Split every rank's GPU time, per step, into compute / recompute / exposed comm / other / idle."""
-    if bus_bw <= 0:
-        raise ConfigError(f"--bus-bw must be positive, got {bus_bw}")
+    if not bus_bw > 0 or bus_bw == float("inf"):  # also NaN
+        raise ConfigError(f"--bus-bw must be a finite positive number (GB/s), got {bus_bw}")
     if recompute_range is not None:
         try:
             re.compile(recompute_range)

@@ -38,8 +38,10 @@ def load_with_progress(paths: list[Path], show: bool, cache: bool = False) -> Tr
 
 
 def print_warnings(warnings: list[str]) -> None:
+    from rich.markup import escape
+
     for w in warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {w}", markup=True, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/yellow] {escape(w)}", markup=True, soft_wrap=True)
 
 
 def print_store_warnings(store) -> None:

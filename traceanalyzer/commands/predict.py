@@ -2,50 +2,31 @@
 
 from __future__ import annotations
 
-import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
+from traceanalyzer.commands.common import print_warnings
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import compare_predictions, load_config, predict as predict_run
 from traceanalyzer.model.config import CONVENTIONS
-from traceanalyzer.render.model import Section, comparison_sections, num, prediction_sections, render
+from traceanalyzer.model.flops import HFU_CONVENTIONS
+from traceanalyzer.model.validate import check_fraction
+from traceanalyzer.render.predictions import Format, comparison_sections, emit, prediction_sections, sweep_section
 
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    markdown = "markdown"
-
-
-def emit(sections: list[Section], fmt: Format, doc: dict[str, Any], output: Path | None) -> None:
-    """Write sections as a rich table / markdown, or ``doc`` as JSON, to stdout or ``output``."""
-    from rich.console import Console
-
-    if fmt is Format.table:
-        if output is None:
-            render(sections, "table", console=Console(width=None if sys.stdout.isatty() else 140))
-        else:
-            with open(output, "w") as fh:
-                render(sections, "table", console=Console(file=fh, width=160))
-        return
-    text = render(sections, fmt.value, doc=doc)
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        Path(output).write_text(text)
+#: microbatches per pipeline shown when the global batch is unknown: the spread of the verdict
+SPREAD_MICROBATCHES = (1, 2, 4, 8, 16, 32)
 
 
 def predict(
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML).")] = None,
-    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Megatron-LM launch arguments or a training log that prints them.")] = None,
+    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Megatron-LM launch script, arguments or a training log.")] = None,
     vs: Annotated[Optional[Path], typer.Option("--vs", help="Reference configuration (TOML) to compare with; its [reported] throughput sets the kernel efficiency.")] = None,
     global_batch: Annotated[Optional[list[int]], typer.Option("--global-batch", help="Override the global batch; repeat for a sweep.")] = None,
     convention: Annotated[Optional[str], typer.Option("--convention", help=f"FLOPs convention: {', '.join(CONVENTIONS)}.")] = None,
-    kernel_efficiency: Annotated[Optional[float], typer.Option("--kernel-efficiency", help="Fraction of peak reached by compute kernels (default: implied by [reported], the --vs run, else 1.0).")] = None,
+    hfu: Annotated[str, typer.Option("--hfu", help=f"How recompute counts in HFU: {', '.join(HFU_CONVENTIONS)}.")] = "forward",
+    kernel_efficiency: Annotated[Optional[float], typer.Option("--kernel-efficiency", help="Fraction of peak reached by compute kernels, in (0, 1] (default: implied by [reported], the --vs run, else 1.0).")] = None,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
     baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", help="nccl-tests output: bandwidth by message size instead of the hardware table's.")] = None,
@@ -53,6 +34,12 @@ def predict(
     """Predict FLOPs, bubble, recompute and communication of a run; with --vs, split the gap into causes."""
     if convention is not None and convention not in CONVENTIONS:
         raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
+    if hfu not in HFU_CONVENTIONS:
+        raise ConfigError(f"--hfu {hfu!r} is not one of {', '.join(HFU_CONVENTIONS)}")
+    check_fraction("--kernel-efficiency", kernel_efficiency)
+    for g in global_batch or []:
+        if g < 1:
+            raise ConfigError(f"--global-batch {g} must be at least 1")
     cfg = load_config(config, megatron_args)
     base = None
     if baseline:
@@ -61,25 +48,33 @@ def predict(
         from traceanalyzer.baselines import read_nccl_tests
 
         base = pl.concat([read_nccl_tests(f) for f in baseline])
+    warnings: list[str] = []
     ref = ref_pred = None
     if vs is not None:
         ref = load_config(vs)
-        ref_pred = predict_run(ref, convention=convention)
+        ref_pred = predict_run(ref, convention=convention, hfu=hfu)
         convention = ref_pred["convention"]
         if kernel_efficiency is None:
             kernel_efficiency = ref_pred["kernel_efficiency"]
-    batches = global_batch or [None]
-    preds = [predict_run(cfg, convention=convention, kernel_efficiency=kernel_efficiency, global_batch=g, baseline=base) for g in batches]
+    batches: list[int | None] = list(global_batch or [None])
+    spread = False
+    if not global_batch and cfg.batch.global_batch is None and cfg.dp is not None:
+        # the verdict depends on an unknown: show its spread instead of one number
+        unit = cfg.dp * cfg.batch.micro_batch
+        batches = [unit * m for m in SPREAD_MICROBATCHES]
+        spread = True
+        warnings.append(f"the global batch is unknown: the prediction is shown for {len(batches)} global batches "
+                        f"({batches[0]}–{batches[-1]}); give [batch] global_batch or --global-batch for one answer")
+    preds = [predict_run(cfg, convention=convention, kernel_efficiency=kernel_efficiency, global_batch=g, hfu=hfu,
+                         baseline=base)
+             for g in batches]
     sections = prediction_sections(preds[0])
     doc: dict[str, Any] = {"prediction": preds[0]}
     if len(preds) > 1:
-        sweep = Section(f"Sweep over the global batch [{preds[0]['convention']}]",
-                        ["global batch", "microbatches", "bubble", "step s", "TFLOP/s/GPU", "MFU"])
-        for p in preds:
-            sweep.rows.append([str(p["layout"]["global_batch"]), str(p["layout"]["microbatches"]), f"{p['bubble_fraction']:.3f}",
-                               num(p["step_time_s"], 3), num(p["tflops_per_gpu"]), f"{100 * p['mfu']:.1f} %"])
-        sections.append(sweep)
+        title = (f"Global batch unknown: the spread [{preds[0]['convention']}]" if spread else None)
+        sections.append(sweep_section(preds, title))
         doc["sweep"] = preds
+        doc["global_batch_known"] = not spread
     if ref_pred is not None:
         sections += prediction_sections(ref_pred)
         cmps = [compare_predictions(p, ref_pred) for p in preds]
@@ -87,7 +82,11 @@ def predict(
             sections += comparison_sections(c)
         doc["vs"] = ref_pred
         doc["comparison"] = cmps[0] if len(cmps) == 1 else cmps
+    warnings += [w for p in preds + ([ref_pred] if ref_pred else []) for w in p["warnings"]]
+    warnings = list(dict.fromkeys(warnings))
+    doc["warnings"] = warnings
     emit(sections, format, doc, output)
+    print_warnings(warnings)
 
 
 def register(app: typer.Typer) -> None:

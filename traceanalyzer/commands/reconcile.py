@@ -9,12 +9,14 @@ import typer
 
 from traceanalyzer.classify import analyze
 from traceanalyzer.commands.common import load_with_progress, print_warnings
-from traceanalyzer.commands.predict import Format, emit
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import load_config
 from traceanalyzer.model.config import CONVENTIONS
+from traceanalyzer.model.flops import HFU_CONVENTIONS
 from traceanalyzer.reconcile import attach_overlapped, compare as compare_waterfalls, compare_time, waterfall
-from traceanalyzer.render.model import time_comparison_sections, trace_comparison_sections, waterfall_sections
+from traceanalyzer.render.predictions import (
+    Format, emit, time_comparison_sections, trace_comparison_sections, waterfall_sections,
+)
 
 
 def _public(d: dict[str, Any]) -> dict[str, Any]:
@@ -22,14 +24,17 @@ def _public(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k != "exact"}
 
 
-def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path], convention: Optional[str], step_range: str):
+def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path], convention: Optional[str], step_range: str,
+               hfu: str = "forward"):
     if convention is not None and convention not in CONVENTIONS:
         raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
+    if hfu not in HFU_CONVENTIONS:
+        raise ConfigError(f"--hfu {hfu!r} is not one of {', '.join(HFU_CONVENTIONS)}")
     cfg = load_config(config, megatron_args)
     analysis = analyze(load_with_progress([path], show=True), step_range)
-    wf = waterfall(analysis, cfg, convention=convention, step_name=step_range)
+    wf = waterfall(analysis, cfg, convention=convention, step_name=step_range, hfu=hfu)
     attach_overlapped(wf, analysis)
-    return wf, analysis.warnings
+    return wf, [*analysis.warnings, *wf["warnings"]]
 
 
 def reconcile(
@@ -40,9 +45,10 @@ def reconcile(
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    hfu: Annotated[str, typer.Option("--hfu", help=f"How recompute counts in HFU: {', '.join(HFU_CONVENTIONS)}.")] = "forward",
 ) -> None:
     """Waterfall from peak to achieved TFLOP/s/GPU: every measured loss in TFLOP/s, beside the analytic prediction."""
-    wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range)
+    wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu)
     emit(waterfall_sections(wf), format, _public(wf), output)
     print_warnings(warnings)
 
@@ -77,7 +83,7 @@ def compare(
     cmp = compare_waterfalls(wa, wb)
     sections = waterfall_sections(wa) + waterfall_sections(wb) + trace_comparison_sections(cmp)
     emit(sections, format, {"a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output)
-    print_warnings([*warn_a, *warn_b])
+    print_warnings(list(dict.fromkeys([*warn_a, *warn_b])))
 
 
 def register(app: typer.Typer) -> None:

@@ -50,7 +50,7 @@ def report(
     top: Annotated[int, typer.Option("--top", min=1, max=1000, help="Rows in the top-kernel and top-collective tables.")] = 10,
 ) -> None:
     """Write a report to attach to a ticket: headline, plots, top kernels and collectives, how to reproduce."""
-    from traceanalyzer.report import model as report_model
+    from traceanalyzer.report import document as report_model
 
     if output is None and format is not ReportFormat.json:
         raise typer.BadParameter(f"--format {format.value} writes files: give the report file with -o", param_hint="'-o'")

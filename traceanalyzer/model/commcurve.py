@@ -51,8 +51,8 @@ def message_sizes(cfg: RunConfig, c: Comm) -> tuple[list[tuple[str, float]], int
     if c.dim == "pp":
         return [("send_recv", S / t)], 2
     dp = cfg.dp or 1
-    layer_w, out_w = _matmul_params(cfg)
-    psi = layer_w / (t * pp) + out_w / t
+    layer_w, expert_w, out_w = _matmul_params(cfg)
+    psi = (layer_w + expert_w / ep) / (t * pp) + out_w / t  # a GPU's gradients: dense + its experts
     bucket = min(psi, max(40_000_000, 1_000_000 * dp)) if p.overlap_grad_reduce else psi
     g = 4 if p.grad_reduce_dtype == "fp32" else 2
     if c.what.startswith("all-gather"):

@@ -35,8 +35,6 @@ and what it is needed for.
 
 from __future__ import annotations
 
-import re
-import shlex
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -132,6 +130,12 @@ class RunConfig:
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     reported: Reported = field(default_factory=Reported)
     source: str = ""
+    #: what a reader of the inputs should know (on stderr, and in the JSON's ``warnings``)
+    warnings: tuple[str, ...] = ()
+    #: ("section.field", message) of values a launch script takes from outside it
+    unresolved: tuple[tuple[str, str], ...] = ()
+    #: what a training log measured (:func:`traceanalyzer.model.megatron.parse_iterations`)
+    logged: dict | None = field(default=None, compare=False)
 
     # ----------------------------------------------------------------- derived values
     def need(self, value: Any, what: str, needed_for: str) -> Any:
@@ -200,47 +204,18 @@ class RunConfig:
             return min(layers, r.num_layers * self.parallel.pp * self.parallel.vp)
         return layers
 
+    @property
+    def unresolved_keys(self) -> set[str]:
+        return {k for k, _ in self.unresolved}
+
     def validate(self) -> RunConfig:
-        """Check the values that are present are consistent; return self."""
-        where = f" in {self.source}" if self.source else ""
-        if self.convention not in CONVENTIONS:
-            raise ConfigError(f"convention {self.convention!r}{where} is not one of {', '.join(CONVENTIONS)}")
-        if self.reported.convention is not None and self.reported.convention not in CONVENTIONS:
-            raise ConfigError(f"[reported] convention {self.reported.convention!r}{where} is not one of {', '.join(CONVENTIONS)}")
-        if self.model.activation not in ("gelu", "swiglu"):
-            raise ConfigError(f"[model] activation {self.model.activation!r}{where} must be 'gelu' or 'swiglu'")
-        if self.recompute.granularity not in ("none", "selective", "full"):
-            raise ConfigError(f"[recompute] granularity {self.recompute.granularity!r}{where} must be none, selective or full")
-        if self.recompute.method not in ("uniform", "block"):
-            raise ConfigError(f"[recompute] method {self.recompute.method!r}{where} must be uniform or block")
-        if self.hardware.precision not in PRECISIONS:
-            raise ConfigError(f"[hardware] precision {self.hardware.precision!r}{where} is not one of {', '.join(PRECISIONS)}")
-        p = self.parallel
-        for name in ("tp", "pp", "cp", "ep", "vp"):
-            if getattr(p, name) < 1:
-                raise ConfigError(f"[parallel] {name} = {getattr(p, name)}{where} must be at least 1")
-        if p.dp is not None and self.hardware.num_gpus is not None:
-            if p.tp * p.pp * p.cp * p.dp != self.hardware.num_gpus:
-                raise ConfigError(
-                    f"[parallel] tp·pp·cp·dp = {p.tp}·{p.pp}·{p.cp}·{p.dp} = {p.tp * p.pp * p.cp * p.dp}"
-                    f" but [hardware] num_gpus = {self.hardware.num_gpus}{where}"
-                )
-        if p.dp is None and self.hardware.num_gpus is not None and self.hardware.num_gpus % (p.tp * p.pp * p.cp):
-            raise ConfigError(
-                f"[hardware] num_gpus = {self.hardware.num_gpus}{where} is not a multiple of tp·pp·cp = {p.tp * p.pp * p.cp}"
-            )
-        gbs, dp, mbs = self.batch.global_batch, self.dp, self.batch.micro_batch
-        if gbs is not None and dp is not None and gbs % (dp * mbs):
-            raise ConfigError(
-                f"[batch] global_batch = {gbs}{where} is not a multiple of dp·micro_batch = {dp}·{mbs}:"
-                " the number of microbatches per pipeline must be whole"
-            )
-        m = self.model
-        if m.hidden is not None and m.heads is not None and m.head_dim is None and m.hidden % m.heads:
-            raise ConfigError(f"[model] hidden = {m.hidden} is not a multiple of heads = {m.heads}{where}; give head_dim")
-        if m.experts and m.top_k > m.experts:
-            raise ConfigError(f"[model] top_k = {m.top_k} exceeds experts = {m.experts}{where}")
-        return self
+        """Check every value (types, ranges, divisibility, plausibility: :mod:`.validate`).
+
+        Returns the config with the warnings the check raised added to :attr:`warnings`."""
+        from traceanalyzer.model.validate import check  # noqa: PLC0415
+
+        new = [w for w in check(self) if w not in self.warnings]
+        return replace(self, warnings=self.warnings + tuple(new)) if new else self
 
 
 # --------------------------------------------------------------------------- TOML
@@ -285,7 +260,8 @@ def _section(name: str, table: dict[str, Any], cls: type, source: str) -> dict[s
     return out
 
 
-def config_from_dict(doc: dict[str, Any], source: str = "", base: RunConfig | None = None) -> RunConfig:
+def config_from_dict(doc: dict[str, Any], source: str = "", base: RunConfig | None = None,
+                     validate: bool = True) -> RunConfig:
     """Build a RunConfig from a parsed TOML document, on top of ``base`` when given."""
     base = base or RunConfig()
     top: dict[str, Any] = {}
@@ -294,7 +270,10 @@ def config_from_dict(doc: dict[str, Any], source: str = "", base: RunConfig | No
         if key in _SECTIONS:
             table = dict(value) if isinstance(value, dict) else value
             if key == "model" and isinstance(table, dict) and "swiglu" in table:
-                table["activation"] = "swiglu" if table.pop("swiglu") else table.get("activation", "gelu")
+                sw = table.pop("swiglu")
+                if not isinstance(sw, bool):
+                    raise ConfigError(f"[model] swiglu = {sw!r} in {source} must be true or false (a TOML boolean, unquoted)")
+                table["activation"] = "swiglu" if sw else table.get("activation", "gelu")
             sections[key] = replace(getattr(base, key), **_section(key, table, _SECTIONS[key], source))
         elif key in ("name", "convention"):
             top[key] = value
@@ -303,176 +282,76 @@ def config_from_dict(doc: dict[str, Any], source: str = "", base: RunConfig | No
                 f"unknown top-level key {key!r} in {source}; expected name, convention or a table among "
                 + ", ".join(f"[{s}]" for s in _SECTIONS)
             )
+    cfg = replace(base, **top, **sections, source=source or base.source)
+    return cfg.validate() if validate else cfg
+
+
+def _read_text(path: Path, what: str) -> str:
+    if not path.is_file():
+        raise InputNotFound(f"{what} not found", path)
     try:
-        return replace(base, **top, **sections, source=source or base.source).validate()
-    except TypeError as exc:  # pragma: no cover - defensive
-        raise ConfigError(f"{source}: {exc}") from exc
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputNotFound(f"cannot read the {what}: {exc.strerror or exc}", path) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}): a {what} must be a text file") from None
 
 
 def load_config(path: str | Path | None = None, megatron_args: str | Path | None = None) -> RunConfig:
     """Load a run configuration from a TOML file and/or Megatron-LM arguments.
 
     With both, the Megatron arguments come first and the TOML completes or overrides them
-    (typically ``[hardware]`` and ``[reported]``, which launch arguments do not carry).
+    (typically ``[hardware]`` and ``[reported]``, which launch arguments do not carry, or a value
+    the launch script takes from its environment).
     """
+    from traceanalyzer.model.megatron import megatron_defaults, read_megatron  # noqa: PLC0415
+
     if path is None and megatron_args is None:
         raise ConfigError("no run configuration given: pass --config run.toml and/or --megatron-args FILE")
     cfg: RunConfig | None = None
     if megatron_args is not None:
         margs = Path(megatron_args)
-        if not margs.is_file():
-            raise InputNotFound("Megatron argument file not found", margs)
-        cfg = parse_megatron_args(margs.read_text(errors="replace"), source=str(margs))
+        cfg = read_megatron(_read_text(margs, "Megatron argument file"), source=str(margs))
     if path is not None:
         p = Path(path)
-        if not p.is_file():
-            raise InputNotFound("configuration file not found", p)
+        text = _read_text(p, "configuration file")
         try:
-            doc = tomllib.loads(p.read_text())
+            doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
+            raise ConfigError(f"{p}: not valid TOML: {exc}") from None
         source = str(p) if cfg is None else f"{cfg.source} + {p}"
-        cfg = config_from_dict(doc, source=source, base=cfg)
+        given = {f"{sec}.{_ALIASES.get(sec, {}).get(k, k)}" for sec, tbl in doc.items()
+                 if sec in _SECTIONS and isinstance(tbl, dict) for k in tbl}
+        base = cfg
+        if cfg is not None:
+            base = replace(cfg, unresolved=tuple((k, m) for k, m in cfg.unresolved if k not in given))
+        cfg = config_from_dict(doc, source=source, base=base, validate=False)
     assert cfg is not None
-    return cfg
+    if megatron_args is not None:
+        cfg = megatron_defaults(cfg)
+    for _key, message in cfg.unresolved:
+        raise ConfigError(message)
+    try:
+        return cfg.validate()
+    except ConfigError as exc:
+        used = [w.split(": ", 2)[-1] for w in cfg.warnings if "own defaults are used" in w]
+        if used:  # the inconsistency may come from a default the script took: say which
+            raise ConfigError(f"{exc.message} (the script's defaults were used for {used[0]})") from None
+        raise
 
 
 # --------------------------------------------------------------------------- Megatron arguments
-_ARG_LINE = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?([a-z_][a-z0-9_]*)\s\.{2,}\s(.*?)\s*$")
-_PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
-
-
-def _scalar(text: str) -> Any:
-    t = text.strip()
-    if t in ("True", "true"):
-        return True
-    if t in ("False", "false"):
-        return False
-    if t in ("None", "none", ""):
-        return None
-    try:
-        return int(t)
-    except ValueError:
-        pass
-    try:
-        return float(t)
-    except ValueError:
-        return t
-
-
-def _parse_cli(text: str) -> dict[str, Any]:
-    # Drop comments and shell line continuations, then split like a shell would.
-    lines = [ln.split("#", 1)[0] if ln.lstrip().startswith("#") else ln for ln in text.splitlines()]
-    try:
-        tokens = shlex.split(" ".join(ln.rstrip().rstrip("\\") for ln in lines), comments=True)
-    except ValueError as exc:
-        raise ConfigError(f"cannot split the Megatron arguments like a shell would: {exc}") from exc
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok.startswith("--"):
-            key, _, inline = tok[2:].partition("=")
-            key = key.replace("-", "_")
-            if inline:
-                out[key] = _scalar(inline)
-                i += 1
-                continue
-            values = []
-            j = i + 1
-            while j < len(tokens) and not tokens[j].startswith("--"):
-                values.append(tokens[j])
-                j += 1
-            out[key] = True if not values else _scalar(values[0]) if len(values) == 1 else values
-            i = j
-        else:
-            i += 1
-    return out
-
-
 def parse_megatron_args(text: str, source: str = "megatron arguments") -> RunConfig:
-    """Read Megatron-LM launch arguments or a training log into a RunConfig.
+    """Read Megatron-LM launch arguments, a launch script or a training log into a RunConfig.
 
-    Recognises the ``arguments`` block Megatron prints (``  num_layers ........ 80``), the
-    ``padded vocab (size: ...) ... (new size: N)`` line, and command-line text (``--num-layers 80
-    --swiglu ...`` with ``torchrun --nnodes N --nproc-per-node M`` giving the world size).
+    See :mod:`traceanalyzer.model.megatron`. A value the script takes from outside (an
+    environment variable, a positional parameter) is an error naming the argument and its line.
     """
-    args: dict[str, Any] = {}
-    block = [m for m in map(_ARG_LINE.match, text.splitlines()) if m]
-    if len(block) >= 5:
-        args = {m.group(1): _scalar(m.group(2)) for m in block}
-    else:
-        args = _parse_cli(text)
-        nn, npn = (_scalar(v[0]) if isinstance(v, list) else v for v in (args.get("nnodes"), args.get("nproc_per_node")))
-        if isinstance(nn, int) and isinstance(npn, int) and "world_size" not in args:
-            args["world_size"] = nn * npn
-    if not any(k in args for k in ("num_layers", "hidden_size")):
-        raise ConfigError(f"{source}: no Megatron-LM arguments found (expected --num-layers/--hidden-size or an arguments block)")
-    pv = _PADDED_VOCAB.search(text)
-    if pv and args.get("padded_vocab_size") is None:
-        args["padded_vocab_size"] = int(pv.group(1))
+    from traceanalyzer.model.megatron import megatron_defaults, read_megatron  # noqa: PLC0415
 
-    def g(*names: str, default: Any = None) -> Any:
-        for n in names:
-            if args.get(n) is not None:
-                return args[n]
-        return default
-
-    gqa = bool(g("group_query_attention", default=False))
-    layers_per_vp = g("num_layers_per_virtual_pipeline_stage")
-    pp = int(g("pipeline_model_parallel_size", default=1))
-    vp = g("virtual_pipeline_model_parallel_size")
-    if vp is None and layers_per_vp and g("num_layers"):
-        vp = int(g("num_layers")) // (pp * int(layers_per_vp))
-    if args.get("fp8") or args.get("fp8_format"):
-        precision = "fp8"
-    elif args.get("bf16"):
-        precision = "bf16"
-    elif args.get("fp16"):
-        precision = "fp16"
-    else:
-        precision = "fp32"
-    granularity = g("recompute_granularity", default="none") or "none"
-    if args.get("checkpoint_activations") or args.get("activations_checkpoint_method"):
-        granularity = "full"  # pre-2022 spelling
-    model = ModelConfig(
-        layers=g("num_layers"),
-        hidden=g("hidden_size"),
-        ffn=g("ffn_hidden_size"),
-        heads=g("num_attention_heads"),
-        kv_heads=g("num_query_groups") if gqa else None,
-        head_dim=g("kv_channels"),
-        vocab=g("padded_vocab_size", "vocab_size"),
-        seq_length=g("seq_length", "encoder_seq_length"),
-        activation="swiglu" if args.get("swiglu") else "gelu",
-        experts=int(g("num_experts", default=0) or 0),
-        top_k=int(g("moe_router_topk", default=1 if not g("num_experts") else 2)),
-        moe_ffn=g("moe_ffn_hidden_size"),
-        moe_layer_freq=g("moe_layer_freq", default=1) if isinstance(g("moe_layer_freq", default=1), int) else 1,
-    )
-    batch = BatchConfig(global_batch=g("global_batch_size"), micro_batch=int(g("micro_batch_size", default=1)))
-    parallel = ParallelConfig(
-        tp=int(g("tensor_model_parallel_size", default=1)),
-        pp=pp,
-        dp=g("data_parallel_size"),
-        cp=int(g("context_parallel_size", default=1)),
-        ep=int(g("expert_model_parallel_size", default=1)),
-        vp=int(vp or 1),
-        sequence_parallel=bool(g("sequence_parallel", default=False)),
-        distributed_optimizer=bool(g("use_distributed_optimizer", default=False)),
-        tp_comm_overlap=bool(g("tp_comm_overlap", default=False)),
-        overlap_grad_reduce=bool(g("overlap_grad_reduce", default=False)),
-        overlap_param_gather=bool(g("overlap_param_gather", default=False)),
-        grad_reduce_dtype="bf16" if args.get("grad_reduce_in_bf16") else "fp32",
-    )
-    recompute = RecomputeConfig(
-        granularity=str(granularity),
-        method=str(g("recompute_method", default="uniform") or "uniform"),
-        num_layers=g("recompute_num_layers"),
-    )
-    hardware = HardwareConfig(num_gpus=g("world_size"), precision=precision)
-    cfg = RunConfig(name=Path(source).stem if source else "", convention="megatron", model=model, batch=batch,
-                    parallel=parallel, recompute=recompute, hardware=hardware, source=source)
-    if cfg.batch.global_batch is None and cfg.dp is not None:  # Megatron's default GBS = MBS · DP
-        cfg = replace(cfg, batch=replace(cfg.batch, global_batch=cfg.batch.micro_batch * cfg.dp))
+    cfg = megatron_defaults(read_megatron(text, source))
+    for _key, message in cfg.unresolved:
+        raise ConfigError(message)
     return cfg.validate()

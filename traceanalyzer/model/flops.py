@@ -28,6 +28,15 @@ more forward of the core attention (QK^T, PV). Korthikanti et al. 2022 App. A pr
 ``72·B·s·l·h²·(1 + s/3h + V/12hl)`` for selective, i.e. they count the s² term a second time at
 full fwd+bwd weight (3× one forward); we count the forward only — the published HFU of the
 2022 README (e.g. 52.8 % for 175B) is therefore 0.9 point above ours.
+
+HFU conventions (:data:`HFU_CONVENTIONS`), i.e. how recompute is counted in hardware FLOPs:
+
+``forward`` (default)
+    What recompute executes again: one more forward of what is recomputed.
+``korthikanti2022``
+    Korthikanti et al. 2022 App. A: selective recompute counted as ``72·B·s·l·h²·(1 + s/3h +
+    V/12hl)``, i.e. the core attention once more at fwd+bwd weight; full recompute as ours.
+    Reproduces the published HFU of their Table 5 / the 2022-2024 Megatron README.
 """
 
 from __future__ import annotations
@@ -35,6 +44,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traceanalyzer.model.config import CONVENTIONS, RunConfig
+
+HFU_CONVENTIONS = ("forward", "korthikanti2022")
+HFU_NOTES = {
+    "forward": "recompute counted as the one extra forward it executes",
+    "korthikanti2022": "Korthikanti et al. 2022 App. A: selective recompute counted as the s/3h form "
+                       "(core attention again at fwd+bwd weight)",
+}
 
 CONVENTION_NOTES = {
     "megatron": "Megatron-LM since 2025-03-06: causal attention (s² term halved), model FLOPs only",
@@ -89,12 +105,15 @@ def _moe_layers(cfg: RunConfig, layers: int) -> int:
     return sum(1 for i in range(layers) if i % m.moe_layer_freq == 0)
 
 
-def step_flops(cfg: RunConfig, convention: str | None = None, global_batch: int | None = None) -> StepFlops:
+def step_flops(cfg: RunConfig, convention: str | None = None, global_batch: int | None = None,
+               hfu: str = "forward") -> StepFlops:
     """Model and hardware FLOPs of one optimizer step for ``cfg`` under ``convention``.
 
     ``global_batch`` overrides ``[batch] global_batch`` (used by sweeps and by the reconciler
-    when the trace tells the batch).
+    when the trace tells the batch). ``hfu``: how recompute counts (:data:`HFU_CONVENTIONS`).
     """
+    if hfu not in HFU_CONVENTIONS:
+        raise ValueError(f"unknown HFU convention {hfu!r}; one of {HFU_CONVENTIONS}")
     conv = convention or cfg.convention
     if conv not in CONVENTIONS:
         raise ValueError(f"unknown FLOPs convention {conv!r}; one of {CONVENTIONS}")
@@ -142,7 +161,7 @@ def step_flops(cfg: RunConfig, convention: str | None = None, global_batch: int 
     if gran == "full":
         recompute = layers_total / 3 * cfg.recomputed_layers() / L
     elif gran == "selective":
-        recompute = attn_core / 3
+        recompute = attn_core if hfu == "korthikanti2022" else attn_core / 3
     else:
         recompute = 0.0
     return StepFlops(conv, T, attn_linear, attn_core, mlp, logits, recompute)

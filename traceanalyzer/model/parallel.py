@@ -21,7 +21,9 @@ an assumption stated in each entry's ``note``:
   (scatter/gather or SP), overlapped (Megatron's default p2p overlap).
 * DP: gradient all-reduce 2(d−1)/d·g·Ψ (g = 4 bytes fp32 reduction, Megatron's default for bf16)
   or, with the distributed optimizer, reduce-scatter (d−1)/d·g·Ψ + all-gather of bf16 params
-  (d−1)/d·2Ψ; overlapped iff ``overlap_grad_reduce`` / ``overlap_param_gather``.
+  (d−1)/d·2Ψ; overlapped iff ``overlap_grad_reduce`` / ``overlap_param_gather``. Ψ = the dense
+  weights a GPU holds; MoE expert weights count separately: a GPU holds experts/e of them and
+  reduces them over the d/e ranks that hold the same experts (2(d/e−1)/(d/e)·g·Ψ_experts).
 * CP (ring attention): per attention layer per microbatch, forward (c−1) transfers of the local
   KV chunk, backward twice that (+1 forward per recomputed layer); overlapped with attention.
 * EP: dispatch + combine all-to-all, forward and backward (+2 per recomputed MoE layer), each
@@ -75,20 +77,22 @@ class Comm:
         return d
 
 
-def _matmul_params(cfg: RunConfig) -> tuple[float, float]:
-    """(dense matmul weights of all transformer layers incl. all experts, output projection)."""
+def _matmul_params(cfg: RunConfig) -> tuple[float, float, float]:
+    """(dense matmul weights of all transformer layers, weights of all experts, output projection)."""
     m = cfg.model
     h, L = m.hidden, m.layers
     d, n_h, n_kv = cfg.head_dim, m.heads, cfg.kv_heads
     E = 3 if m.swiglu else 2
     attn = h * (d * n_h + 2 * d * n_kv) + d * n_h * h
+    experts = 0
     if m.experts:
         n_moe = sum(1 for i in range(L) if i % m.moe_layer_freq == 0)
         f_moe = m.moe_ffn if m.moe_ffn is not None else cfg.ffn
-        mlp = E * h * (cfg.ffn * (L - n_moe)) + E * h * f_moe * m.experts * n_moe
+        mlp = E * h * (cfg.ffn * (L - n_moe))
+        experts = E * h * f_moe * m.experts * n_moe
     else:
         mlp = E * h * cfg.ffn * L
-    return float(attn * L + mlp), float(h * (m.vocab or 0))
+    return float(attn * L + mlp), float(experts), float(h * (m.vocab or 0))
 
 
 def comm_volumes(cfg: RunConfig) -> list[Comm]:
@@ -152,19 +156,24 @@ def comm_volumes(cfg: RunConfig) -> list[Comm]:
                         "activations fwd + gradients bwd, S/t per transfer; overlapped (Megatron default)"))
     if dp > 1:
         bw, scope = place(t * cp * dp)
-        layer_w, out_w = _matmul_params(cfg)
+        layer_w, expert_w, out_w = _matmul_params(cfg)
+        # dense weights: reduced over the dp ranks; expert weights: each GPU holds experts/ep of
+        # them, reduced over the dp/ep ranks that hold the same experts (expert data parallelism)
         psi = layer_w / (t * pp) + out_w / t  # the last stage also holds the output layer
+        psi_e = expert_w / (t * pp * ep) if ep <= dp else 0.0
+        dp_e = max(dp // ep, 1)
         g = 4 if p.grad_reduce_dtype == "fp32" else 2
         ring = (dp - 1) / dp
+        ring_e = (dp_e - 1) / dp_e
         if p.distributed_optimizer:
-            rs = ring * g * psi
-            ag = ring * 2 * psi
+            rs = ring * g * psi + ring_e * g * psi_e
+            ag = ring * 2 * psi + ring_e * 2 * psi_e
             out.append(Comm("dp", "reduce-scatter grads", rs, 0.0 if p.overlap_grad_reduce else rs, bw, scope,
                             "overlapped with backward" if p.overlap_grad_reduce else "after backward, exposed"))
             out.append(Comm("dp", "all-gather params", ag, 0.0 if p.overlap_param_gather else ag, bw, scope,
                             "overlapped with next forward" if p.overlap_param_gather else "after optimizer step, exposed"))
         else:
-            ar = 2 * ring * g * psi
+            ar = 2 * ring * g * psi + 2 * ring_e * g * psi_e
             out.append(Comm("dp", "all-reduce grads", ar, 0.0 if p.overlap_grad_reduce else ar, bw, scope,
                             "overlapped with backward" if p.overlap_grad_reduce else "after backward, exposed"))
     return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.render.model import Section, num
+from traceanalyzer.render.predictions import Section, num
 
 
 def _size(b: int | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceanalyzer.render.model import Section, num, sci
+from traceanalyzer.render.predictions import Section, num, sci
 
 
 def _row(label: str, d: dict[str, float] | None, digits: int = 1, scale: float = 1.0, unit: str = "") -> list[str]:

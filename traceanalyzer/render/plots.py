@@ -1,6 +1,6 @@
 """Plots of a report model, as PNG bytes (matplotlib, Agg canvas: no display needed).
 
-Formatting only: every number comes from the report model (:mod:`traceanalyzer.report.model`).
+Formatting only: every number comes from the report model (:mod:`traceanalyzer.report.document`).
 Colours: the Okabe–Ito colour-blind-safe palette, one fixed colour per bucket in every plot and
 in the HTML/Markdown legends. Figures have a white background with mid-tone colours and dark
 text, so they stay legible when pasted into a light or a dark ticket theme.
@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.patches import Patch
 
-from traceanalyzer.report.model import LABELS  # the bucket labels of the JSON, one source
+from traceanalyzer.report.document import LABELS  # the bucket labels of the JSON, one source
 
 BUCKET_ORDER = ["compute", "recompute", "exposed_comm", "other", "idle"]
 #: Okabe & Ito (2008), "Color Universal Design": distinguishable with every common colour-vision deficiency

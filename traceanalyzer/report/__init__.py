@@ -1,9 +1,9 @@
 """Reports: a report model (every number, computed once) and the annotated-trace writer.
 
-* :func:`traceanalyzer.report.model.build` — an :class:`~traceanalyzer.classify.Analysis` -> the
+* :func:`traceanalyzer.report.document.build` — an :class:`~traceanalyzer.classify.Analysis` -> the
   report model, a plain JSON-ready ``dict`` (schema in ``docs/report-schema.md``). The renderers in
   :mod:`traceanalyzer.render` (``plots``, ``html``, ``markdown``) only format it.
-* :func:`traceanalyzer.report.model.bucket_runs` — per rank and step, the maximal runs of one bucket.
+* :func:`traceanalyzer.report.document.bucket_runs` — per rank and step, the maximal runs of one bucket.
 * :func:`traceanalyzer.report.annotate.annotate` — the original trace plus one track per rank that
   shows those runs in Perfetto / chrome://tracing.
 """

@@ -26,7 +26,7 @@ import polars as pl
 from traceanalyzer.classify import BUCKETS, Analysis
 from traceanalyzer.errors import InvalidTrace, TraceAnalyzerError
 from traceanalyzer.parsers import kineto
-from traceanalyzer.report.model import LABELS, bucket_runs, segments
+from traceanalyzer.report.document import LABELS, bucket_runs, segments
 
 CATEGORY = "traceanalyzer"
 PID_BASE = 0x7A000000  # far above Linux pids (<= 2**22) and device indices, below 2**31
@@ -67,7 +67,7 @@ def _span(start_ns: pl.Expr, end_ns: pl.Expr, base_ns: int) -> list[pl.Expr]:
 
 def track_events(analysis: Analysis, runs: pl.DataFrame, rank: int, base_ns: int, pid: int) -> list[dict]:
     """The added events of one rank (metadata first), ready to append to ``traceEvents``.
-    ``runs``: :func:`~traceanalyzer.report.model.bucket_runs` of the analysis."""
+    ``runs``: :func:`~traceanalyzer.report.document.bucket_runs` of the analysis."""
     runs = runs.filter(pl.col("rank") == rank)
     steps = analysis.steps.filter(pl.col("rank") == rank)
     label = pl.col("bucket").replace_strict(LABELS, return_dtype=pl.String)

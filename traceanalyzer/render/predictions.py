@@ -1,24 +1,36 @@
-"""Renderers for the analytic model and the reconciler: terminal tables, markdown, JSON.
+"""Renderers of predictions (the analytic model) and reconciliations: terminal tables, markdown, JSON.
 
 Formatting only: every number comes from :func:`traceanalyzer.model.predict` /
 :func:`traceanalyzer.reconcile.waterfall` / ``compare`` dicts. Each renderer builds a list of
 :class:`Section` (title, column headers, rows of strings); :func:`render` turns them into rich
-tables (``table``) or GitHub markdown (``markdown``); ``json`` dumps the dict itself.
+tables (``table``) or GitHub markdown (``markdown``); ``json`` dumps the dict itself;
+:func:`emit` writes the result where the command was asked to. Warnings are not rendered here:
+the commands print them on stderr (and the JSON keeps them under ``warnings``).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import orjson
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
 
 LABELS = {
     "achieved": "achieved (model FLOPs)",
     "kernel_efficiency": "kernel efficiency",
     "recompute": "recompute",
     "bubble": "pipeline bubble",
+    "pipeline_imbalance": "pipeline imbalance (logits on the last stage)",
     "exposed_comm": "exposed communication",
     "exposed_comm_tp": "exposed comm: TP",
     "exposed_comm_pp": "exposed comm: PP",
@@ -76,15 +88,25 @@ def prediction_sections(pred: dict[str, Any]) -> list[Section]:
                           + (" +SP" if lay["sequence_parallel"] else "")],
         ["batch", f"global {lay['global_batch']}, micro {lay['micro_batch']} → {lay['microbatches']} microbatches per pipeline"],
         ["recompute", f"{lay['recompute']} ({lay['recomputed_layers']} layers run forward twice)"],
-        ["hardware", f"{hw['gpu']} {hw['precision']}, dense peak {num(hw['peak_tflops'])} TFLOP/s"],
+        ["hardware", f"{hw['gpu']} {hw['precision']}, dense peak {num(hw['peak_tflops'])} TFLOP/s (MFU denominator: "
+                     f"{hw.get('mfu_denominator', 'dense peak')})"],
         ["model FLOPs / step", f"{sci(fl['model'])} ({sci(fl['model_per_token'])} per token) [{pred['convention']}]"],
-        ["hardware FLOPs / step", f"{sci(fl['hardware'])} (HFU/MFU = {fl['hfu_over_mfu']:.3f}) [{pred['convention']}]"],
+        ["hardware FLOPs / step", f"{sci(fl['hardware'])} (HFU/MFU = {fl['hfu_over_mfu']:.3f}) [{pred['convention']}; HFU: "
+                                  f"{pred.get('hfu_convention', 'forward')}]"],
         ["ideal step time at peak", f"{num(pred['ideal_step_time_s'], 3)} s"],
         ["pipeline bubble (p−1)/(v·m)", f"{pred['bubble_fraction']:.3f} of busy time ({pct(pred['bubble_share_of_step'])} of the step)"],
+        ["pipeline imbalance", f"last stage {pred.get('pipeline_imbalance', 1.0):.4f}× the mean stage's FLOPs (output layer)"],
         ["kernel efficiency", f"{pred['kernel_efficiency']:.3f} of peak — {pred['kernel_efficiency_source']}"],
         ["predicted step time", f"{num(pred['step_time_s'], 3)} s"],
         ["predicted throughput", f"{num(pred['tflops_per_gpu'])} TFLOP/s/GPU [{pred['convention']}], MFU {pct(pred['mfu'])}, HFU {pct(pred['hfu'])}"],
     ]
+    if pred.get("mfu_vs_bf16_peak") is not None:
+        rows.append(["MFU against the BF16 peak", f"{pct(pred['mfu_vs_bf16_peak'])} (BF16 dense peak "
+                                                  f"{num(hw['bf16_peak_tflops'])} TFLOP/s; the FP8 peak above is the denominator of MFU)"])
+    lc = pred.get("logged_convention")
+    if lc:
+        rows.append(["logged figure's convention", f"{lc['best']} FLOPs reproduce the logged {num(lc['logged_tflops_per_gpu'], 2)} "
+                                                   f"TFLOP/s/GPU ({100 * lc['relative_error']:+.2f} %)"])
     rep = pred.get("reported")
     if rep:
         rows.append(["reported", f"{num(rep['tflops_per_gpu'])} TFLOP/s/GPU [{rep['convention']}] → step {num(rep['step_time_s'], 3)} s"
@@ -115,8 +137,18 @@ def comparison_sections(cmp: dict[str, Any]) -> list[Section]:
     if "reported_gap" in cmp:
         s.rows.append([label("unexplained"), f"{cmp['unexplained']:+,.1f}", ""])
         s.rows.append([f"= reported gap ({num(cmp['reported_a'])} − {num(cmp['reported_b'])})", f"{cmp['reported_gap']:+,.1f}", ""])
-    s.notes.append("Shares: gap × Δln(factor)/Δln(throughput); throughput = peak × kernel efficiency ÷ (HFU/MFU) ÷ (1 + bubble) ÷ comm factor.")
+    s.notes.append("Shares: gap × Δln(factor)/Δln(throughput); throughput = peak × kernel efficiency ÷ (HFU/MFU) ÷ last-stage imbalance ÷ (1 + bubble) ÷ comm factor.")
     return [s]
+
+
+def sweep_section(preds: list[dict[str, Any]], title: str | None = None) -> Section:
+    """One row per global batch: the spread of a prediction over an unknown or swept batch."""
+    sweep = Section(title or f"Sweep over the global batch [{preds[0]['convention']}]",
+                    ["global batch", "microbatches", "bubble", "step s", "TFLOP/s/GPU", "MFU"])
+    for p in preds:
+        sweep.rows.append([str(p["layout"]["global_batch"]), str(p["layout"]["microbatches"]), f"{p['bubble_fraction']:.3f}",
+                           num(p["step_time_s"], 3), num(p["tflops_per_gpu"]), pct(p["mfu"])])
+    return sweep
 
 
 # ------------------------------------------------------------------------------------ reconcile
@@ -129,8 +161,11 @@ def waterfall_sections(wf: dict[str, Any]) -> list[Section]:
         ["mean step time (measured)", f"{num(wf['step_time_s'] * 1e3, 3)} ms"],
         ["hardware", f"{wf['gpu']} {wf['precision']}, dense peak {num(wf['peak_tflops'], 1)} TFLOP/s ({wf['gpu_source']})"],
         ["model FLOPs / step / GPU", f"{sci(wf['model_flops_per_gpu'])} [{conv}]"],
-        ["achieved", f"{num(wf['achieved_tflops'], 2)} TFLOP/s/GPU, MFU {pct(wf['mfu'], 2)}, HFU {pct(wf['hfu'], 2)}"],
+        ["achieved", f"{num(wf['achieved_tflops'], 2)} TFLOP/s/GPU, MFU {pct(wf['mfu'], 2)}, HFU {pct(wf['hfu'], 2)}"
+                     f" [HFU: {wf.get('hfu_convention', 'forward')}]"],
     ]
+    if wf.get("mfu_vs_bf16_peak") is not None:
+        head.rows.append(["MFU against the BF16 peak", f"{pct(wf['mfu_vs_bf16_peak'], 2)} (the FP8 peak is the denominator above)"])
     peak = wf["peak_tflops"]
     body = Section(f"Waterfall: peak = achieved + losses (TFLOP/s/GPU) [{conv}]",
                    ["term", "TFLOP/s/GPU", "% of peak", "measured ms/step", "predicted", "measured"])
@@ -152,8 +187,6 @@ def waterfall_sections(wf: dict[str, Any]) -> list[Section]:
             ["verdict", gm["verdict"]],
         ]
         out.append(g)
-    for w in wf.get("warnings", []):
-        out[0].notes.append("warning: " + w)
     return out
 
 
@@ -214,3 +247,21 @@ def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None,
             t.add_row(*map(escape, r))
         console.print(t)
     return None
+
+
+def emit(sections: list[Section], fmt: Format, doc: dict[str, Any], output: Path | None) -> None:
+    """Write sections as a rich table / markdown, or ``doc`` as JSON, to stdout or ``output``."""
+    from rich.console import Console
+
+    if fmt is Format.table:
+        if output is None:
+            render(sections, "table", console=Console(width=None if sys.stdout.isatty() else 140))
+        else:
+            with open(output, "w") as fh:
+                render(sections, "table", console=Console(file=fh, width=160))
+        return
+    text = render(sections, fmt.value, doc=doc)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        Path(output).write_text(text)
