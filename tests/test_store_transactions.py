@@ -193,7 +193,7 @@ def test_changed_input_is_analysed_again_and_said(tmp_path):
     steps = st.read("steps").sort("rank", "start_ns")
     want = ta.breakdown(ta.load(run))
     assert_frame_equal(steps.select(want.columns), want, check_dtypes=False)
-    assert st.runs().height == 1 and st.runs()["warnings"].to_list() == [[]]
+    assert st.runs().height == 1 and not [w for w in st.runs()["warnings"][0] if "truncated" in w]  # the cut is gone
     # a rank that lands later (a third file): analysed again, three ranks now
     shutil.copy(sorted(DLRM.iterdir())[2], run)
     s = run_batch([root], store, workers=1)
