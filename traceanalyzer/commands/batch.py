@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from traceanalyzer.batch import run_batch
-from traceanalyzer.commands.common import err_console
+from traceanalyzer.commands.common import err_console, out_console, warning_line
+from traceanalyzer.outputs import Outputs
 
 
 class Engine(str, Enum):
@@ -35,6 +35,7 @@ def batch(
         from traceanalyzer.errors import InputNotFound
 
         raise InputNotFound("configuration file not found", config)
+    Outputs([*roots, config]).check_dir(store)  # the store: a directory (created inside an existing parent)
     show = sys.stderr.isatty()
     progress = None
     if show:
@@ -60,7 +61,7 @@ def batch(
     finally:
         if progress is not None:
             progress.stop()
-    out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    out = out_console(width=160)
     total = len(summary.analysed) + len(summary.skipped) + len(summary.failed)
     out.print(
         f"batch: {total} run(s): {len(summary.analysed)} analysed"
@@ -72,7 +73,7 @@ def batch(
         out.print(f"  failed: {f['run_id']}: {f['error']} (exit code {f['exit_code']}, {f['error_class']})", soft_wrap=True)
     for run_id, warns in summary.warnings.items():
         for w in warns:
-            err_console.print(f"[yellow]warning:[/yellow] {run_id}: {w}", markup=True, soft_wrap=True, highlight=False)
+            err_console.print(warning_line(f"{run_id}: {w}"), soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

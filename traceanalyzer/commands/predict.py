@@ -12,6 +12,7 @@ import typer
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import compare_predictions, load_config, predict as predict_run
 from traceanalyzer.model.config import CONVENTIONS
+from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.model import Section, comparison_sections, num, prediction_sections, render
 
 
@@ -21,22 +22,18 @@ class Format(str, Enum):
     markdown = "markdown"
 
 
-def emit(sections: list[Section], fmt: Format, doc: dict[str, Any], output: Path | None) -> None:
-    """Write sections as a rich table / markdown, or ``doc`` as JSON, to stdout or ``output``."""
+def emit(sections: list[Section], fmt: Format, doc: dict[str, Any], output: Path | None, outputs: Outputs | None = None) -> None:
+    """Write sections as a rich table / markdown, or ``doc`` as JSON, to stdout or ``output``
+    (through ``outputs``, which knows the command's inputs: never over one of them)."""
     from rich.console import Console
 
-    if fmt is Format.table:
-        if output is None:
-            render(sections, "table", console=Console(width=None if sys.stdout.isatty() else 140))
+    outputs = outputs or Outputs()
+    with outputs.stream(output, "w") as fh:
+        if fmt is Format.table:  # render() escapes user text: markup stays on
+            width = 160 if output is not None else (None if sys.stdout.isatty() else 140)
+            render(sections, "table", console=Console(file=fh, width=width, highlight=False))
         else:
-            with open(output, "w") as fh:
-                render(sections, "table", console=Console(file=fh, width=160))
-        return
-    text = render(sections, fmt.value, doc=doc)
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        Path(output).write_text(text)
+            fh.write(render(sections, fmt.value, doc=doc))
 
 
 def predict(
@@ -52,6 +49,9 @@ def predict(
     """Predict FLOPs, bubble, recompute and communication of a run; with --vs, split the gap into causes."""
     if convention is not None and convention not in CONVENTIONS:
         raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
+    outputs = Outputs([config, megatron_args, vs])
+    if output is not None:
+        outputs.check(output)
     cfg = load_config(config, megatron_args)
     ref = ref_pred = None
     if vs is not None:
@@ -79,7 +79,7 @@ def predict(
             sections += comparison_sections(c)
         doc["vs"] = ref_pred
         doc["comparison"] = cmps[0] if len(cmps) == 1 else cmps
-    emit(sections, format, doc, output)
+    emit(sections, format, doc, output, outputs)
 
 
 def register(app: typer.Typer) -> None:

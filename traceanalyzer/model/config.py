@@ -329,7 +329,7 @@ def load_config(path: str | Path | None = None, megatron_args: str | Path | None
             raise InputNotFound("configuration file not found", p)
         try:
             doc = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
         source = str(p) if cfg is None else f"{cfg.source} + {p}"
         cfg = config_from_dict(doc, source=source, base=cfg)

@@ -72,10 +72,18 @@ def load(
 
         if progress:
             progress(f)
-        traces.append(load_nsys(f))
+        traces.append(_refuse_negative(load_nsys(f), f))
     if len(traces) == 1:
         return traces[0]
     return _merge(traces)
+
+
+def _refuse_negative(trace: Trace, f: Path) -> Trace:
+    """Events ending before they start cannot be placed on a timeline: bad input (exit 4)."""
+    n = trace.events.select((pl.col("end_ns") < pl.col("start_ns")).sum()).item()
+    if n:
+        raise InvalidTrace(f"{n} events end before they start (negative durations): corrupt export", f)
+    return trace
 
 
 def _load_kineto(files: list[Path], progress: ProgressFn | None, cache: bool = False) -> Trace:
@@ -123,6 +131,10 @@ def _parse_kineto_file(f: Path, cache: bool) -> tuple[pl.DataFrame, dict, list[s
 def _assign_ranks(files: list[Path], metas: list[dict], warnings: list[str]) -> None:
     """Rank from distributedInfo, else from the file name, else the file's position."""
     for f, m in zip(files, metas):
+        for key, field in (("rank", "distributedInfo.rank"), ("world_size", "distributedInfo.world_size"), ("num_sms", "numSms")):
+            if m.get(key) is not None and not 0 <= m[key] < 2**31:
+                warnings.append(f"{f}: {field} {m[key]} is out of range: ignored")
+                m[key] = None
         if m["rank"] is None:
             m["rank"] = kineto.rank_from_name(f)
             if m["rank"] is None and len(files) > 1:
