@@ -186,4 +186,8 @@ def _internal(exc: BaseException) -> int:
 
 
 def run() -> None:
-    sys.exit(main())
+    code = main()
+    # the work is done (outputs written, stdout flushed): a signal during interpreter shutdown
+    # must not turn the exit status into "killed by signal"
+    ignore_signals()
+    sys.exit(code)

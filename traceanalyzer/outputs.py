@@ -14,7 +14,9 @@ every file inside an input directory, ``--config`` / ``--megatron-args`` files, 
 * **no directory is created**: the directory an output goes into must exist. The only
   directories made are the ones named as the output itself (``annotate -o DIR`` for several
   ranks, ``batch --store DIR``), and only inside an existing parent;
-* **an output symlink is written through**: the file it points to is replaced, the link stays.
+* **an output symlink is written through**: the file it points to is replaced, the link stays;
+  an output that is not a regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is written
+  in place.
 
 Every failure is an :class:`~traceanalyzer.errors.OutputError` (exit 3) naming the output path.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,6 +102,8 @@ class Outputs:
             raise OutputError(f"refusing to overwrite an input{also}: choose another output file", p)
         if os.path.isdir(p):
             raise OutputError("is a directory: give a file name", p)
+        if _special(p):  # /dev/null, /dev/stdout, a named pipe: written in place
+            return p
         parent = Path(os.path.realpath(p)).parent
         if not os.path.isdir(parent):
             raise OutputError(f"the directory {p.parent} does not exist (traceanalyzer creates no directories)", p)
@@ -129,6 +134,15 @@ class Outputs:
         """A file object for ``path`` (``"wb"`` or ``"w"``); the file replaces ``path`` when the
         block ends without an exception, and is discarded otherwise."""
         p = self.check(path)
+        if _special(p):
+            try:
+                with open(p, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+                    yield fh
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:
+                    raise
+                raise OutputError(f"cannot write: {_why(exc)}", p) from None
+            return
         target = os.path.realpath(p)  # write through a symlink
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:80]}.", suffix=".tmp", dir=os.path.dirname(target))
@@ -175,6 +189,15 @@ class Outputs:
             return
         with self.open(path, mode) as fh:
             yield fh
+
+
+def _special(path: str | Path) -> bool:
+    """An existing output that is not a regular file (a device such as /dev/null, a pipe): it is
+    written in place, never replaced by a renamed file."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode) and not stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _name_max(directory: Path) -> int:
