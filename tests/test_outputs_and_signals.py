@@ -102,6 +102,10 @@ def test_trend_and_batch_never_write_over_the_store(corpus, tmp_path):
         r = run_cli("trend", "--store", store, "-o", out)
         assert r.returncode == 3, r.stderr
         assert "refusing to overwrite an input" in one_error_line(r, str(out))
+    r = run_cli("trend", "--store", store, "-o", tmp_path / "missing" / "t.png")
+    assert r.returncode == 3 and "does not exist" in one_error_line(r, "t.png")
+    r = run_cli("trend", "--store", store, "-o", tmp_path / "t.png")
+    assert r.returncode == 0 and (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert snapshot(store) == before
     # the store named as a file, or inside a missing directory: exit 3, nothing created
     r = run_cli("batch", root / "outputs" / "ranks", "--store", root / "outputs" / "trace.json.gz")

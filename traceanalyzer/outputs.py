@@ -55,42 +55,45 @@ class Outputs:
     """The inputs of one command, and safe writes of its outputs (see the module docstring)."""
 
     def __init__(self, inputs: Iterable[str | Path | None] = ()):
-        self._ids: dict[tuple[int, int], str] = {}
+        self._inputs: list[str] = [str(p) for p in inputs if p is not None]
+        self._ids: dict[tuple[int, int], str] | None = None  # built on first need
         self._paths: dict[str, str] = {}
-        for p in inputs:
-            if p is not None:
-                self.protect(p)
 
     def protect(self, path: str | Path) -> None:
         """Add an input: a file, or a directory (every file under it, symlinks followed)."""
-        path = str(path)
-        try:
-            if os.path.isdir(path):
-                for top, _dirs, files in os.walk(path, followlinks=False):
-                    for name in files:
-                        self._add(os.path.join(top, name))
-            else:
-                self._add(path)
-        except OSError:  # an unreadable input: the loader reports it
-            pass
+        self._inputs.append(str(path))
+        self._ids = None
+
+    def _index(self) -> dict[tuple[int, int], str]:
+        if self._ids is None:
+            self._ids, self._paths = {}, {}
+            for path in self._inputs:
+                if os.path.isdir(path):
+                    for top, _dirs, files in os.walk(path):
+                        for name in files:
+                            self._add(os.path.join(top, name))
+                else:
+                    self._add(path)
+        return self._ids
 
     def _add(self, file: str) -> None:
         try:
             st = os.stat(file)
-        except OSError:
+        except OSError:  # an unreadable input: the loader reports it
             return
+        assert self._ids is not None
         self._ids[(st.st_dev, st.st_ino)] = file
         self._paths[os.path.realpath(file)] = file
 
     def _input_named(self, path: str) -> str | None:
-        """The input that ``path`` is the same file as, or None."""
-        if os.path.realpath(path) in self._paths:
-            return self._paths[os.path.realpath(path)]
+        """The input that ``path`` is the same file as, or None (an output that does not exist
+        yet is no input: the inputs are only listed when an output already exists)."""
         try:
             st = os.stat(path)
         except OSError:
             return None
-        return self._ids.get((st.st_dev, st.st_ino))
+        ids = self._index()
+        return self._paths.get(os.path.realpath(path)) or ids.get((st.st_dev, st.st_ino))
 
     def check(self, path: str | Path) -> Path:
         """Refuse an output file that is an input, a directory, or in a missing directory: call
@@ -114,7 +117,7 @@ class Outputs:
     def check_dir(self, path: str | Path) -> Path:
         """An output directory the command may create (inside an existing parent)."""
         p = Path(path)
-        if self._input_named(str(p)) is not None or (os.path.lexists(p) and not os.path.isdir(p)):
+        if os.path.lexists(p) and not os.path.isdir(p):
             raise OutputError("is a file, not a directory", p)
         if not os.path.isdir(p) and not os.path.isdir(os.path.dirname(os.path.realpath(p))):
             raise OutputError(f"the directory {p.parent} does not exist (traceanalyzer creates no directories)", p)

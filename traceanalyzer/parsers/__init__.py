@@ -179,7 +179,9 @@ def _merge(traces: list[Trace]) -> Trace:
     events = pl.concat([t.events for t in traces], how="vertical")
     meta = pl.concat([t.meta for t in traces], how="vertical")
     if meta.get_column("rank").is_duplicated().any():
-        raise InvalidTrace("the inputs contain the same rank more than once")
+        dup = meta.filter(pl.col("rank").is_duplicated()).sort("rank")
+        files = dup.filter(pl.col("rank") == dup.item(0, "rank")).get_column("file").to_list()
+        raise InvalidTrace(f"rank {dup.item(0, 'rank')} appears twice (also in {files[0]}): the inputs must be the ranks of one job", files[-1])
     return Trace(
         events=events,
         meta=meta,
