@@ -520,7 +520,7 @@ def make_odd_inputs(c: Corpus) -> None:
     same = src_rel("rocm")
     d = copy.deepcopy(doc)
     d["distributedInfo"] = {"rank": 2**40, "world_size": 2**40}
-    c.recover("odd/rank_2pow40.json", dumps(d), "odd-metadata", warning="distributedInfo.rank 1099511627776 is out of range: ignored",
+    c.recover("odd/huge_rank.json", dumps(d), "odd-metadata", warning="distributedInfo.rank 1099511627776 is out of range: ignored",
               checks=[{"warning": "distributedInfo.world_size 1099511627776 is out of range"}], same_as=same)
     for tag, v in (("1e30", 1e30), ("negative", -5), ("2pow63", 2**63)):
         d = copy.deepcopy(doc)

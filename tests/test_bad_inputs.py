@@ -89,7 +89,7 @@ def check_entry(root: Path, rel: str, exp: dict, capsys) -> list[str]:
         line = lines[0] if lines else ""
         if not line.startswith("traceanalyzer: error: "):
             problems.append(f"{where}: not an error line")
-        if path.is_dir():  # the message names a file of the directory, or the directory
+        if os.path.isdir(path):  # the message names a file of the directory, or the directory
             names = [p.name for p in path.iterdir()] + [path.name]
             named = [n for n in names if n in line]
             want = 2 if exp["case"] == "mixed-jobs" else 1
