@@ -79,10 +79,12 @@ def put(path: Path, events: pl.DataFrame, meta: dict, warnings: list[str]) -> bo
         os.replace(tmp_data, data)
         os.replace(tmp_side, side)
         return True
-    except Exception:
+    except BaseException as exc:  # a signal too: no temporary file left behind
         for t in (tmp_data, tmp_side):
             try:
                 t.unlink()
             except OSError:
                 pass
+        if not isinstance(exc, Exception):
+            raise
         return False
