@@ -18,6 +18,8 @@ EXIT_CODES = {
     6: "internal consistency check failed (partition invariant violated): the input is named",
     7: "invalid run configuration (missing or inconsistent model/parallel settings)",
     8: "regression gate failed (traceanalyzer gate)",
+    130: "interrupted: SIGINT (Ctrl-C); no partial output is left",
+    143: "terminated: SIGTERM; no partial output is left",
 }
 
 
