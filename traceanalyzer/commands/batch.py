@@ -42,7 +42,7 @@ def batch(
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         progress = Progress(TextColumn("analysing runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TimeRemainingColumn(), TextColumn("{task.description}"), console=err_console, transient=True)
+                            TimeRemainingColumn(), TextColumn("{task.description}", markup=False), console=err_console, transient=True)
     task = None
 
     def on_plan(n: int) -> None:
