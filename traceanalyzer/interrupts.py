@@ -27,8 +27,31 @@ class Interrupted(BaseException):
         super().__init__(signal.Signals(signum).name)
 
 
+_held = 0  # depth of held_signals() blocks
+_pending: list[int] = []
+
+
 def _raise(signum: int, _frame: object) -> None:
+    if _held:
+        _pending.append(signum)
+        return
     raise Interrupted(signum)
+
+
+@contextmanager
+def held_signals() -> Iterator[None]:
+    """A few statements that must not be cut in the middle (creating a temporary file and
+    recording it, removing it): a signal arriving meanwhile is raised at the end of the block."""
+    global _held
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        if not _held and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            raise Interrupted(signum)
 
 
 @contextmanager
@@ -44,22 +67,6 @@ def catch_signals() -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-
-
-def _exit_now(signum: int, _frame: object) -> None:
-    import os
-
-    os.write(2, b"traceanalyzer: interrupted\n")
-    os._exit(128 + signum)
-
-
-def exit_on_signals() -> None:
-    """For the command line's start and end, outside :func:`catch_signals` (importing the
-    libraries, interpreter shutdown): nothing is being written then, so a signal ends the
-    process at once with its exit code and the one line, never a ``KeyboardInterrupt``
-    traceback. Never called by the Python API."""
-    for s in HANDLED:
-        signal.signal(s, _exit_now)
 
 
 def ignore_signals() -> None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator
 
 from traceanalyzer.errors import OutputError
+from traceanalyzer.interrupts import held_signals
 
 #: temporary files being written now (removed by :func:`remove_temporaries` on a signal)
 _TEMPORARIES: set[str] = set()
@@ -148,10 +149,11 @@ class Outputs:
             return
         target = os.path.realpath(p)  # write through a symlink
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:80]}.", suffix=".tmp", dir=os.path.dirname(target))
+            with held_signals():
+                fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:80]}.", suffix=".tmp", dir=os.path.dirname(target))
+                _TEMPORARIES.add(tmp)
         except OSError as exc:
             raise OutputError(f"cannot write: {_why(exc)}", p) from None
-        _TEMPORARIES.add(tmp)
         try:
             try:
                 with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
@@ -165,12 +167,12 @@ class Outputs:
                     raise
                 raise OutputError(f"cannot write: {_why(exc)}", p) from None
         finally:
-            if tmp in _TEMPORARIES:
-                _TEMPORARIES.discard(tmp)
+            with held_signals():
                 try:
                     os.unlink(tmp)
                 except FileNotFoundError:  # renamed into place
                     pass
+                _TEMPORARIES.discard(tmp)
 
     def write_bytes(self, path: str | Path, data: bytes) -> Path:
         with self.open(path, "wb") as fh:
