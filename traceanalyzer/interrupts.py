@@ -76,6 +76,22 @@ def ignore_signals() -> None:
             signal.signal(s, signal.SIG_IGN)
 
 
+@contextmanager
+def workers_ignore_ctrl_c() -> Iterator[None]:
+    """Around starting worker processes: they inherit SIGINT ignored from their first
+    instruction (an ignored signal survives exec; Python keeps it ignored), so a Ctrl-C during
+    their start-up cannot print a traceback. This process ignores Ctrl-C for those few
+    milliseconds too (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def quiet_worker() -> None:
     """Initializer of pool worker processes: SIGINT is the parent's to handle (it stops the
     pool); SIGTERM keeps its default (terminate at once)."""

@@ -21,7 +21,7 @@ from typing import Iterator
 from traceanalyzer.batch.analyse import RunResult, WorkerDied, analyse_run, failed_result
 from traceanalyzer.batch.discover import RunSpec
 from traceanalyzer.errors import ConfigError
-from traceanalyzer.interrupts import quiet_worker, stop_pool
+from traceanalyzer.interrupts import quiet_worker, stop_pool, workers_ignore_ctrl_c
 
 ENGINES = ("local", "ray")
 
@@ -47,7 +47,8 @@ def run_local(specs: list[RunSpec], cache_dir: str | None, step_range: str, work
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(specs)), mp_context=ctx, initializer=quiet_worker) as pool:
         try:
-            futures = {pool.submit(analyse_run, spec, cache_dir, step_range): spec for spec in specs}
+            with workers_ignore_ctrl_c():  # the pool starts its processes on the first submit
+                futures = {pool.submit(analyse_run, spec, cache_dir, step_range): spec for spec in specs}
             for fut in as_completed(futures):
                 spec = futures[fut]
                 try:
