@@ -336,3 +336,17 @@ def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary(tmp_path
     link.symlink_to("o.json")
     Outputs().write_bytes(link, b"newer")
     assert link.is_symlink() and out.read_bytes() == b"newer"
+
+
+def test_a_markdown_reports_pngs_never_replace_an_input(tmp_path):
+    """The PNGs beside ``rep.md`` are ``rep_<plot>.png``: a config that happens to bear one of
+    those names is refused before any file is written."""
+    from conftest import DEMO
+
+    cfg = tmp_path / "rep_timeline.png"
+    cfg.write_bytes((ROOT / "docs" / "examples" / "traces" / "mi300x-resnet18-ckpt.toml").read_bytes())
+    before = snapshot(tmp_path)
+    r = run_cli("report", DEMO, "--config", cfg, "-f", "markdown", "-o", tmp_path / "rep.md")
+    assert r.returncode == 3, r.stderr
+    assert "refusing to overwrite an input" in one_error_line(r, str(cfg))
+    assert snapshot(tmp_path) == before  # no report, no other PNG
