@@ -133,7 +133,8 @@ def _assign_ranks(files: list[Path], metas: list[dict], warnings: list[str]) -> 
     for f, m in zip(files, metas):
         for key, field in (("rank", "distributedInfo.rank"), ("world_size", "distributedInfo.world_size"), ("num_sms", "numSms")):
             if m.get(key) is not None and not 0 <= m[key] < 2**31:
-                warnings.append(f"{f}: {field} {m[key]} is out of range: ignored")
+                shown = str(m[key]) if len(str(m[key])) <= 20 else f"{float(m[key]):.3g}"
+                warnings.append(f"{f}: {field} {shown} is out of range: ignored")
                 m[key] = None
         if m["rank"] is None:
             m["rank"] = kineto.rank_from_name(f)
