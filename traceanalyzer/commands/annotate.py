@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -20,13 +19,10 @@ def annotate(
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
 ) -> None:
     """Write the trace with one extra track per rank showing compute / recompute / exposed comm / other / idle (open it in Perfetto UI)."""
-    from traceanalyzer.report.annotate import annotate as write_annotated
+    from traceanalyzer.report.annotate import annotate as write_annotated, check_output
 
     outputs = Outputs(paths)
-    if os.path.isdir(output):
-        outputs.check_dir(output)
-    elif sum(len(discover(p)) for p in paths) == 1:
-        outputs.check(output)
+    check_output(outputs, output, sum(len(discover(p)) for p in paths))
     trace = load_with_progress(paths, show=True)
     analysis = analyze(trace, step_range)
     written = write_annotated(analysis, output, outputs)

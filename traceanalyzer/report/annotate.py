@@ -132,6 +132,19 @@ def targets(files: list[tuple[int, Path]], output: Path) -> list[Path]:
     return [output / (f"rank{r}_{f.name}" if names.count(f.name) > 1 else f.name) for r, f in files]
 
 
+def check_output(outputs: Outputs, output: Path, n_files: int) -> None:
+    """Refuse an unusable ``-o`` before any work: for one file, a file (or an existing directory);
+    for several rank files, a directory (existing, or to create inside an existing parent)."""
+    if os.path.isdir(output):
+        outputs.check_dir(output)
+    elif n_files == 1:
+        outputs.check(output)
+    elif output.name.lower().endswith((".json", ".json.gz", ".gz")):
+        raise OutputError(f"{n_files} rank files need a directory, not a file name: give -o DIR", output)
+    else:
+        outputs.check_dir(output)
+
+
 def annotate(analysis: Analysis, output: Path, outputs: Outputs | None = None) -> list[Path]:
     """Write the annotated trace(s); returns the files written.
 
@@ -149,9 +162,8 @@ def annotate(analysis: Analysis, output: Path, outputs: Outputs | None = None) -
     files = [(r, Path(f), b or 0) for r, f, b in rows]
     for _r, f, _b in files:
         outputs.protect(f)
-    if len(files) > 1 and not os.path.isdir(output):
-        if output.name.lower().endswith((".json", ".json.gz", ".gz")):
-            raise OutputError(f"{len(files)} rank files need a directory, not a file name: give -o DIR", output)
+    check_output(outputs, output, len(files))
+    if len(files) > 1:
         outputs.make_dir(output)
     paths = targets([(r, f) for r, f, _b in files], output)
     for t in paths:  # every target checked before anything is written
