@@ -16,7 +16,11 @@ writes ``OUTDIR/manifest.json``::
         "same_as": "fixtures/...",          # results must equal this original's breakdown
         "checks": [{"warning": ..., "count": n}],  # recover: further warnings that must be there
         "skew": {"ranks": [1], "seconds": 3.0},    # skewed clocks: a named rank and its skew
-        "skip_if_readable": true}}}         # chmod 000 cases: meaningless when run as root
+        "skip_if_readable": true}},         # chmod 000 cases: meaningless when run as root
+     "commands": {"<name>": {               # command lines run from OUTDIR (outputs/ holds their inputs)
+        "case": "output-is-input" | "output-problem",
+        "args": ["breakdown", "outputs/trace.json.gz", "-o", "outputs/link.json.gz"],
+        "output": "outputs/link.json.gz", "exit": 3, "message": "fragment"}}}
 
 Expectations are computed here from the *source bytes* (where the cut falls, how many events
 were injected), independently of the parser. Deterministic for a given seed; takes seconds.
@@ -593,6 +597,114 @@ def make_directories(c: Corpus) -> None:
     rankdir("mixed/pytorch_versions_differ", [v1, v2], "mixed-jobs", expect="error", exit=4, message="different job")
 
 
+
+# ---------------------------------------------------------------------------------------------
+# odd but valid metadata, user text that looks like markup, input problems with their own code
+
+
+def make_odd_inputs(c: Corpus) -> None:
+    doc = orjson.loads(gzip.decompress(SOURCES["rocm"].read_bytes()))
+    same = src_rel("rocm")
+    d = copy.deepcopy(doc)
+    d["distributedInfo"] = {"rank": 2**40, "world_size": 2**40}
+    c.recover("odd/huge_rank.json", dumps(d), "odd-metadata", warning="distributedInfo.rank 1099511627776 is out of range: ignored",
+              checks=[{"warning": "distributedInfo.world_size 1099511627776 is out of range"}], same_as=same)
+    for tag, v in (("1e30", 1e30), ("negative", -5), ("2pow63", 2**63)):
+        d = copy.deepcopy(doc)
+        d["baseTimeNanoseconds"] = v
+        # the base time only shifts the clock: the partition is the original's
+        c.recover(f"odd/base_time_{tag}.json", dumps(d), "odd-metadata", warning="baseTimeNanoseconds", same_as=None)
+    # rich markup in user text: printed as it is
+    d = copy.deepcopy(doc)
+    k = kernels(d)
+    d["traceEvents"][k[0]]["cat"] = "[/]"
+    c.recover("markup/category_closing_tag.json", dumps(d), "markup", warning="unknown categories '[/]' (1)")
+    d = copy.deepcopy(doc)
+    for j, i in enumerate(k):
+        d["traceEvents"][i]["name"] = "[/]" if j % 2 else "[bold red]kernel[/bold red] [link=x]"
+    for e in d["traceEvents"]:
+        if e.get("cat") == "cpu_op":
+            e["name"] = "[/][/][red]"
+    c.ok("markup/kernel_and_op_names.json", dumps(d), "markup")
+    # two step ranges with one number, both launching GPU work: ambiguous -> exit 4
+    d = copy.deepcopy(doc)
+    for e in d["traceEvents"]:
+        if re.fullmatch(r"ProfilerStep#\d+", str(e.get("name", ""))):
+            e["name"] = "ProfilerStep#7"
+    c.error("odd/duplicate_step_numbers.json", dumps(d), "duplicate-steps", 4, "step number 7 appears 2 times")
+    # an nsys export whose kernel ends before it starts: exit 4, not an internal check
+    src = ROOT / "fixtures" / "nsys" / "mock_cut.sqlite"
+    p = c.add("nsys_bad/kernel_ends_before_start.sqlite", src.read_bytes(), "nsys-negative", expect="error", exit=4,
+              message="end before they start")
+    con = sqlite3.connect(p)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start - 1000 WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    con.commit()
+    con.close()
+    # a path argument whose name is longer than any file system allows
+    c.add(f"long_name/{'n' * 300}.json", None, "long-name", expect="error", exit=3, message="File name too long")
+
+
+# ---------------------------------------------------------------------------------------------
+# outputs: -o naming an input, in every command and every spelling
+
+
+def make_outputs(c: Corpus) -> dict:
+    """Inputs under ``outputs/`` and the command lines (run from OUTDIR) whose ``-o`` names one of
+    them; every one must exit 3 with one line naming the output path and change no input byte
+    or inode. Returned as the manifest's ``commands``."""
+    o = c.out / "outputs"
+    (o / "ranks").mkdir(parents=True, exist_ok=True)
+    (o / "sub").mkdir(exist_ok=True)
+    (o / "trace.json.gz").write_bytes(SOURCES["rocm"].read_bytes())
+    (o / "other.json.gz").write_bytes(SOURCES["alexnet"].read_bytes())
+    for f in DLRM[:2]:
+        (o / "ranks" / f.name).write_bytes(f.read_bytes())
+    (o / "run.toml").write_bytes((ROOT / "docs" / "examples" / "traces" / "mi300x-resnet18-ckpt.toml").read_bytes())
+    (o / "megatron_args.txt").write_text("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128\n")
+    os.symlink("trace.json.gz", o / "link.json.gz")
+    os.link(o / "trace.json.gz", o / "hard.json.gz")
+    rank0 = f"outputs/ranks/{DLRM[0].name}"
+    t, cfg = "outputs/trace.json.gz", "outputs/run.toml"
+    spellings = {"same": t, "symlink": "outputs/link.json.gz", "hardlink": "outputs/hard.json.gz", "dotdot": "outputs/sub/../trace.json.gz"}
+    cmds: dict[str, dict] = {}
+
+    def refuse(name: str, args: list[str], out: str) -> None:
+        cmds[name] = {"case": "output-is-input", "args": [*args, "-o", out], "output": out, "exit": 3, "message": "refusing to overwrite an input"}
+
+    for tag, out in spellings.items():
+        refuse(f"breakdown_json_{tag}", ["breakdown", t, "-f", "json"], out)
+    refuse("breakdown_table_same", ["breakdown", t], t)
+    refuse("breakdown_member_of_dir", ["breakdown", "outputs/ranks"], rank0)
+    refuse("breakdown_member_dotdot", ["breakdown", "outputs/ranks"], f"outputs/sub/../ranks/{DLRM[0].name}")
+    refuse("report_html_same", ["report", t], t)
+    refuse("report_markdown_symlink", ["report", t, "-f", "markdown"], "outputs/link.json.gz")
+    refuse("report_json_config", ["report", t, "--config", cfg, "-f", "json"], cfg)
+    refuse("annotate_same", ["annotate", t], t)
+    refuse("annotate_hardlink", ["annotate", t], "outputs/hard.json.gz")
+    refuse("annotate_dir_into_itself", ["annotate", "outputs/ranks"], "outputs/ranks")
+    refuse("predict_config", ["predict", "--config", cfg], cfg)
+    refuse("predict_megatron_args", ["predict", "--megatron-args", "outputs/megatron_args.txt", "--config", cfg], "outputs/megatron_args.txt")
+    refuse("reconcile_trace", ["reconcile", t, "--config", cfg], t)
+    refuse("reconcile_config", ["reconcile", t, "--config", cfg, "-f", "json"], "outputs/sub/../run.toml")
+    refuse("compare_trace_a", ["compare", t, "outputs/other.json.gz"], t)
+    refuse("compare_trace_b", ["compare", t, "outputs/other.json.gz", "-f", "json"], "outputs/other.json.gz")
+    # output problems: exit 3 naming the output path, nothing written
+    for cmd, args in (("breakdown", ["breakdown", t]), ("report", ["report", t]), ("annotate", ["annotate", t]),
+                      ("predict", ["predict", "--config", cfg]), ("reconcile", ["reconcile", t, "--config", cfg]),
+                      ("compare", ["compare", t, "outputs/other.json.gz"])):
+        for tag, out, msg in (("missing_dir", "outputs/no_such_dir/x.out", "does not exist"),
+                              ("a_directory", "outputs/sub", "is a directory"),
+                              ("name_too_long", f"outputs/{'x' * 300}.out", "too long")):
+            if cmd == "annotate" and tag == "a_directory":
+                continue  # annotate -o DIR writes into it
+            cmds[f"{cmd}_{tag}"] = {"case": "output-problem", "args": [*args, "-o", out], "output": out, "exit": 3, "message": msg}
+    cmds["annotate_two_ranks_to_a_file_name"] = {"case": "output-problem", "args": ["annotate", "outputs/ranks", "-o", "outputs/x.json.gz"],
+                                                 "output": "outputs/x.json.gz", "exit": 3, "message": "need a directory"}
+    cmds["breakdown_full_disk"] = {"case": "output-problem", "args": ["breakdown", t, "-f", "json", "-o", "/dev/full"],
+                                   "output": "/dev/full", "exit": 3, "message": "no space left"}
+    return cmds
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("outdir", type=Path)
@@ -614,7 +726,9 @@ def main(argv: list[str] | None = None) -> int:
     make_nsys(c)
     make_nsys_damage(c)
     make_directories(c)
-    (out / "manifest.json").write_bytes(orjson.dumps({"seed": c.seed, "entries": c.entries}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    make_odd_inputs(c)
+    commands = make_outputs(c)
+    (out / "manifest.json").write_bytes(orjson.dumps({"seed": c.seed, "entries": c.entries, "commands": commands}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     print(f"{len(c.entries)} corpus entries in {out}", file=sys.stderr)
     return 0
 

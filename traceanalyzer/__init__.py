@@ -10,9 +10,22 @@ Python API::
 
 __version__ = "0.1.0"
 
-from traceanalyzer.classify import analyze, breakdown  # noqa: E402
-from traceanalyzer.model.runplan import plan_run as plan  # noqa: E402
-from traceanalyzer.parsers import load  # noqa: E402
-from traceanalyzer.schema import Trace  # noqa: E402
-
 __all__ = ["load", "breakdown", "analyze", "plan", "Trace", "__version__"]
+
+_LAZY = {"analyze": "traceanalyzer.classify", "breakdown": "traceanalyzer.classify",
+         "load": "traceanalyzer.parsers", "Trace": "traceanalyzer.schema",
+         "plan": ("traceanalyzer.model.runplan", "plan_run")}
+
+
+def __getattr__(name: str):
+    """The API is imported on first use, so the command line can handle a signal before the heavy
+    libraries (polars) load."""
+    if name in _LAZY:
+        import importlib
+
+        where = _LAZY[name]
+        module, attr = where if isinstance(where, tuple) else (where, name)
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'traceanalyzer' has no attribute {name!r}")

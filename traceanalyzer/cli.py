@@ -6,6 +6,7 @@ set ``TRACEANALYZER_DEBUG=1`` to see the Python traceback of an internal error.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import Annotated, Optional
@@ -15,6 +16,8 @@ import typer
 from traceanalyzer import __version__
 from traceanalyzer.commands import annotate, baseline, batch, breakdown, gate, plan, predict, reconcile, report, trend
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
+from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals
+from traceanalyzer.outputs import remove_temporaries
 
 _EPILOG = "Exit codes: " + "; ".join(f"{k} {v.split(':')[0]}" for k, v in EXIT_CODES.items()) + "."
 
@@ -45,42 +48,146 @@ def _root(
     """Where did my MFU go? Measured, explained breakdowns of training traces."""
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point: run the app, map every error to one line and an exit code."""
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split("\n")).strip()
+
+
+def _stdout_closed(fd_at_start: tuple[int, int] | None) -> bool:
+    """Whether standard output went away: a reader that closed the pipe (``| head``). Rich and
+    click answer a closed pipe by redirecting stdout to /dev/null (rich) or wrapping it (click)
+    and exiting 1; we recognise both, and a pipe whose reader is gone."""
+    import click
+
+    if isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
+        return True
+    now = _fd_identity()
+    if now is not None and now != fd_at_start and now == _devnull_identity():
+        return True
     try:
-        app(args=argv, prog_name="traceanalyzer", standalone_mode=False)
-        return 0
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(ev & select.POLLERR for _fd, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _fd_identity() -> tuple[int, int] | None:
+    try:
+        st = os.fstat(sys.stdout.fileno())
+        return st.st_dev, st.st_ino
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _devnull_identity() -> tuple[int, int]:
+    st = os.stat(os.devnull)
+    return st.st_dev, st.st_ino
+
+
+def _quiet_stdout() -> int:
+    """Point stdout at /dev/null so the final flush cannot fail again (as the Python docs
+    recommend for SIGPIPE); a closed pipe is the reader's choice, not an error: exit 0."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 0
+
+
+def _interrupted(code: int) -> int:
+    ignore_signals()
+    remove_temporaries()
+    print("traceanalyzer: interrupted", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point: run the app, map every outcome to one line and an exit code.
+
+    SIGINT / SIGTERM: exit 130 / 143 after one "interrupted" line (no partial output is left, see
+    :mod:`traceanalyzer.outputs`); a closed stdout pipe: exit 0 quietly; anything unexpected,
+    ``BaseException`` included (e.g. a panic in a native library): exit 1 with one line.
+    """
+    fd_at_start = _fd_identity()
+    try:
+        with catch_signals():
+            try:
+                rv = app(args=argv, prog_name="traceanalyzer", standalone_mode=False)
+                sys.stdout.flush()
+            except Interrupted as exc:
+                return _interrupted(exc.exit_code)
+        # typer returns the code of a typer.Exit (and 130 for a KeyboardInterrupt it caught)
+        code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+        return _interrupted(130) if code == 130 else code
+    except Interrupted as exc:  # a signal between the handlers and the block
+        return _interrupted(exc.exit_code)
+    except KeyboardInterrupt:
+        return _interrupted(130)
     except TraceAnalyzerError as exc:
-        print(f"traceanalyzer: error: {exc}", file=sys.stderr)
+        print(f"traceanalyzer: error: {_one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
-    except (typer.Abort, KeyboardInterrupt):
-        print("traceanalyzer: interrupted", file=sys.stderr)
-        return 130
+    except typer.Abort:
+        return _interrupted(130)
     except BrokenPipeError:
-        return 0
-    except Exception as exc:
+        return _quiet_stdout()
+    except SystemExit as exc:  # rich / click after a closed stdout pipe: sys.exit(1)
+        if _stdout_closed(fd_at_start):
+            return _quiet_stdout()
+        return exc.code if isinstance(exc.code, int) else 1
+    except OSError as exc:
+        # a file the command reads or writes: not found, permission denied, name too long...
+        if exc.filename is not None and exc.errno in _PATH_ERRNOS:
+            print(f"traceanalyzer: error: {exc.filename}: {_one_line(exc.strerror or exc)}", file=sys.stderr)
+            return 3
+        return _internal(exc)
+    except GeneratorExit:  # pragma: no cover - never raised into main
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a bug, or a panic in a native library (a BaseException)
         # usage errors (typer's, or click's in older typer): its own message, exit code 2
         if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             return exc.exit_code
-        # anything else is a bug: one line, unless debugging
-        if os.environ.get("TRACEANALYZER_DEBUG"):
-            raise
-        where = ""
-        tb = exc.__traceback__
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        if tb is not None:
-            where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
-        print(
-            f"traceanalyzer: internal error: {type(exc).__name__}: {exc}{where} "
-            "(a bug: please report it with the input; TRACEANALYZER_DEBUG=1 shows the traceback)",
-            file=sys.stderr,
-        )
-        return 1
+        return _internal(exc)
+    finally:
+        remove_temporaries()
+
+
+_PATH_ERRNOS = {
+    errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.ELOOP,
+    errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO,
+}
+
+
+def _internal(exc: BaseException) -> int:
+    """A bug: one line (``TRACEANALYZER_DEBUG=1``: the traceback)."""
+    if os.environ.get("TRACEANALYZER_DEBUG"):
+        raise exc
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+    message = _one_line(exc)
+    if len(message) > 300:
+        message = message[:300] + "..."
+    print(
+        f"traceanalyzer: internal error: {type(exc).__name__}: {message}{where} "
+        "(a bug: please report it with the input; TRACEANALYZER_DEBUG=1 shows the traceback)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def run() -> None:
-    sys.exit(main())
+    code = main()
+    # the work is done (outputs written, stdout flushed): a signal during interpreter shutdown
+    # must not turn the exit status into "killed by signal"
+    ignore_signals()
+    sys.exit(code)

@@ -11,12 +11,15 @@ EXIT_CODES = {
     0: "success (warnings, if any, went to stderr)",
     1: "internal error: a bug in traceanalyzer (please report it with the input)",
     2: "usage error: bad command-line arguments",
-    3: "input not found or unreadable (missing file, empty directory, permission denied)",
+    3: "input or output not found, unreadable or unwritable (missing file, empty directory, permission denied, "
+    "-o naming an input, a missing output directory, a full disk)",
     4: "invalid input: not a trace, invalid JSON/gzip/SQLite, unsupported format",
     5: "no GPU activity: a valid trace with nothing to analyse (e.g. a CPU-only profile)",
     6: "internal consistency check failed (partition invariant violated): the input is named",
     7: "invalid run configuration (missing or inconsistent model/parallel settings)",
     8: "regression gate failed (traceanalyzer gate)",
+    130: "interrupted: SIGINT (Ctrl-C); no partial output is left",
+    143: "terminated: SIGTERM; no partial output is left",
 }
 
 
@@ -30,6 +33,12 @@ class TraceAnalyzerError(Exception):
 
 
 class InputNotFound(TraceAnalyzerError):
+    exit_code = 3
+
+
+class OutputError(TraceAnalyzerError):
+    """An output cannot be written (or would overwrite an input): exit 3, naming the output path."""
+
     exit_code = 3
 
 

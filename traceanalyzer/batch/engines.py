@@ -21,6 +21,7 @@ from typing import Iterator
 from traceanalyzer.batch.analyse import RunResult, WorkerDied, analyse_run, failed_result
 from traceanalyzer.batch.discover import RunSpec
 from traceanalyzer.errors import ConfigError
+from traceanalyzer.interrupts import quiet_worker, stop_pool, workers_ignore_ctrl_c
 
 ENGINES = ("local", "ray")
 
@@ -44,15 +45,20 @@ def run_local(specs: list[RunSpec], cache_dir: str | None, step_range: str, work
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(specs)), mp_context=ctx) as pool:
-        futures = {pool.submit(analyse_run, spec, cache_dir, step_range): spec for spec in specs}
-        for fut in as_completed(futures):
-            spec = futures[fut]
-            try:
-                result = fut.result()
-            except Exception as exc:  # noqa: BLE001 - the worker died (killed, out of memory): this run fails
-                result = failed_result(spec, _worker_died(exc), step_range)
-            yield spec, result
+    with ProcessPoolExecutor(max_workers=min(workers, len(specs)), mp_context=ctx, initializer=quiet_worker) as pool:
+        try:
+            with workers_ignore_ctrl_c():  # the pool starts its processes on the first submit
+                futures = {pool.submit(analyse_run, spec, cache_dir, step_range): spec for spec in specs}
+            for fut in as_completed(futures):
+                spec = futures[fut]
+                try:
+                    result = fut.result()
+                except Exception as exc:  # noqa: BLE001 - the worker died (killed, out of memory): this run fails
+                    result = failed_result(spec, _worker_died(exc), step_range)
+                yield spec, result
+        except BaseException:  # interrupted (signal), or the consumer stopped: no worker left running
+            stop_pool(pool)
+            raise
 
 
 def run_ray(specs: list[RunSpec], cache_dir: str | None, step_range: str, workers: int | None, address: str | None) -> Iterator[tuple[RunSpec, RunResult]]:

@@ -14,7 +14,7 @@ from traceanalyzer.classify import comm, crossrank, idle, recompute
 from traceanalyzer.classify.invariants import check_event_span, check_ranks_aligned, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import BUCKETS, FIELDS, check_causes, partition
-from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows, outside_steps, outside_warnings
+from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows, outside_steps, outside_warnings, refuse_duplicate_steps
 from traceanalyzer.errors import NoGpuActivity
 from traceanalyzer.parsers.clean import RANGE_PROFILER_NOTE
 from traceanalyzer.schema import GPU_WORK_KINDS, Trace
@@ -86,6 +86,7 @@ def analyze(
     check_ranks_aligned(trace.events, source)
     check_event_span(trace.events, source)
     windows, warnings = gpu_windows(trace.events, step_name)
+    refuse_duplicate_steps(windows, trace.meta, step_name)
     check_windows(windows, trace.events, source)
     rc_ops = recompute.recompute_ops(trace.events, recompute_pattern)
     gpu = label_gpu(trace.events, rc_ops, comm_kernels=comm_kernels)

@@ -253,3 +253,21 @@ def outside_warnings(outside: pl.DataFrame) -> list[str]:
             "it is counted in no step (JSON: outside_steps_ns)"
         )
     return out
+
+
+def refuse_duplicate_steps(windows: pl.DataFrame, meta: pl.DataFrame, name: str | None) -> None:
+    """Two step ranges with the same number on one rank that both launched GPU work: which one
+    is step N is ambiguous, so the input is refused (exit 4), naming the rank's file."""
+    dup = windows.filter(pl.struct("rank", "step").is_duplicated()).sort("rank", "step")
+    if dup.height:
+        from traceanalyzer.errors import InvalidTrace
+
+        rank, step = dup.row(0)[:2]
+        files = meta.filter(pl.col("rank") == rank).get_column("file") if "file" in meta.columns else None
+        where = files[0] if files is not None and files.len() else f"rank {rank}"
+        raise InvalidTrace(
+            f"step number {step} appears {dup.filter((pl.col('rank') == rank) & (pl.col('step') == step)).height} "
+            f"times on rank {rank} ('{name or DEFAULT_STEP}#{step}' ranges that each launched GPU work): "
+            "steps must be numbered uniquely",
+            where,
+        )

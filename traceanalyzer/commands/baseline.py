@@ -9,7 +9,8 @@ import polars as pl
 import typer
 
 from traceanalyzer.baselines import BINARIES, health_summary, link_health, read_nccl_tests, read_topology, tp_group_links
-from traceanalyzer.commands.predict import Format, emit
+from traceanalyzer.outputs import Outputs
+from traceanalyzer.render.predictions import Format, emit
 from traceanalyzer.errors import ConfigError
 
 
@@ -29,6 +30,9 @@ def baseline(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
 ) -> None:
     """Health of the cluster's own baseline (nccl-tests, nvidia-smi topo -m) and, with --trace, the bus bandwidth each collective reached against it."""
+    outputs = Outputs([*(files or []), topo, *(trace or [])])
+    if output is not None:
+        outputs.check(output)
     from traceanalyzer.render.linkhealth import efficiency_sections, exposed_split_section, health_sections, topology_sections
 
     if not files and topo is None and not trace:
@@ -75,7 +79,7 @@ def baseline(
         if split.height:
             sections.append(exposed_split_section(split))
         doc["collectives"] = {"summary": summ_c.to_dicts(), "instances": per.to_dicts(), "exposed_split": split.to_dicts()}
-    emit(sections, format, doc, output)
+    emit(sections, format, doc, output, outputs)
 
 
 def register(app: typer.Typer) -> None:

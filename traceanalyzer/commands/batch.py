@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from traceanalyzer.batch import run_batch
-from traceanalyzer.commands.common import err_console
+from traceanalyzer.commands.common import err_console, out_console, warning_line
+from traceanalyzer.outputs import Outputs
 
 
 class Engine(str, Enum):
@@ -37,13 +37,14 @@ def batch(
         from traceanalyzer.errors import InputNotFound
 
         raise InputNotFound("configuration file not found", config)
+    Outputs([*roots, config]).check_dir(store)  # the store: a directory (created inside an existing parent)
     show = sys.stderr.isatty()
     progress = None
     if show:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         progress = Progress(TextColumn("analysing runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TimeRemainingColumn(), TextColumn("{task.description}"), console=err_console, transient=True)
+                            TimeRemainingColumn(), TextColumn("{task.description}", markup=False), console=err_console, transient=True)
     task = None
 
     def on_plan(n: int) -> None:
@@ -63,7 +64,7 @@ def batch(
     finally:
         if progress is not None:
             progress.stop()
-    out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    out = out_console(width=160)
     total = len(summary.analysed) + len(summary.skipped) + len(summary.failed)
     out.print(
         f"batch: {total} run(s): {len(summary.analysed)} analysed"
@@ -76,7 +77,7 @@ def batch(
         out.print(f"  failed: {f['run_id']}: {f['error']} (exit code {f['exit_code']}, {f['error_class']})", soft_wrap=True)
     for run_id, warns in summary.warnings.items():
         for w in warns:
-            err_console.print(f"[yellow]warning:[/yellow] {run_id}: {w}", markup=True, soft_wrap=True, highlight=False)
+            err_console.print(warning_line(f"{run_id}: {w}"), soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

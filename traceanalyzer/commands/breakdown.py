@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from traceanalyzer.classify import analyze
-from traceanalyzer.commands.common import Format, load_with_progress, output_stream, print_warnings
+from traceanalyzer.commands.common import Format, load_with_progress, out_console, print_warnings
 from traceanalyzer.render import json as json_render
 from traceanalyzer.classify.comm import DEFAULT_BUS_BW_GBPS
 from traceanalyzer.classify.labels import check_comm_pattern
 from traceanalyzer.errors import ConfigError
+from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.table import print_breakdown, print_detail
 
 
@@ -48,23 +47,20 @@ def breakdown(
             raise ConfigError(f"--recompute-range is not a valid regex: {exc}") from None
     for pat in comm_kernel or []:
         check_comm_pattern(pat)
+    outputs = Outputs(paths)
+    if output is not None:
+        outputs.check(output)
     trace = load_with_progress(paths, show=True, cache=cache)
     analysis = analyze(trace, None if whole_trace else step_range, recompute_pattern=recompute_range, bus_bw_gbps=bus_bw, comm_kernels=comm_kernel)
     if format is Format.json:
-        with output_stream(output) as fh:
+        with outputs.stream(output) as fh:
             fh.write(json_render.dumps(json_render.document(analysis)))
     else:
-        if output is None:
-            console = Console(width=None if sys.stdout.isatty() else 120)
+        with outputs.stream(output, "w") as fh:
+            console = out_console(None if output is None else fh, 120 if output is None else 160)
             print_breakdown(analysis, console)
             if detail:
                 print_detail(analysis, console)
-        else:
-            with open(output, "w") as fh:
-                console = Console(file=fh, width=160)
-                print_breakdown(analysis, console)
-                if detail:
-                    print_detail(analysis, console)
     print_warnings(analysis.warnings)
 
 

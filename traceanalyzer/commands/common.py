@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Iterator
 
 from rich.console import Console
+from rich.text import Text
 
+from traceanalyzer.outputs import Outputs
 from traceanalyzer.parsers import discover, load
 from traceanalyzer.schema import Trace
 
-err_console = Console(stderr=True, highlight=False)
+#: stderr; ``markup=False``: user text (kernel, category, file names) is printed as it is
+err_console = Console(stderr=True, highlight=False, markup=False)
+
+
+def out_console(file=None, width: int | None = None) -> Console:
+    """A console for results (stdout, or an output file): no markup interpretation of user text,
+    no highlighting; ``width``: fixed width when not a terminal."""
+    if file is None:
+        return Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else width)
+    return Console(file=file, highlight=False, markup=False, width=width)
 
 
 class Format(str, Enum):
@@ -37,25 +46,25 @@ def load_with_progress(paths: list[Path], show: bool, cache: bool = False) -> Tr
         return load(paths if len(paths) > 1 else paths[0], progress=lambda _f: bar.advance(task), cache=cache)
 
 
+def warning_line(text: str) -> Text:
+    """``warning: <text>`` with the label coloured and the text printed as it is (no markup)."""
+    return Text.assemble(("warning:", "yellow"), " ", text)
+
+
 def print_warnings(warnings: list[str]) -> None:
     from rich.markup import escape
 
     for w in warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {escape(w)}", markup=True, soft_wrap=True)
+        err_console.print(warning_line(w), soft_wrap=True)
 
 
 def print_store_warnings(store) -> None:
     """The damaged files a read of a batch store skipped (names printed as they are, no markup)."""
-    from rich.text import Text
-
     for w in store.warnings:
-        err_console.print(Text.assemble(("warning:", "yellow"), " ", w), soft_wrap=True)
+        err_console.print(warning_line(w), soft_wrap=True)
 
 
-@contextmanager
-def output_stream(output: Path | None) -> Iterator:
-    if output is None:
-        yield sys.stdout.buffer
-    else:
-        with open(output, "wb") as fh:
-            yield fh
+def output_stream(output: Path | None, inputs: list | tuple = (), mode: str = "wb"):
+    """stdout, or ``output`` written safely (:class:`~traceanalyzer.outputs.Outputs`: never an
+    input, whole or not at all)."""
+    return Outputs(inputs).stream(output, mode)

@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands.predict import Format, emit
+from traceanalyzer.outputs import Outputs
+from traceanalyzer.render.predictions import Format, emit
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model.runplan import PLAN_CONVENTIONS, plan_run, trace_measurement
 
@@ -34,6 +35,9 @@ def plan(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
 ) -> None:
     """Total FLOPs, GPU-hours, wall-clock days, energy and cost of training on --tokens tokens, with margins."""
+    outputs = Outputs([config, megatron_args, *(trace or []), store])
+    if output is not None:
+        outputs.check(output)
     from traceanalyzer.render.planning import plan_sections
 
     cfg = None
@@ -65,7 +69,7 @@ def plan(
                  tflops=tflops, mfu=mfu, gpu=gpu, measured=measured, price_per_gpu_hour=price_per_gpu_hour,
                  gpu_power_w=gpu_power_w, pue=pue, margins=margins,
                  run_step_times=run_steps)
-    emit(plan_sections(p), format, {"plan": p}, output)
+    emit(plan_sections(p), format, {"plan": p}, output, outputs)
 
 
 def register(app: typer.Typer) -> None:

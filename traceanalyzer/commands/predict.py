@@ -17,6 +17,7 @@ from traceanalyzer.render.predictions import Format, comparison_sections, emit, 
 
 #: microbatches per pipeline shown when the global batch is unknown: the spread of the verdict
 SPREAD_MICROBATCHES = (1, 2, 4, 8, 16, 32)
+from traceanalyzer.outputs import Outputs
 
 
 def predict(
@@ -40,6 +41,9 @@ def predict(
     for g in global_batch or []:
         if g < 1:
             raise ConfigError(f"--global-batch {g} must be at least 1")
+    outputs = Outputs([config, megatron_args, vs])
+    if output is not None:
+        outputs.check(output)
     cfg = load_config(config, megatron_args)
     base = None
     if baseline:
@@ -85,7 +89,7 @@ def predict(
     warnings += [w for p in preds + ([ref_pred] if ref_pred else []) for w in p["warnings"]]
     warnings = list(dict.fromkeys(warnings))
     doc["warnings"] = warnings
-    emit(sections, format, doc, output)
+    emit(sections, format, doc, output, outputs)
     print_warnings(warnings)
 
 

@@ -13,6 +13,7 @@ from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import load_config
 from traceanalyzer.model.config import CONVENTIONS
 from traceanalyzer.model.flops import HFU_CONVENTIONS
+from traceanalyzer.outputs import Outputs
 from traceanalyzer.reconcile import attach_overlapped, compare as compare_waterfalls, compare_time, waterfall
 from traceanalyzer.render.predictions import (
     Format, emit, time_comparison_sections, trace_comparison_sections, waterfall_sections,
@@ -48,8 +49,11 @@ def reconcile(
     hfu: Annotated[str, typer.Option("--hfu", help=f"How recompute counts in HFU: {', '.join(HFU_CONVENTIONS)}.")] = "forward",
 ) -> None:
     """Waterfall from peak to achieved TFLOP/s/GPU: every measured loss in TFLOP/s, beside the analytic prediction."""
+    outputs = Outputs([trace, config, megatron_args])
+    if output is not None:
+        outputs.check(output)
     wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu)
-    emit(waterfall_sections(wf), format, _public(wf), output)
+    emit(waterfall_sections(wf), format, _public(wf), output, outputs)
     print_warnings(warnings)
 
 
@@ -71,18 +75,21 @@ def compare(
     ca, cb = config_a or config, config_b or config
     if (ca is None) != (cb is None):
         raise ConfigError("a run configuration is missing for one trace: pass --config for both, or --config-a and --config-b")
+    outputs = Outputs([trace_a, trace_b, ca, cb])
+    if output is not None:
+        outputs.check(output)
     if ca is None:
         an_a = analyze(load_with_progress([trace_a], show=True), step_range)
         an_b = analyze(load_with_progress([trace_b], show=True), step_range)
         cmp_t = compare_time(an_a, an_b)
-        emit(time_comparison_sections(cmp_t), format, {"comparison": _public(cmp_t)}, output)
+        emit(time_comparison_sections(cmp_t), format, {"comparison": _public(cmp_t)}, output, outputs)
         print_warnings([*an_a.warnings, *an_b.warnings])
         return
     wa, warn_a = _waterfall(trace_a, ca, None, convention, step_range)
     wb, warn_b = _waterfall(trace_b, cb, None, convention, step_range)
     cmp = compare_waterfalls(wa, wb)
     sections = waterfall_sections(wa) + waterfall_sections(wb) + trace_comparison_sections(cmp)
-    emit(sections, format, {"a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output)
+    emit(sections, format, {"a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output, outputs)
     print_warnings(list(dict.fromkeys([*warn_a, *warn_b])))
 
 

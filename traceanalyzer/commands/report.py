@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer.classify import analyze
-from traceanalyzer.commands.common import load_with_progress, output_stream, print_warnings
-from traceanalyzer.errors import TraceAnalyzerError
+from traceanalyzer.commands.common import load_with_progress, print_warnings
+from traceanalyzer.outputs import Outputs
 
 
 class ReportFormat(str, Enum):
@@ -54,8 +54,9 @@ def report(
 
     if output is None and format is not ReportFormat.json:
         raise typer.BadParameter(f"--format {format.value} writes files: give the report file with -o", param_hint="'-o'")
-    if output is not None and output.is_dir():
-        raise typer.BadParameter(f"{output} is a directory: give the report file name", param_hint="'-o'")
+    outputs = Outputs([*paths, config])
+    if output is not None:
+        outputs.check(output)
     trace = load_with_progress(paths, show=True)
     if rank is not None and rank not in trace.ranks:
         raise typer.BadParameter(f"no rank {rank} in the trace (it has {len(trace.ranks)}: {trace.ranks[:16]})", param_hint="'--rank'")
@@ -64,18 +65,16 @@ def report(
         analysis, rank=rank, config=config, step_range=step_range, top=top,
         command=_command(paths, config, format, embed, output, rank, step_range, top),
     )
-    try:
-        _write(m, format, embed, output)
-    except OSError as exc:
-        raise TraceAnalyzerError(f"cannot write the report: {exc.strerror or exc}", output) from None
+    _write(m, format, embed, output, outputs)
     print_warnings([*analysis.warnings, *m["notes"]])
 
 
-def _write(m: dict, format: ReportFormat, embed: bool, output: Path | None) -> None:
+def _write(m: dict, format: ReportFormat, embed: bool, output: Path | None, outputs: Outputs) -> None:
+    """Every file through ``outputs``: none over an input, each whole or not at all."""
     if format is ReportFormat.json:
         from traceanalyzer.render import json as json_render
 
-        with output_stream(output) as fh:
+        with outputs.stream(output) as fh:
             fh.write(json_render.dumps(m))
         return
     from traceanalyzer.render import plots
@@ -85,7 +84,7 @@ def _write(m: dict, format: ReportFormat, embed: bool, output: Path | None) -> N
     if format is ReportFormat.html:
         from traceanalyzer.render import html
 
-        output.write_text(html.render(m, images), encoding="utf-8")
+        outputs.write_text(output, html.render(m, images))
         return
     from traceanalyzer.render import markdown
 
@@ -93,12 +92,12 @@ def _write(m: dict, format: ReportFormat, embed: bool, output: Path | None) -> N
         refs = {stem: markdown.data_uri(png) for stem, png in images.items()}
     else:
         stem = output.name[: -len(".md")] if output.name.endswith(".md") else output.name
-        refs = {}
+        refs = {plot: f"{stem}_{plot}.png" for plot in images}
+        for name in refs.values():  # all checked before any is written
+            outputs.check(output.parent / name)
         for plot, png in images.items():
-            name = f"{stem}_{plot}.png"
-            (output.parent / name).write_bytes(png)
-            refs[plot] = name
-    output.write_text(markdown.render(m, refs), encoding="utf-8")
+            outputs.write_bytes(output.parent / refs[plot], png)
+    outputs.write_text(output, markdown.render(m, refs))
 
 
 def register(app: typer.Typer) -> None:

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from traceanalyzer.batch.store import Store
 from traceanalyzer.batch.trend import METRICS, plot_trend, trend_frame
-from traceanalyzer.commands.common import print_store_warnings
+from traceanalyzer.commands.common import out_console, print_store_warnings
 from traceanalyzer.errors import ConfigError
+from traceanalyzer.outputs import Outputs
 
 
 def trend(
@@ -26,6 +25,9 @@ def trend(
     """Show a metric over time per job (table; PNG plot with -o)."""
     if metric not in METRICS:
         raise ConfigError(f"unknown metric {metric!r}: one of {', '.join(METRICS)}")
+    outputs = Outputs([store])  # -o inside the store must not replace a stored run
+    if output is not None:
+        outputs.check(output)
     st = Store(store)
     frame = trend_frame(st, metric, since, job)
     print_store_warnings(st)  # the damaged files skipped (an error above is one line on its own)
@@ -36,9 +38,10 @@ def trend(
     for r in frame.iter_rows(named=True):  # one row per run
         v, c = r["value"], r["change"]
         table.add_row(str(r["date"]), r["job"], r["run_id"], "" if v is None else f"{v:.3f}", "" if c is None else f"{c:+.1%}")
-    Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
+    out_console(width=160).print(table)
     if output is not None:
-        plot_trend(frame, metric, output)
+        with outputs.open(output, "wb") as fh:
+            plot_trend(frame, metric, fh)
 
 
 def register(app: typer.Typer) -> None:

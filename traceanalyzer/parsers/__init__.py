@@ -162,6 +162,11 @@ def _parse_kineto_file(f: Path, cache: bool | str | Path) -> tuple[pl.DataFrame,
 def _assign_ranks(files: list[Path], metas: list[dict], warnings: list[str]) -> None:
     """Rank from distributedInfo, else from the file name, else the file's position."""
     for f, m in zip(files, metas):
+        for key, field in (("rank", "distributedInfo.rank"), ("world_size", "distributedInfo.world_size"), ("num_sms", "numSms")):
+            if m.get(key) is not None and not 0 <= m[key] < 2**31:
+                shown = str(m[key]) if len(str(m[key])) <= 20 else f"{float(m[key]):.3g}"
+                warnings.append(f"{f}: {field} {shown} is out of range: ignored")
+                m[key] = None
         if m["rank"] is None:
             m["rank"] = kineto.rank_from_name(f)
             if m["rank"] is None and len(files) > 1:
@@ -206,7 +211,9 @@ def _merge(traces: list[Trace]) -> Trace:
     events = pl.concat([t.events for t in traces], how="vertical")
     meta = pl.concat([t.meta for t in traces], how="vertical")
     if meta.get_column("rank").is_duplicated().any():
-        raise InvalidTrace("the inputs contain the same rank more than once")
+        dup = meta.filter(pl.col("rank").is_duplicated()).sort("rank")
+        files = dup.filter(pl.col("rank") == dup.item(0, "rank")).get_column("file").to_list()
+        raise InvalidTrace(f"rank {dup.item(0, 'rank')} appears twice (also in {files[0]}): the inputs must be the ranks of one job", files[-1])
     return Trace(
         events=events,
         meta=meta,

@@ -264,7 +264,9 @@ def _finish(
     total_counts = clean.merge_counts(counts)
     warnings.extend(clean.judge(total_counts, path))
     base = doc.get("baseTimeNanoseconds")
-    base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
+    base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) and 0 <= base < 2**62 else 0
+    if base not in (None, 0) and not base_ns:
+        warnings.append(f"{path}: baseTimeNanoseconds {base!r} is not a time in ns since 1970: ignored")
     if not base_ns and total_counts.get("coarse"):
         warnings.append(
             f"{path}: {total_counts['coarse']} timestamps are fractional epoch microseconds (no baseTimeNanoseconds): "

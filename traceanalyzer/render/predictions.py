@@ -249,19 +249,18 @@ def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None,
     return None
 
 
-def emit(sections: list[Section], fmt: Format, doc: dict[str, Any], output: Path | None) -> None:
-    """Write sections as a rich table / markdown, or ``doc`` as JSON, to stdout or ``output``."""
+def emit(sections: list[Section], fmt: Format, doc: dict[str, Any], output: Path | None, outputs: Any = None) -> None:
+    """Write sections as a rich table / markdown, or ``doc`` as JSON, to stdout or ``output``
+    (through ``outputs``, a :class:`traceanalyzer.outputs.Outputs` that knows the command's
+    inputs: never over one of them, never a partial file)."""
     from rich.console import Console
 
-    if fmt is Format.table:
-        if output is None:
-            render(sections, "table", console=Console(width=None if sys.stdout.isatty() else 140))
+    from traceanalyzer.outputs import Outputs
+
+    outputs = outputs or Outputs()
+    with outputs.stream(output, "w") as fh:
+        if fmt is Format.table:  # render() escapes user text: markup stays on
+            width = 160 if output is not None else (None if sys.stdout.isatty() else 140)
+            render(sections, "table", console=Console(file=fh, width=width, highlight=False))
         else:
-            with open(output, "w") as fh:
-                render(sections, "table", console=Console(file=fh, width=160))
-        return
-    text = render(sections, fmt.value, doc=doc)
-    if output is None:
-        sys.stdout.write(text)
-    else:
-        Path(output).write_text(text)
+            fh.write(render(sections, fmt.value, doc=doc))

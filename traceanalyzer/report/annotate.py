@@ -17,6 +17,7 @@ relative to ``baseTimeNanoseconds`` when the file has it.
 
 from __future__ import annotations
 
+import os
 import gzip
 from pathlib import Path
 
@@ -24,7 +25,8 @@ import orjson
 import polars as pl
 
 from traceanalyzer.classify import BUCKETS, Analysis
-from traceanalyzer.errors import InvalidTrace, TraceAnalyzerError
+from traceanalyzer.errors import InvalidTrace, OutputError
+from traceanalyzer.outputs import Outputs
 from traceanalyzer.parsers import kineto
 from traceanalyzer.report.document import LABELS, bucket_runs, segments
 
@@ -120,30 +122,55 @@ def _free_pid(analysis: Analysis, rank: int) -> int:
     return pid
 
 
-def annotate(analysis: Analysis, output: Path) -> list[Path]:
+def targets(files: list[tuple[int, Path]], output: Path) -> list[Path]:
+    """Where each rank's annotated trace goes. ``output`` an existing directory, or several rank
+    files: into that directory, each under its file's name, prefixed ``rank<R>_`` where two
+    ranks' files share a name. Otherwise ``output`` is the one file to write."""
+    if len(files) == 1 and not os.path.isdir(output):
+        return [output]
+    names = [f.name for _r, f in files]
+    return [output / (f"rank{r}_{f.name}" if names.count(f.name) > 1 else f.name) for r, f in files]
+
+
+def check_output(outputs: Outputs, output: Path, n_files: int) -> None:
+    """Refuse an unusable ``-o`` before any work: for one file, a file (or an existing directory);
+    for several rank files, a directory (existing, or to create inside an existing parent)."""
+    if os.path.isdir(output):
+        outputs.check_dir(output)
+    elif n_files == 1:
+        outputs.check(output)
+    elif output.name.lower().endswith((".json", ".json.gz", ".gz")):
+        raise OutputError(f"{n_files} rank files need a directory, not a file name: give -o DIR", output)
+    else:
+        outputs.check_dir(output)
+
+
+def annotate(analysis: Analysis, output: Path, outputs: Outputs | None = None) -> list[Path]:
     """Write the annotated trace(s); returns the files written.
 
-    One input file: ``output`` is the file to write (gzip when it ends in ``.gz``). Several rank
-    files: ``output`` is a directory; each rank file is written there under its own name.
+    One input file: ``output`` is the file to write (gzip when it ends in ``.gz``), or an
+    existing directory to write it into. Several rank files: ``output`` is a directory (created
+    if missing, not its parents); see :func:`targets` for the names. ``outputs``: the command's
+    inputs (no input is ever overwritten; each file is written whole or not at all).
     """
     meta = analysis.trace.meta
     if meta.height and (meta.get_column("format") != "kineto").any():
         raise InvalidTrace("annotate writes Chrome-trace JSON: only PyTorch Profiler (Kineto) input is supported",
                            analysis.trace.sources[0] if analysis.trace.sources else None)
+    outputs = outputs or Outputs()
     rows = meta.select("rank", "file", "base_time_ns").iter_rows()  # one row per rank
     files = [(r, Path(f), b or 0) for r, f, b in rows]
-    if len(files) == 1:
-        targets = [output]
-    else:
-        if output.exists() and not output.is_dir():
-            raise TraceAnalyzerError(f"{len(files)} rank files: -o must be a directory", output)
-        output.mkdir(parents=True, exist_ok=True)
-        targets = [output / f.name for _r, f, _b in files]
-        if any(t.resolve() == f.resolve() for t, (_r, f, _b) in zip(targets, files)):
-            raise TraceAnalyzerError("refusing to overwrite the input traces: choose another -o directory", output)
+    for _r, f, _b in files:
+        outputs.protect(f)
+    check_output(outputs, output, len(files))
+    if len(files) > 1:
+        outputs.make_dir(output)
+    paths = targets([(r, f) for r, f, _b in files], output)
+    for t in paths:  # every target checked before anything is written
+        outputs.check(t)
     runs = bucket_runs(analysis, segments(analysis))
     written = []
-    for (rank, path, base), target in zip(files, targets):
+    for (rank, path, base), target in zip(files, paths):
         raw, cut = kineto.read_bytes(path)
         doc, _kept = kineto.decode_document(raw, path, cut)
         del raw
@@ -152,7 +179,6 @@ def annotate(analysis: Analysis, output: Path) -> list[Path]:
         del doc
         if target.name.endswith(".gz"):
             data = gzip.compress(data, compresslevel=6, mtime=0)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        outputs.write_bytes(target, data)
         written.append(target)
     return written

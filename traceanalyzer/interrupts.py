@@ -1,0 +1,121 @@
+"""SIGINT / SIGTERM: stop cleanly, with exit 130 / 143, no partial output and no stray worker.
+
+:func:`catch_signals` (used by ``cli.main``) turns both signals into :class:`Interrupted`, a
+``BaseException`` that no ``except Exception`` on the way swallows and that unwinds through
+every ``with`` block: an :class:`~traceanalyzer.outputs.Outputs` write in progress discards its
+temporary file, a process pool is stopped. Pools of worker processes use :func:`quiet_worker` as
+their initializer (a terminal's Ctrl-C reaches the whole process group: the workers leave it to
+the parent, which prints one line) and :func:`stop_pool` when anything interrupts them.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+HANDLED = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(BaseException):
+    """The process received SIGINT or SIGTERM; ``exit_code`` is 128 + the signal number."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(signal.Signals(signum).name)
+
+
+_held = 0  # depth of held_signals() blocks
+_pending: list[int] = []
+
+
+def _raise(signum: int, _frame: object) -> None:
+    if _held:
+        _pending.append(signum)
+        return
+    raise Interrupted(signum)
+
+
+@contextmanager
+def held_signals() -> Iterator[None]:
+    """A few statements that must not be cut in the middle (creating a temporary file and
+    recording it, removing it): a signal arriving meanwhile is raised at the end of the block."""
+    global _held
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        if not _held and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            raise Interrupted(signum)
+
+
+@contextmanager
+def catch_signals() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise :class:`Interrupted` (main thread only;
+    elsewhere, e.g. a test runner's worker thread, the handlers are left alone)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _raise) for s in HANDLED}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def ignore_signals() -> None:
+    """Ignore further SIGINT / SIGTERM while the process cleans up after the first one."""
+    if threading.current_thread() is threading.main_thread():
+        for s in HANDLED:
+            signal.signal(s, signal.SIG_IGN)
+
+
+@contextmanager
+def workers_ignore_ctrl_c() -> Iterator[None]:
+    """Around starting worker processes: they inherit SIGINT ignored from their first
+    instruction (an ignored signal survives exec; Python keeps it ignored), so a Ctrl-C during
+    their start-up cannot print a traceback. This process ignores Ctrl-C for those few
+    milliseconds too (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def quiet_worker() -> None:
+    """Initializer of pool worker processes: SIGINT is the parent's to handle (it stops the
+    pool); SIGTERM keeps its default (terminate at once)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def stop_pool(pool: object, timeout: float = 5.0) -> None:
+    """Stop a ``concurrent.futures.ProcessPoolExecutor`` now: cancel what has not started,
+    terminate the workers (kill those still alive after ``timeout`` s) and reap them."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    try:
+        pool.shutdown(wait=False, cancel_futures=True)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a broken pool: terminate below all the same
+        pass
+    if terminate is not None and not procs:
+        terminate()
+        return
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout)
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
