@@ -31,6 +31,7 @@ from pathlib import Path
 import polars as pl
 
 from traceanalyzer.errors import InvalidTrace
+from traceanalyzer.parsers.categories import GPU_WORK_CATS, KIND_OF_CAT, KNOWN_OTHER_CATS
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: more bad events than this fraction of a file's events (or of its GPU work) rejects the file
@@ -44,8 +45,6 @@ MAX_GAP_NS = 10 * 60 * 1_000_000_000
 SKEW_WARN_NS = 1_000_000_000
 #: ranks recorded further apart than this are different runs, not one job
 SAME_JOB_NS = 3600 * 1_000_000_000
-#: categories of complete events that are known and carry no GPU time
-KNOWN_OTHER_CATS = {"trace", "overhead", "cuda_profiler_range", "python_function", "fwdbwd", "ac2g"}
 
 #: the loader's note on CUPTI range-profiler traces (analyze() quotes it when there is no GPU work)
 RANGE_PROFILER_NOTE = "CUPTI range-profiler trace"
@@ -110,13 +109,11 @@ def flag_raw(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
     and the counts :func:`judge` needs. Usable: ``ph == "X"`` with a finite, in-range ``ts`` and a
     finite, non-negative ``dur``. Chunks of one file are flagged one by one (the parser streams)
     and judged together, so thresholds apply to the whole file."""
-    from traceanalyzer.parsers.kineto import _KIND_OF_CAT  # the parser's category table
-
     x = raw.filter(pl.col("ph") == "X")
     ok_ts = _finite("ts")
     ok_dur = _finite("dur") & (pl.col("dur") >= 0)
     in_range = (pl.col("ts").abs() + pl.col("dur")) <= MAX_ABS_TS_US
-    gpu_cats = [c for c, k in _KIND_OF_CAT.items() if k in GPU_WORK_KINDS]
+    gpu_cats = GPU_WORK_CATS
     cat = pl.col("cat").str.to_lowercase()
     flags = x.select(
         (~ok_ts | ~ok_dur).alias("bad"),
@@ -136,7 +133,7 @@ def flag_raw(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
         "bad_gpu": int(flags.filter(pl.col("cat").is_in(gpu_cats)).get_column("bad").sum()),
         "profiler_ranges": int((flags.get_column("cat") == "cuda_profiler_range").sum()),
         "unknown": dict(
-            flags.filter(pl.col("cat").is_not_null() & ~pl.col("cat").is_in(list(_KIND_OF_CAT) + sorted(KNOWN_OTHER_CATS)))
+            flags.filter(pl.col("cat").is_not_null() & ~pl.col("cat").is_in(list(KIND_OF_CAT) + sorted(KNOWN_OTHER_CATS)))
             .group_by("cat")
             .len()
             .iter_rows()

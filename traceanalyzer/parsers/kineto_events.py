@@ -1,0 +1,280 @@
+"""Kineto event objects -> the raw columns the parser reads (one chunk of events at a time).
+
+Two decoders give the same frame:
+
+* the typed one (:func:`decode_typed`): ``msgspec`` Structs that name only the fields we read, so
+  the decoder skips every other key natively and never builds a Python dict per event; each
+  field becomes a column through ``map(attrgetter)`` (C-level iteration, no Python loop);
+* the dict one (:func:`raw_frame_from_dicts`): ``orjson`` dicts turned into columns by
+  ``pl.from_dicts`` with an explicit schema. It accepts anything JSON can hold and applies the
+  historical leniency (a string such as ROCm's ``"0x0"`` where a number belongs becomes null, a
+  float where an integer belongs is truncated, non-object ``args`` count as absent).
+
+The typed decoder only accepts chunks whose every value has the JSON type the frame expects
+(``msgspec.ValidationError`` otherwise), and the caller then decodes that chunk with the dict
+decoder: the frame is the same either way, and odd chunks keep their historical handling.
+
+Raw frame columns: ``ph`` (``"x"`` is read as ``"X"``), ``cat``, ``name``, ``pid``, ``tid`` (text),
+``ts``, ``dur`` (float µs), one ``args.<key>`` column per entry of :data:`ARG_SCHEMA`, and
+``input_dims`` (compact JSON text, shaped ops only).
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Annotated
+
+import msgspec
+import orjson
+import polars as pl
+
+from traceanalyzer.errors import InvalidTrace
+
+#: the ``args`` keys we read, with their column types
+ARG_SCHEMA: dict[str, pl.DataType] = {
+    "External id": pl.Int64,
+    "external id": pl.Int64,
+    "correlation": pl.Int64,
+    "stream": pl.Int64,
+    "device": pl.Int64,
+    "Sequence number": pl.Int64,
+    "Fwd thread id": pl.Int64,
+    "bytes": pl.Int64,
+    "Collective name": pl.String,
+    "In msg nelems": pl.Int64,
+    "Out msg nelems": pl.Int64,
+    "Group size": pl.Int64,
+    "dtype": pl.String,
+    "Process Group Name": pl.String,
+    "Process Group Description": pl.String,
+    "Process Group Ranks": pl.String,
+    "Seq": pl.Int64,
+    "Src Rank": pl.Int64,
+    "Dst Rank": pl.Int64,
+}
+#: top-level event fields and their column types
+TOP_SCHEMA: dict[str, pl.DataType] = {
+    "ph": pl.String,
+    "cat": pl.String,
+    "name": pl.String,
+    "pid": pl.String,
+    "tid": pl.String,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+}
+#: every column of a raw frame, in order
+RAW_SCHEMA: dict[str, pl.DataType] = {
+    **TOP_SCHEMA,
+    **{f"args.{k}": v for k, v in ARG_SCHEMA.items()},
+    "input_dims": pl.String,
+}
+#: ops whose ``Input Dims`` we keep (FLOPs counting needs GEMM/conv/attention shapes only)
+SHAPED_OPS = r"(?i)(mm|linear|matmul|conv|attention|einsum)"
+
+# ---------------------------------------------------------------------------------------------
+# the typed decoder
+
+_I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_ATTR = {k: "a_" + "".join(ch if ch.isalnum() else "_" for ch in k.lower()) for k in ARG_SCHEMA}
+_ATTR["External id"] = "a_external_id_cap"  # the two spellings must not share an attribute
+
+_arg_fields = [
+    (_ATTR[k], (_I64 if v == pl.Int64 else str) | None, msgspec.field(default=None, name=k))
+    for k, v in ARG_SCHEMA.items()
+]
+_arg_fields.append(("a_input_dims", msgspec.Raw | None, msgspec.field(default=None, name="Input Dims")))
+_Args = msgspec.defstruct("_Args", _arg_fields, frozen=True, gc=False)
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    pid: _I64 | str | None = None
+    tid: _I64 | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    args: _Args = _NO_ARGS
+
+
+_DECODER = msgspec.json.Decoder(list[_Event])
+_GET_ARGS = attrgetter("args")
+_GET_TOP = {k: attrgetter(k) for k in TOP_SCHEMA}
+_GET_ARG = {k: attrgetter(_ATTR[k]) for k in ARG_SCHEMA}
+_GET_DIMS = attrgetter("a_input_dims")
+
+
+def decode_typed(piece) -> tuple[pl.DataFrame, list] | None:
+    """The raw frame of a JSON array of events (``bytes``-like), and the decoded events; None
+    when some value has a JSON type the typed decoder does not take (decode the chunk with
+    :func:`raw_frame_from_dicts` then). Malformed JSON raises ``msgspec.DecodeError``."""
+    try:
+        events = _DECODER.decode(piece)
+    except msgspec.ValidationError:
+        return None
+    cols: dict[str, pl.Series] = {}
+    for k, dtype in TOP_SCHEMA.items():
+        values = list(map(_GET_TOP[k], events))
+        strict = k not in ("pid", "tid")  # ints and strings both become text
+        cols[k] = pl.Series(k, values, dtype=dtype, strict=strict)
+    args = list(map(_GET_ARGS, events))
+    for k, dtype in ARG_SCHEMA.items():
+        cols[f"args.{k}"] = pl.Series(f"args.{k}", list(map(_GET_ARG[k], args)), dtype=dtype)
+    df = pl.DataFrame(cols).with_columns(_normal_ph())
+    dims = _input_dims(df, lambda i: _raw_dims(args[i]))
+    return df.with_columns(dims), events
+
+
+def _raw_dims(args) -> object:
+    raw = args.a_input_dims
+    return None if raw is None else orjson.loads(memoryview(raw))
+
+
+def _normal_ph() -> pl.Expr:
+    """``"x"`` (no such phase in the Chrome trace format) is a complete event written lower-case."""
+    ph = pl.col("ph")
+    return pl.when(ph == "x").then(pl.lit("X")).otherwise(ph).alias("ph")
+
+
+# ---------------------------------------------------------------------------------------------
+# the dict decoder
+
+
+def raw_frame_from_dicts(events: list, path) -> pl.DataFrame:
+    """Top-level event fields and the ``args`` fields we use, built by polars from the dicts.
+
+    ``args`` are decoded as their own frame: polars would otherwise infer a type for every key
+    of every args dict, and some (nested ``Input Dims``...) have no common type.
+    """
+    try:
+        df = _typed_dicts(events, TOP_SCHEMA)
+        try:
+            arg_dicts = [e.get("args") or {} for e in events]
+            args = _typed_dicts(arg_dicts, ARG_SCHEMA)
+        except Exception:  # non-object args somewhere: treat them as absent
+            arg_dicts = [a if isinstance(a := e.get("args"), dict) else {} for e in events]
+            args = _typed_dicts(arg_dicts, ARG_SCHEMA)
+    except Exception as exc:  # polars raises several types on malformed rows
+        raise InvalidTrace(f"malformed events ({short(exc)})", path) from None
+    df = pl.concat([df, args.rename({k: f"args.{k}" for k in ARG_SCHEMA})], how="horizontal")
+    df = df.with_columns(_normal_ph())
+
+    def dims(i: int) -> object:
+        a = events[i].get("args")
+        return a.get("Input Dims") if isinstance(a, dict) else None
+
+    return df.with_columns(_input_dims(df, dims))
+
+
+def _typed_dicts(rows: list, schema: dict) -> pl.DataFrame:
+    """``pl.from_dicts`` with ``schema``; if some value has the wrong JSON type (a string
+    where a number belongs, as ROCm's ``"0x0"``), read every column as text and cast, turning
+    values that do not parse into nulls."""
+    try:
+        return pl.from_dicts(rows, schema=schema, strict=False)
+    except Exception:
+        text = pl.from_dicts(rows, schema={k: pl.String for k in schema}, strict=False)
+        return text.select(pl.col(k).cast(v, strict=False) for k, v in schema.items())
+
+
+def _input_dims(raw: pl.DataFrame, dims_of) -> pl.Series:
+    """``Input Dims`` as compact JSON text, for the shaped ops only (GEMM, conv, attention).
+
+    Input Dims nests to varying depth (tensor lists), which no single polars dtype holds, so
+    the few rows that need it are serialised with orjson, selected by a polars filter.
+    """
+    idx = (
+        raw.select(
+            pl.arg_where(
+                (pl.col("ph") == "X")
+                & pl.col("name").str.contains(SHAPED_OPS)
+                & pl.col("cat").str.to_lowercase().is_in(["cpu_op", "operator"])
+            )
+        )
+        .to_series()
+        .to_list()
+    )
+    values: list[str | None] = [None] * raw.height
+    for i in idx:  # the shaped ops only
+        dims = dims_of(i)
+        if dims is not None:
+            values[i] = orjson.dumps(dims).decode()
+    return pl.Series("input_dims", values, dtype=pl.String)
+
+
+def short(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:120]
+
+
+# ---------------------------------------------------------------------------------------------
+# the keys of a JSON object, duplicates included
+
+_KEY = None
+
+
+def _skip_value(mv: memoryview, i: int) -> int:
+    """Index of the first non-blank character after the JSON value starting at ``mv[i]``, or -1
+    when the value is malformed or runs to the end of the input. ``msgspec`` skips the value
+    natively (``Raw``: no Python objects) and reports where the trailing characters start."""
+    try:
+        msgspec.json.decode(mv[i:], type=msgspec.Raw)
+    except msgspec.DecodeError as exc:
+        msg = str(exc)
+        tag = "trailing characters (byte "
+        at = msg.find(tag)
+        if at < 0:
+            return -1
+        return i + int(msg[at + len(tag) : msg.index(")", at)]) - 1
+    return -1
+
+
+def object_keys(data) -> list[str] | None:
+    """The keys of the JSON object ``data`` holds, in order and with repetitions (a JSON decoder
+    keeps only the last of duplicated keys); None when ``data`` is not one well-formed object."""
+    import json
+    import re
+
+    global _KEY
+    if _KEY is None:
+        _KEY = re.compile(rb'\s*("(?:[^"\\]|\\.)*")\s*:\s*', re.S)
+    mv = memoryview(data)
+    n = len(mv)
+    i = 0
+    while i < n and data[i] in b" \t\r\n":
+        i += 1
+    if i >= n or data[i] != 0x7B:  # "{"
+        return None
+    i += 1
+    while i < n and data[i] in b" \t\r\n":
+        i += 1
+    if i < n and data[i] == 0x7D:
+        return []
+    keys: list[str] = []
+    while True:
+        m = _KEY.match(data, i)
+        if not m:
+            return None
+        try:
+            keys.append(json.loads(m.group(1)))
+        except ValueError:
+            return None
+        j = _skip_value(mv, m.end())
+        if j < 0:
+            return None
+        if data[j] == 0x2C:  # ","
+            i = j + 1
+            continue
+        if data[j] == 0x7D and not bytes(mv[j + 1 :]).strip():
+            return keys
+        return None
+
+
+def duplicated(keys: list[str]) -> list[str]:
+    seen: set[str] = set()
+    dups: list[str] = []
+    for k in keys:
+        if k in seen and k not in dups:
+            dups.append(k)
+        seen.add(k)
+    return dups
