@@ -104,11 +104,13 @@ def _finite(c: str) -> pl.Expr:
     return pl.col(c).is_not_null() & pl.col(c).is_finite()
 
 
-def flag_raw(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+def flag_raw(raw: pl.DataFrame, n: int | None = None, no_ph: int | None = None) -> tuple[pl.DataFrame, dict]:
     """The usable complete events of a chunk of one file's raw rows (columns ph, cat, ts, dur...)
     and the counts :func:`judge` needs. Usable: ``ph == "X"`` with a finite, in-range ``ts`` and a
     finite, non-negative ``dur``. Chunks of one file are flagged one by one (the parser streams)
-    and judged together, so thresholds apply to the whole file."""
+    and judged together, so thresholds apply to the whole file. ``n`` / ``no_ph``: the chunk's
+    number of events and of events without ``ph`` when ``raw`` holds only some of its rows (the
+    parser keeps the rows of complete and begin/end events only); default: counted in ``raw``."""
     x = raw.filter(pl.col("ph") == "X")
     ok_ts = _finite("ts")
     ok_dur = _finite("dur") & (pl.col("dur") >= 0)
@@ -123,8 +125,8 @@ def flag_raw(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
         (ok_ts & (pl.col("ts").abs() >= 2.0**43) & (pl.col("ts") != pl.col("ts").floor())).alias("coarse"),
     )
     counts = {
-        "n": raw.height,
-        "no_ph": int(raw.get_column("ph").is_null().sum()),
+        "n": raw.height if n is None else n,
+        "no_ph": int(raw.get_column("ph").is_null().sum()) if no_ph is None else no_ph,
         "x": x.height,
         "bad": int(flags.get_column("bad").sum()),
         "range": int(flags.get_column("range").sum()),
@@ -222,6 +224,21 @@ def main_span(starts: pl.Series) -> tuple[int, int]:
     return int(span.item(0, "lo")), int(span.item(0, "hi"))
 
 
+def _unique_rows(df: pl.DataFrame) -> pl.DataFrame:
+    """``df.unique(maintain_order=True)`` (first of each set of identical rows, in order) without
+    its row-encoded copy of the whole frame: rows are hashed (8 bytes each) and only rows whose
+    hash is shared are compared in full."""
+    h = df.hash_rows()
+    shared = h.is_duplicated()
+    if not shared.any():
+        return df
+    idx = shared.arg_true()
+    candidates = df[idx]
+    first = candidates.select(pl.struct(pl.all()).is_first_distinct()).to_series()
+    drop = idx.filter(~first)
+    return df.with_row_index("__i").filter(~pl.col("__i").is_in(drop.implode())).drop("__i")
+
+
 def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
     """De-duplicate and drop events far outside the file's time span; warnings count both."""
     warnings: list[str] = []
@@ -229,7 +246,7 @@ def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]
         raise InvalidTrace("no usable events after dropping malformed ones", path)
     n0 = df.height
     gpu0 = df.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height
-    df = df.unique(maintain_order=True)
+    df = _unique_rows(df)
     n_dup = n0 - df.height
     if n_dup:
         warnings.append(f"{path}: removed {n_dup} duplicated events (identical in every field)")

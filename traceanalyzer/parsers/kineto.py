@@ -208,11 +208,16 @@ class _Part:
         self.frame, self.counts, self.begin_end = frame, counts, begin_end
 
 
-def _chunk_frame(raw: pl.DataFrame, first: int) -> _Part:
+def _chunk_frame(decoded: tuple[pl.DataFrame, int, int], first: int) -> _Part:
     """Canonical events (start/end relative to the base time, added in :func:`_finish`) of a
-    chunk's raw frame whose first row is event number ``first`` of the file."""
-    usable, counts = clean.flag_raw(raw)
-    begin_end = raw.with_row_index("order", offset=first).filter(pl.col("ph").is_in(["B", "E"]))
+    chunk's raw frame (:mod:`~traceanalyzer.parsers.kineto_events`: the rows of complete and
+    begin/end events, the number of events, those without ``ph``) whose first event is event
+    number ``first`` of the file."""
+    raw, n, no_ph = decoded
+    usable, counts = clean.flag_raw(raw, n=n, no_ph=no_ph)
+    begin_end = raw.filter(pl.col("ph").is_in(["B", "E"])).select(
+        (pl.col("row") + first).alias("order"), *RAW_SCHEMA
+    )
     return _Part(_canonical(usable, 0), counts, begin_end)
 
 
@@ -231,8 +236,8 @@ def _finish(
     if begin_end:
         complete, unpaired = _pair_begin_end(pl.concat(begin_end, how="vertical"))
         if complete.height:
-            usable, paired_counts = clean.flag_raw(complete)
-            paired_counts["n"] = paired_counts["no_ph"] = 0  # counted as rows of their chunks already
+            # their B and E rows were counted as events of their chunks already
+            usable, paired_counts = clean.flag_raw(complete, n=0, no_ph=0)
             counts.append(paired_counts)
             frames.append(_canonical(usable, 0))
         if unpaired:
@@ -334,7 +339,7 @@ def _events_part(piece, path: Path, first: int) -> _Part:
     except msgspec.DecodeError:
         raise _Fallback from None
     if typed is not None:
-        return _chunk_frame(typed[0], first)
+        return _chunk_frame(typed, first)
     try:
         events = orjson.loads(piece)
     except orjson.JSONDecodeError:

@@ -21,12 +21,15 @@ Raw frame columns: ``ph`` (``"x"`` is read as ``"X"``), ``cat``, ``name``, ``pid
 
 from __future__ import annotations
 
+from itertools import compress
 from operator import attrgetter
 from typing import Annotated
 
 import msgspec
+from msgspec.structs import astuple
 import orjson
 import polars as pl
+import pyarrow as pa
 
 from traceanalyzer.errors import InvalidTrace
 
@@ -91,43 +94,74 @@ class _Event(msgspec.Struct, gc=False):
     ph: str | None = None
     cat: str | None = None
     name: str | None = None
-    pid: _I64 | str | None = None
-    tid: _I64 | str | None = None
+    # a missing pid/tid is "" (the canonical frame fills nulls with "" anyway), so that the
+    # column is ``map(str, ...)`` of ints and strings; an explicit null goes to the dict decoder
+    pid: _I64 | str = ""
+    tid: _I64 | str = ""
     ts: float | None = None
     dur: float | None = None
     args: _Args = _NO_ARGS
 
 
 _DECODER = msgspec.json.Decoder(list[_Event])
-_GET_ARGS = attrgetter("args")
-_GET_TOP = {k: attrgetter(k) for k in TOP_SCHEMA}
-_GET_ARG = {k: attrgetter(_ATTR[k]) for k in ARG_SCHEMA}
-_GET_DIMS = attrgetter("a_input_dims")
+#: pyarrow builds the columns from the decoded values (polars scans a mostly-null Python
+#: sequence in Python for its first value; pyarrow converts in C)
+_ARROW = {pl.Int64: pa.int64(), pl.Float64: pa.float64(), pl.String: pa.large_string()}
+#: malloc, not pyarrow's default mimalloc pool: the columns are handed to polars, and memory
+#: freed there goes back to the process instead of staying cached in a second allocator
+_POOL = pa.system_memory_pool()
+_GET_PH = attrgetter("ph")
+_GET_REST = attrgetter(*[k for k in TOP_SCHEMA if k != "ph"], "args")
+#: the phases whose events become rows (complete, begin, end); the others only count
+KEPT_PHASES = ["X", "B", "E"]
 
 
-def decode_typed(piece) -> tuple[pl.DataFrame, list] | None:
-    """The raw frame of a JSON array of events (``bytes``-like), and the decoded events; None
-    when some value has a JSON type the typed decoder does not take (decode the chunk with
-    :func:`raw_frame_from_dicts` then). Malformed JSON raises ``msgspec.DecodeError``."""
+def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
+    """The raw frame of a JSON array of events (``bytes``-like) holding the rows of complete and
+    begin/end events (``row`` column: the event's index in ``piece``), with the number of events
+    and of events without ``ph``; None when some value has a JSON type the typed decoder does
+    not take (decode the chunk with :func:`raw_frame_from_dicts` then). Malformed JSON raises
+    ``msgspec.DecodeError``.
+
+    Fields become columns through C-level iteration (``map`` over ``attrgetter`` /
+    ``astuple``, ``zip`` to transpose); the other phases (flow, instant, metadata: a third to a
+    half of a Kineto trace) are left out before that, so their fields are never touched.
+    """
     try:
         events = _DECODER.decode(piece)
     except msgspec.ValidationError:
         return None
-    cols: dict[str, pl.Series] = {}
-    for k, dtype in TOP_SCHEMA.items():
-        values = list(map(_GET_TOP[k], events))
-        strict = k not in ("pid", "tid")  # ints and strings both become text
-        cols[k] = pl.Series(k, values, dtype=dtype, strict=strict)
-    args = list(map(_GET_ARGS, events))
-    for k, dtype in ARG_SCHEMA.items():
-        cols[f"args.{k}"] = pl.Series(f"args.{k}", list(map(_GET_ARG[k], args)), dtype=dtype)
-    df = pl.DataFrame(cols).with_columns(_normal_ph())
-    dims = _input_dims(df, lambda i: _raw_dims(args[i]))
-    return df.with_columns(dims), events
+    n = len(events)
+    ph = pl.Series("ph", list(map(_GET_PH, events)), dtype=pl.String)
+    no_ph = ph.null_count()
+    ph = pl.select(pl.when(ph == "x").then(pl.lit("X")).otherwise(ph).alias("ph")).to_series()
+    keep = ph.is_in(KEPT_PHASES)
+    rows = keep.arg_true()
+    if rows.len() < n:
+        events = list(compress(events, keep.to_list()))
+        ph = ph.gather(rows)
+    cols: dict[str, pl.Series] = {"row": rows.cast(pl.Int64), "ph": ph}
+    if events:
+        *top, args = zip(*map(_GET_REST, events))
+        arg_cols = list(zip(*map(astuple, args)))
+    else:
+        top, arg_cols = [()] * (len(TOP_SCHEMA) - 1), [()] * (len(ARG_SCHEMA) + 1)
+    arrays = {}
+    for (k, dtype), values in zip(list(TOP_SCHEMA.items())[1:], top):
+        if k in ("pid", "tid"):  # ints and strings, as text
+            values = list(map(str, values))
+        if dtype == pl.String:  # nearly never null: polars builds these natively
+            cols[k] = pl.Series(k, values, dtype=pl.String)
+        else:
+            arrays[k] = pa.array(values, type=_ARROW[dtype], memory_pool=_POOL)
+    for (k, dtype), values in zip(ARG_SCHEMA.items(), arg_cols):
+        arrays[f"args.{k}"] = pa.array(values, type=_ARROW[dtype], memory_pool=_POOL)
+    df = pl.DataFrame(cols).hstack(pl.from_arrow(pa.table(arrays)).get_columns()).select("row", *list(RAW_SCHEMA)[:-1])
+    dims = arg_cols[-1]
+    return df.with_columns(_input_dims(df, lambda i: _raw_dims(dims[i]))), n, no_ph
 
 
-def _raw_dims(args) -> object:
-    raw = args.a_input_dims
+def _raw_dims(raw) -> object:
     return None if raw is None else orjson.loads(memoryview(raw))
 
 
@@ -141,8 +175,9 @@ def _normal_ph() -> pl.Expr:
 # the dict decoder
 
 
-def raw_frame_from_dicts(events: list, path) -> pl.DataFrame:
-    """Top-level event fields and the ``args`` fields we use, built by polars from the dicts.
+def raw_frame_from_dicts(events: list, path) -> tuple[pl.DataFrame, int, int]:
+    """As :func:`decode_typed`, from event dicts: top-level event fields and the ``args``
+    fields we use, built by polars.
 
     ``args`` are decoded as their own frame: polars would otherwise infer a type for every key
     of every args dict, and some (nested ``Input Dims``...) have no common type.
@@ -164,7 +199,10 @@ def raw_frame_from_dicts(events: list, path) -> pl.DataFrame:
         a = events[i].get("args")
         return a.get("Input Dims") if isinstance(a, dict) else None
 
-    return df.with_columns(_input_dims(df, dims))
+    df = df.with_columns(_input_dims(df, dims))
+    n, no_ph = df.height, df.get_column("ph").null_count()
+    df = df.with_row_index("row").filter(pl.col("ph").is_in(KEPT_PHASES))
+    return df.with_columns(pl.col("row").cast(pl.Int64)).select(["row", *RAW_SCHEMA]), n, no_ph
 
 
 def _typed_dicts(rows: list, schema: dict) -> pl.DataFrame:
