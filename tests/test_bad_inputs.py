@@ -28,6 +28,8 @@ CASES = [
     "empty-events", "missing-field", "wrong-type", "negative-nan", "out-of-order", "duplicates",
     "absurd-ts", "unknown-category", "skewed-clocks", "mixed-jobs", "sqlite-schema",
     "sqlite-missing-tables", "zero-byte", "unreadable", "nsys-rep", "empty-dir",
+    # odd but valid Kineto inputs, and hostile ones
+    "gzip-members", "phase-variants", "duplicate-keys", "gzip-bomb",
 ]
 
 

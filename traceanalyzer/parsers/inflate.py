@@ -19,13 +19,19 @@ import threading
 import zlib
 from pathlib import Path
 
-from traceanalyzer.errors import InputNotFound, InvalidTrace
+from traceanalyzer.errors import InputNotFound, InvalidTrace, TraceAnalyzerError
 
 #: refuse gzip input that inflates more than this many times its compressed size ...
 DEFAULT_MAX_RATIO = 200
 #: ... once it has inflated to more than this many bytes (small files may inflate as they like)
 RATIO_FLOOR = 256 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
+
+
+class BadSetting(TraceAnalyzerError):
+    """An environment variable of ours holds a value that does not parse: a usage error."""
+
+    exit_code = 2
 
 
 def open_trace(path: Path):
@@ -59,12 +65,16 @@ def limits() -> tuple[float, int | None]:
     size_s = os.environ.get("TRACEANALYZER_MAX_INFLATED")
     try:
         ratio = float(ratio_s) if ratio_s not in (None, "") else float(DEFAULT_MAX_RATIO)
+        if not ratio >= 0:
+            raise ValueError
     except ValueError:
-        raise InvalidTrace(f"not a number: {ratio_s!r}", "TRACEANALYZER_MAX_INFLATION_RATIO") from None
+        raise BadSetting(f"not a number: {ratio_s!r}", "TRACEANALYZER_MAX_INFLATION_RATIO") from None
     try:
         size = _size(size_s) if size_s not in (None, "") else None
-    except ValueError:
-        raise InvalidTrace(f"not a size: {size_s!r}", "TRACEANALYZER_MAX_INFLATED") from None
+        if size is not None and size <= 0:
+            raise ValueError
+    except (ValueError, OverflowError):
+        raise BadSetting(f"not a size: {size_s!r}", "TRACEANALYZER_MAX_INFLATED") from None
     return ratio, size
 
 

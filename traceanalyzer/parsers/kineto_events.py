@@ -81,11 +81,14 @@ _I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _ATTR = {k: "a_" + "".join(ch if ch.isalnum() else "_" for ch in k.lower()) for k in ARG_SCHEMA}
 _ATTR["External id"] = "a_external_id_cap"  # the two spellings must not share an attribute
 
+# integer args may hold strings (ROCm writes "0x0" for some): read as text, cast, non-numbers
+# become null, as the dict decoder does
 _arg_fields = [
-    (_ATTR[k], (_I64 if v == pl.Int64 else str) | None, msgspec.field(default=None, name=k))
+    (_ATTR[k], (_I64 | str if v == pl.Int64 else str) | None, msgspec.field(default=None, name=k))
     for k, v in ARG_SCHEMA.items()
 ]
-_arg_fields.append(("a_input_dims", msgspec.Raw | None, msgspec.field(default=None, name="Input Dims")))
+_NO_RAW = msgspec.Raw()  # a Raw cannot be in a union with None: empty means "absent"
+_arg_fields.append(("a_input_dims", msgspec.Raw, msgspec.field(default=_NO_RAW, name="Input Dims")))
 _Args = msgspec.defstruct("_Args", _arg_fields, frozen=True, gc=False)
 _NO_ARGS = _Args()
 
@@ -155,14 +158,17 @@ def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
         else:
             arrays[k] = pa.array(values, type=_ARROW[dtype], memory_pool=_POOL)
     for (k, dtype), values in zip(ARG_SCHEMA.items(), arg_cols):
-        arrays[f"args.{k}"] = pa.array(values, type=_ARROW[dtype], memory_pool=_POOL)
+        try:
+            arrays[f"args.{k}"] = pa.array(values, type=_ARROW[dtype], memory_pool=_POOL)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # strings among the integers
+            cols[f"args.{k}"] = pl.Series(values, dtype=pl.String, strict=False).cast(dtype, strict=False)
     df = pl.DataFrame(cols).hstack(pl.from_arrow(pa.table(arrays)).get_columns()).select("row", *list(RAW_SCHEMA)[:-1])
     dims = arg_cols[-1]
     return df.with_columns(_input_dims(df, lambda i: _raw_dims(dims[i]))), n, no_ph
 
 
 def _raw_dims(raw) -> object:
-    return None if raw is None else orjson.loads(memoryview(raw))
+    return orjson.loads(memoryview(raw)) if len(raw) else None
 
 
 def _normal_ph() -> pl.Expr:
