@@ -561,6 +561,16 @@ def make_kineto_inputs(c: Corpus, name: str, text: bytes, doc: dict) -> None:
     cut = [e for i, e in enumerate(be) if i not in gone]
     c.recover(f"phases/{name}_kernels_begin_end_2_unpaired.json", pretty({**doc, "traceEvents": cut}),
               "phase-variants", "without a partner", count=2)
+    # a kernel at t=0 in a trace whose times start 60 s after their origin: within the 10-minute
+    # cluster, but a minute before the call that launched it
+    shifted = copy.deepcopy(ev)
+    t0 = min(e["ts"] for e in shifted if complete(e))
+    for e in shifted:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] = e["ts"] - t0 + 60_000_000
+    k = next(e for e in shifted if complete(e) and str(e.get("cat", "")).lower() == "kernel" and "correlation" in e.get("args", {}))
+    c.recover(f"events/{name}_kernel_at_t0_60s_early.json", with_events(doc, [*shifted, {**k, "ts": 0}]), "absurd-ts",
+              "start before the runtime call that launched them", count=1)
     # a second traceEvents key (after the first, or before it), another key written twice
     one = dumps({k: v for k, v in doc.items() if k != "traceEvents"})[1:-1]
     ev_text = dumps(ev)

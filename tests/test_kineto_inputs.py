@@ -302,3 +302,34 @@ def test_an_unreadable_limit_is_a_usage_error_naming_the_variable(monkeypatch):
     with pytest.raises(inflate.BadSetting) as exc:
         kineto.parse_file(DEMO)
     assert exc.value.exit_code == 2 and "TRACEANALYZER_MAX_INFLATION_RATIO" in str(exc.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# absurd timestamps within the trace's span
+
+
+@pytest.mark.parametrize("src", [ROCM, sorted((FIXTURES / "kineto" / "dlrm-v100-8rank").glob("*.json.gz"))[0]],
+                         ids=["base-time", "epoch"])
+def test_a_kernel_at_t0_a_minute_before_the_rest_is_dropped_with_a_count(tmp_path, src):
+    """Timestamps moved so the trace starts 60 s after its time origin: a kernel copied to t=0 is
+    within the 10-minute cluster, but starts a minute before the call that launched it."""
+    import traceanalyzer as ta
+
+    doc = orjson.loads(gzip.decompress(src.read_bytes()))
+    ev = doc["traceEvents"]
+    t0 = min(e["ts"] for e in ev if isinstance(e.get("ts"), (int, float)) and e.get("ph") == "X")
+    for e in ev:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] = e["ts"] - t0 + 60_000_000
+    shifted = tmp_path / "shifted.json"
+    shifted.write_bytes(orjson.dumps(doc))
+    k = next(e for e in ev if e.get("cat") == "kernel" and e.get("ph") == "X")
+    ev.append({**k, "ts": 0})
+    stray = tmp_path / "stray.json"
+    stray.write_bytes(orjson.dumps(doc))
+    a, b = ta.load(shifted), ta.load(stray)
+    assert [w for w in b.warnings if "before the runtime call" in w] == [
+        f"{stray}: dropped 1 GPU events that start before the runtime call that launched them "
+        "(more than 1 ms earlier: absurd timestamps)"
+    ]
+    assert_frame_equal(ta.breakdown(a), ta.breakdown(b))

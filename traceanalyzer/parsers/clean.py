@@ -15,7 +15,8 @@ returns the cleaned frame with warnings that *count* what was dropped, or raises
   duplicated kernel is harmless for the union of busy time but wrong for counts), events far
   outside the trace's own time span (absurd timestamps: year 2100, negative, 1970 in an epoch
   trace, an 11-day kernel; more than :data:`MAX_GAP_NS` from the cluster of the other events)
-  are dropped, each with a warning counting them.
+  and GPU events that start before the runtime call that launched them (a kernel at t=0 a
+  minute before the rest) are dropped, each with a warning counting them.
 * :func:`check_job` — the ranks of one load: files that come from different jobs (different
   world size or PyTorch version, or recorded hours apart) are rejected naming both files; rank
   clocks skewed by more than :data:`SKEW_WARN_NS` are reported naming the ranks and the skew.
@@ -41,6 +42,9 @@ MAX_ABS_TS_US = 5e15
 #: a file's events form one cluster in time: sorted start times with no gap above this. Events
 #: outside the cluster that holds the median start (or ending more than this after it) are absurd
 MAX_GAP_NS = 10 * 60 * 1_000_000_000
+#: a GPU event cannot start before the runtime call that launched it: one starting more than
+#: this before its launch (same correlation id) has an absurd timestamp (real traces: >= +2 µs)
+MAX_EARLY_NS = 1_000_000
 #: rank clocks further apart than this (median over the steps they share) are reported
 SKEW_WARN_NS = 1_000_000_000
 #: ranks recorded further apart than this are different runs, not one job
@@ -239,6 +243,34 @@ def _unique_rows(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_row_index("__i").filter(~pl.col("__i").is_in(drop.implode())).drop("__i")
 
 
+def _drop_before_launch(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Drop GPU events that start more than :data:`MAX_EARLY_NS` before their launch (the
+    earliest runtime event with the same correlation id). Catches a stray timestamp (a kernel at
+    t=0...) that is still within :data:`MAX_GAP_NS` of the other events, in any time base."""
+    gpu = pl.col("kind").is_in(GPU_WORK_KINDS) & pl.col("correlation").is_not_null()
+    launches = (
+        df.lazy()
+        .filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .group_by("correlation")
+        .agg(pl.col("start_ns").min().alias("__launch"))
+    )
+    early = (
+        df.lazy()
+        .with_row_index("__i")
+        .filter(gpu)
+        .select("__i", "correlation", "start_ns")
+        .join(launches, on="correlation", how="inner")
+        .filter(pl.col("start_ns") < pl.col("__launch") - MAX_EARLY_NS)
+        .select("__i")
+        .collect()
+        .to_series()
+    )
+    if early.len() == 0:
+        return df, 0
+    keep = df.with_row_index("__i").filter(~pl.col("__i").is_in(early.implode())).drop("__i")
+    return keep, early.len()
+
+
 def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
     """De-duplicate and drop events far outside the file's time span; warnings count both."""
     warnings: list[str] = []
@@ -259,6 +291,13 @@ def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]
             f"{path}: dropped {n_out} events far outside the trace's time span (absurd timestamps or "
             f"durations: more than {MAX_GAP_NS / 60e9:.0f} min away from the other events)"
         )
+    df, n_early = _drop_before_launch(df)
+    if n_early:
+        warnings.append(
+            f"{path}: dropped {n_early} GPU events that start before the runtime call that launched them "
+            f"(more than {MAX_EARLY_NS / 1e6:g} ms earlier: absurd timestamps)"
+        )
+    n_out += n_early
     if n_out > MAX_BAD_FRACTION * n0:
         raise InvalidTrace(
             f"{n_out} of {n0} events lie far outside the trace's time span (more than "
