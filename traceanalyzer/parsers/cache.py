@@ -27,7 +27,7 @@ import polars as pl
 from traceanalyzer.schema import EVENT_SCHEMA, conform
 
 #: part of every key: bump when the parser's canonical output changes
-CACHE_VERSION = "kineto-1"
+CACHE_VERSION = "kineto-2"  # 2: begin/end pairs, gzip members, launch-time check
 
 
 def cache_dir() -> Path:
