@@ -92,6 +92,7 @@ class Stream:
         self.cut = False
         self.total = 0
         self.warnings: list[str] = []
+        self._limits: tuple[float, int | None] = (0.0, None)
 
     def _check(self, read: int) -> None:
         ratio, size = self._limits

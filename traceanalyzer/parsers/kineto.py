@@ -423,10 +423,10 @@ def _parse_blocks(path: Path, stream: inflate.Stream, blocks) -> tuple[pl.DataFr
     kept = None
     done = _tail(bytes(buf), path, n_events)
     if done is not None:
-        part, rest = done
+        part, rest_keys, rest = done
         if part is not None:
             parts.append(part)
-        check_keys([*(head_keys or []), *rest.keys()] if head_keys is not None else None, path)
+        check_keys([*head_keys, *rest_keys] if head_keys is not None else None, path)
         doc = {**{k: v for k, v in head.items() if k != "traceEvents"}, **rest}
     else:  # a truncated (or odd) end: today's recovery over the dicts of the last chunk
         prefix = b'{"traceEvents":['
@@ -460,11 +460,11 @@ def _parse_blocks(path: Path, stream: inflate.Stream, blocks) -> tuple[pl.DataFr
     return _finish(path, doc, parts, stream.cut, kept, total, stream.warnings)
 
 
-def _tail(rest: bytes, path: Path, first: int) -> tuple[_Part | None, dict] | None:
-    """The last events (``rest``: events, the array's ``]``, the keys after it, ``}``) and the
-    keys after the array with their values (``rest`` keys written twice are kept in order, for
-    :func:`check_keys`, as a dict subclass); None when ``rest`` is not exactly that (a
-    truncated or malformed end: the caller recovers)."""
+def _tail(rest: bytes, path: Path, first: int) -> tuple[_Part | None, list[str], dict] | None:
+    """The last events (``rest``: events, the array's ``]``, the keys after it, ``}``), the keys
+    after the array as written (repetitions included, for :func:`check_keys`) and their values;
+    None when ``rest`` is not exactly that (a truncated or malformed end: the caller recovers).
+    Where the array ends is where ``msgspec`` reports trailing characters after skipping it."""
     piece = memoryview(b"[" + rest)
     try:
         msgspec.json.decode(piece, type=msgspec.Raw)
@@ -497,18 +497,7 @@ def _tail(rest: bytes, path: Path, first: int) -> tuple[_Part | None, dict] | No
         except orjson.JSONDecodeError:
             return None
     part = _events_part(piece[: end + 1], path, first)
-    return (part if part.counts["n"] else None), _Keys(keys, values)
-
-
-class _Keys(dict):
-    """The keys after the events array with their values; ``keys()`` lists repeated keys too."""
-
-    def __init__(self, keys: list[str], values: dict):
-        super().__init__(values)
-        self._order = keys
-
-    def keys(self):  # type: ignore[override]
-        return list(self._order)
+    return (part if part.counts["n"] else None), keys, values
 
 
 def _ns(ts: pl.Expr) -> pl.Expr:

@@ -21,6 +21,8 @@ Raw frame columns: ``ph`` (``"x"`` is read as ``"X"``), ``cat``, ``name``, ``pid
 
 from __future__ import annotations
 
+import json
+import re
 from itertools import compress
 from operator import attrgetter
 from typing import Annotated
@@ -254,7 +256,7 @@ def short(exc: Exception) -> str:
 # ---------------------------------------------------------------------------------------------
 # the keys of a JSON object, duplicates included
 
-_KEY = None
+_KEY = re.compile(rb'\s*("(?:[^"\\]|\\.)*")\s*:\s*', re.S)
 
 
 def _skip_value(mv: memoryview, i: int) -> int:
@@ -275,13 +277,8 @@ def _skip_value(mv: memoryview, i: int) -> int:
 
 def object_keys(data) -> list[str] | None:
     """The keys of the JSON object ``data`` holds, in order and with repetitions (a JSON decoder
-    keeps only the last of duplicated keys); None when ``data`` is not one well-formed object."""
-    import json
-    import re
-
-    global _KEY
-    if _KEY is None:
-        _KEY = re.compile(rb'\s*("(?:[^"\\]|\\.)*")\s*:\s*', re.S)
+    keeps only the last of duplicated keys); None when ``data`` is not one well-formed object.
+    One step per key: the values are skipped natively (:func:`_skip_value`)."""
     mv = memoryview(data)
     n = len(mv)
     i = 0
