@@ -536,11 +536,21 @@ def begin_end_kernels(doc: dict) -> tuple[list, int]:
     return keep + [m[3] for m in marks], len(convert)
 
 
-def make_kineto_inputs(c: Corpus, name: str, text: bytes, doc: dict) -> None:
+def make_odd_kineto_inputs(c: Corpus) -> None:
+    """Odd but valid Kineto inputs and hostile ones, from every source; with a random generator
+    of their own, so that the other cases' files do not depend on these."""
+    rng = random.Random(c.seed * 7919 + 19)
+    for name, path in SOURCES.items():
+        doc = orjson.loads(gzip.decompress(path.read_bytes()))
+        make_kineto_inputs(c, name, doc, rng)
+    make_gzip_bomb(c)
+
+
+def make_kineto_inputs(c: Corpus, name: str, doc: dict, rng: random.Random) -> None:
     same = src_rel(name)
     text = pretty(doc)
     # every gzip member is read: cat a.gz b.gz, bgzip-style blocks with an empty end member
-    cuts = sorted(c.rng.sample(range(1, len(text)), 3))
+    cuts = sorted(rng.sample(range(1, len(text)), 3))
     parts = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
     members = b"".join(gzip.compress(p, mtime=0) for p in parts)
     c.ok(f"gzip/{name}_cat_members.json.gz", members, "gzip-members", same_as=same)
@@ -557,7 +567,7 @@ def make_kineto_inputs(c: Corpus, name: str, text: bytes, doc: dict) -> None:
     assert n >= 5, (name, n)
     c.ok(f"phases/{name}_kernels_begin_end.json", pretty({**doc, "traceEvents": be}), "phase-variants", same_as=same)
     ends = [i for i, e in enumerate(be) if e.get("ph") == "E"]
-    gone = set(c.rng.sample(ends, 2))
+    gone = set(rng.sample(ends, 2))
     cut = [e for i, e in enumerate(be) if i not in gone]
     c.recover(f"phases/{name}_kernels_begin_end_2_unpaired.json", pretty({**doc, "traceEvents": cut}),
               "phase-variants", "without a partner", count=2)
@@ -613,13 +623,12 @@ def main(argv: list[str] | None = None) -> int:
         make_gpu_last_truncations(c, name, doc)
         make_corrupt_gzip(c, name, text)
         make_event_damage(c, name, doc)
-        make_kineto_inputs(c, name, text, doc)
-    make_gzip_bomb(c)
     make_not_json(c)
     make_not_a_trace(c)
     make_empty_and_unreadable(c)
     make_nsys(c)
     make_directories(c)
+    make_odd_kineto_inputs(c)
     (out / "manifest.json").write_bytes(orjson.dumps({"seed": c.seed, "entries": c.entries}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     print(f"{len(c.entries)} corpus entries in {out}", file=sys.stderr)
     return 0
