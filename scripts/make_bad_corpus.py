@@ -356,7 +356,7 @@ def make_event_damage(c: Corpus, name: str, doc: dict) -> None:
     c.error(f"structure/{name}_non_object_events.json", with_events(doc, [[1, 2]] * 3 + ev), "wrong-type", 4, "non-object")
     # only B/E events (another tool's Chrome trace): no complete events
     be = [{"ph": "B", "name": "x", "pid": 1, "tid": 1, "ts": 1}, {"ph": "E", "pid": 1, "tid": 1, "ts": 2}]
-    c.error(f"structure/{name}_only_begin_end.json", with_events(doc, be), "not-a-trace", 4, "no complete")
+    c.error(f"structure/{name}_only_begin_end.json", with_events(doc, be), "not-a-trace", 5, "no GPU activity")
     assert n_k >= 5
 
 
@@ -703,6 +703,106 @@ def make_outputs(c: Corpus) -> dict:
     cmds["breakdown_full_disk"] = {"case": "output-problem", "args": ["breakdown", t, "-f", "json", "-o", "/dev/full"],
                                    "output": "/dev/full", "exit": 3, "message": "no space left"}
     return cmds
+# ---------------------------------------------------------------------------------------------
+# odd but valid Kineto inputs (read every part), and hostile ones (refused)
+
+
+def begin_end_kernels(doc: dict) -> tuple[list, int]:
+    """The events with every kernel of positive duration written as a ``B``/``E`` pair instead of
+    one ``X`` event (begin: name, cat, args; end: ts), pairs in time order per stream (an end
+    before a begin at the same time). Streams whose kernels overlap are left as they are."""
+    ev = doc["traceEvents"]
+    by_stream: dict = {}
+    for i, e in enumerate(ev):
+        if complete(e) and str(e.get("cat", "")).lower() == "kernel" and e["dur"] > 0:
+            by_stream.setdefault((str(e.get("pid")), str(e.get("tid"))), []).append(i)
+    convert = set()
+    for idx in by_stream.values():
+        spans = sorted((ev[i]["ts"], ev[i]["ts"] + ev[i]["dur"]) for i in idx)
+        if all(a[1] <= b[0] for a, b in zip(spans, spans[1:])):
+            convert.update(idx)
+    keep = [e for i, e in enumerate(ev) if i not in convert]
+    marks = []
+    for i in sorted(convert):
+        e = ev[i]
+        b = {k: v for k, v in e.items() if k != "dur"}
+        b["ph"] = "B"
+        marks.append((e["ts"], 1, i, b))
+        marks.append((e["ts"] + e["dur"], 0, i, {"ph": "E", "pid": e.get("pid"), "tid": e.get("tid"), "ts": e["ts"] + e["dur"]}))
+    marks.sort(key=lambda m: m[:3])
+    return keep + [m[3] for m in marks], len(convert)
+
+
+def make_odd_kineto_inputs(c: Corpus) -> None:
+    """Odd but valid Kineto inputs and hostile ones, from every source; with a random generator
+    of their own, so that the other cases' files do not depend on these."""
+    rng = random.Random(c.seed * 7919 + 19)
+    for name, path in SOURCES.items():
+        doc = orjson.loads(gzip.decompress(path.read_bytes()))
+        make_kineto_inputs(c, name, doc, rng)
+    make_gzip_bomb(c)
+
+
+def make_kineto_inputs(c: Corpus, name: str, doc: dict, rng: random.Random) -> None:
+    same = src_rel(name)
+    text = pretty(doc)
+    # every gzip member is read: cat a.gz b.gz, bgzip-style blocks with an empty end member
+    cuts = sorted(rng.sample(range(1, len(text)), 3))
+    parts = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+    members = b"".join(gzip.compress(p, mtime=0) for p in parts)
+    c.ok(f"gzip/{name}_cat_members.json.gz", members, "gzip-members", same_as=same)
+    blocks = b"".join(gzip.compress(text[i : i + 65280], mtime=0) for i in range(0, len(text), 65280))
+    c.ok(f"gzip/{name}_bgzip_blocks.json.gz", blocks + gzip.compress(b"", mtime=0), "gzip-members", same_as=same)
+    c.ok(f"gzip/{name}_zero_padded.json.gz", gzip.compress(text, mtime=0) + bytes(4096), "gzip-members", same_as=same)
+    c.recover(f"gzip/{name}_trailing_garbage.json.gz", gzip.compress(text, mtime=0) + b"not gzip" * 100,
+              "gzip-members", "bytes after the end of the gzip data", count=800, same_as=same)
+    # phases: "x" for "X", kernels as begin/end pairs (all paired, or a few ends missing)
+    ev = doc["traceEvents"]
+    lower = [{**e, "ph": "x"} if complete(e) and is_gpu(e) else e for e in ev]
+    c.ok(f"phases/{name}_lowercase_x.json", with_events(doc, lower), "phase-variants", same_as=same)
+    be, n = begin_end_kernels(doc)
+    assert n >= 5, (name, n)
+    c.ok(f"phases/{name}_kernels_begin_end.json", pretty({**doc, "traceEvents": be}), "phase-variants", same_as=same)
+    ends = [i for i, e in enumerate(be) if e.get("ph") == "E"]
+    gone = set(rng.sample(ends, 2))
+    cut = [e for i, e in enumerate(be) if i not in gone]
+    c.recover(f"phases/{name}_kernels_begin_end_2_unpaired.json", pretty({**doc, "traceEvents": cut}),
+              "phase-variants", "without a partner", count=2)
+    # a kernel at t=0 in a trace whose times start 60 s after their origin: within the 10-minute
+    # cluster, but a minute before the call that launched it
+    shifted = copy.deepcopy(ev)
+    t0 = min(e["ts"] for e in shifted if complete(e))
+    for e in shifted:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] = e["ts"] - t0 + 60_000_000
+    k = next(e for e in shifted if complete(e) and str(e.get("cat", "")).lower() == "kernel" and "correlation" in e.get("args", {}))
+    c.recover(f"events/{name}_kernel_at_t0_60s_early.json", with_events(doc, [*shifted, {**k, "ts": 0}]), "absurd-ts",
+              "start before the runtime call that launched them", count=1)
+    # a second traceEvents key (after the first, or before it), another key written twice
+    one = dumps({k: v for k, v in doc.items() if k != "traceEvents"})[1:-1]
+    ev_text = dumps(ev)
+    second = dumps(ev[: len(ev) // 2])
+    msg = "written more than once"
+    c.error(f"dupkeys/{name}_second_trace_events_after.json", text[: text.rstrip().rfind(b"}")] + b',\n"traceEvents": ' + second + b"\n}",
+            "duplicate-keys", 4, msg)
+    c.error(f"dupkeys/{name}_second_trace_events_compact.json", b'{"traceEvents":' + second + b"," + one + b',"traceEvents":' + ev_text + b"}",
+            "duplicate-keys", 4, msg)
+    c.error(f"dupkeys/{name}_head_key_twice.json", b'{"schemaVersion":1,' + one + b',"schemaVersion":2,"traceEvents":' + ev_text + b"}",
+            "duplicate-keys", 4, msg)
+
+
+def bomb(inflated: int, member: int = 1 << 24) -> bytes:
+    """A valid gzip'd Chrome trace holding one event whose name is ``inflated`` bytes of "0":
+    made of gzip members that each inflate to ``member`` bytes (one compressed member, repeated),
+    so it takes milliseconds to write. Inflates about 1000 times."""
+    zeros = gzip.compress(b"0" * member, compresslevel=9, mtime=0)
+    head = gzip.compress(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 1, "name": "', mtime=0)
+    tail = gzip.compress(b'"}]}', mtime=0)
+    return head + zeros * (inflated // member) + tail
+
+
+def make_gzip_bomb(c: Corpus) -> None:
+    c.error("gzip/bomb_400MiB.json.gz", bomb(400 << 20), "gzip-bomb", 4, "decompression bomb")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -729,6 +829,8 @@ def main(argv: list[str] | None = None) -> int:
     make_odd_inputs(c)
     commands = make_outputs(c)
     (out / "manifest.json").write_bytes(orjson.dumps({"seed": c.seed, "entries": c.entries, "commands": commands}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    make_odd_kineto_inputs(c)
+    (out / "manifest.json").write_bytes(orjson.dumps({"seed": c.seed, "entries": c.entries}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     print(f"{len(c.entries)} corpus entries in {out}", file=sys.stderr)
     return 0
 

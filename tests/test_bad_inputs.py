@@ -29,6 +29,8 @@ CASES = [
     "absurd-ts", "unknown-category", "skewed-clocks", "mixed-jobs", "sqlite-schema",
     "sqlite-missing-tables", "zero-byte", "unreadable", "nsys-rep", "empty-dir",
     "odd-metadata", "markup", "duplicate-steps", "nsys-negative", "long-name",
+    # odd but valid Kineto inputs, and hostile ones
+    "gzip-members", "phase-variants", "duplicate-keys", "gzip-bomb",
 ]
 
 

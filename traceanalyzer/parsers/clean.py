@@ -15,7 +15,8 @@ returns the cleaned frame with warnings that *count* what was dropped, or raises
   duplicated kernel is harmless for the union of busy time but wrong for counts), events far
   outside the trace's own time span (absurd timestamps: year 2100, negative, 1970 in an epoch
   trace, an 11-day kernel; more than :data:`MAX_GAP_NS` from the cluster of the other events)
-  are dropped, each with a warning counting them.
+  and GPU events that start before the runtime call that launched them (a kernel at t=0 a
+  minute before the rest) are dropped, each with a warning counting them.
 * :func:`check_job` — the ranks of one load: files that come from different jobs (different
   world size or PyTorch version, or recorded hours apart) are rejected naming both files; rank
   clocks skewed by more than :data:`SKEW_WARN_NS` are reported naming the ranks and the skew.
@@ -31,6 +32,7 @@ from pathlib import Path
 import polars as pl
 
 from traceanalyzer.errors import InvalidTrace
+from traceanalyzer.parsers.categories import GPU_WORK_CATS, KIND_OF_CAT, KNOWN_OTHER_CATS
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: more bad events than this fraction of a file's events (or of its GPU work) rejects the file
@@ -40,12 +42,13 @@ MAX_ABS_TS_US = 5e15
 #: a file's events form one cluster in time: sorted start times with no gap above this. Events
 #: outside the cluster that holds the median start (or ending more than this after it) are absurd
 MAX_GAP_NS = 10 * 60 * 1_000_000_000
+#: a GPU event cannot start before the runtime call that launched it: one starting more than
+#: this before its launch (same correlation id) has an absurd timestamp (real traces: >= +2 µs)
+MAX_EARLY_NS = 1_000_000
 #: rank clocks further apart than this (median over the steps they share) are reported
 SKEW_WARN_NS = 1_000_000_000
 #: ranks recorded further apart than this are different runs, not one job
 SAME_JOB_NS = 3600 * 1_000_000_000
-#: categories of complete events that are known and carry no GPU time
-KNOWN_OTHER_CATS = {"trace", "overhead", "cuda_profiler_range", "python_function", "fwdbwd", "ac2g"}
 
 #: the loader's note on CUPTI range-profiler traces (analyze() quotes it when there is no GPU work)
 RANGE_PROFILER_NOTE = "CUPTI range-profiler trace"
@@ -105,18 +108,18 @@ def _finite(c: str) -> pl.Expr:
     return pl.col(c).is_not_null() & pl.col(c).is_finite()
 
 
-def flag_raw(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+def flag_raw(raw: pl.DataFrame, n: int | None = None, no_ph: int | None = None) -> tuple[pl.DataFrame, dict]:
     """The usable complete events of a chunk of one file's raw rows (columns ph, cat, ts, dur...)
     and the counts :func:`judge` needs. Usable: ``ph == "X"`` with a finite, in-range ``ts`` and a
     finite, non-negative ``dur``. Chunks of one file are flagged one by one (the parser streams)
-    and judged together, so thresholds apply to the whole file."""
-    from traceanalyzer.parsers.kineto import _KIND_OF_CAT  # the parser's category table
-
+    and judged together, so thresholds apply to the whole file. ``n`` / ``no_ph``: the chunk's
+    number of events and of events without ``ph`` when ``raw`` holds only some of its rows (the
+    parser keeps the rows of complete and begin/end events only); default: counted in ``raw``."""
     x = raw.filter(pl.col("ph") == "X")
     ok_ts = _finite("ts")
     ok_dur = _finite("dur") & (pl.col("dur") >= 0)
     in_range = (pl.col("ts").abs() + pl.col("dur")) <= MAX_ABS_TS_US
-    gpu_cats = [c for c, k in _KIND_OF_CAT.items() if k in GPU_WORK_KINDS]
+    gpu_cats = GPU_WORK_CATS
     cat = pl.col("cat").str.to_lowercase()
     flags = x.select(
         (~ok_ts | ~ok_dur).alias("bad"),
@@ -126,8 +129,8 @@ def flag_raw(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
         (ok_ts & (pl.col("ts").abs() >= 2.0**43) & (pl.col("ts") != pl.col("ts").floor())).alias("coarse"),
     )
     counts = {
-        "n": raw.height,
-        "no_ph": int(raw.get_column("ph").is_null().sum()),
+        "n": raw.height if n is None else n,
+        "no_ph": int(raw.get_column("ph").is_null().sum()) if no_ph is None else no_ph,
         "x": x.height,
         "bad": int(flags.get_column("bad").sum()),
         "range": int(flags.get_column("range").sum()),
@@ -136,7 +139,7 @@ def flag_raw(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
         "bad_gpu": int(flags.filter(pl.col("cat").is_in(gpu_cats)).get_column("bad").sum()),
         "profiler_ranges": int((flags.get_column("cat") == "cuda_profiler_range").sum()),
         "unknown": dict(
-            flags.filter(pl.col("cat").is_not_null() & ~pl.col("cat").is_in(list(_KIND_OF_CAT) + sorted(KNOWN_OTHER_CATS)))
+            flags.filter(pl.col("cat").is_not_null() & ~pl.col("cat").is_in(list(KIND_OF_CAT) + sorted(KNOWN_OTHER_CATS)))
             .group_by("cat")
             .len()
             .iter_rows()
@@ -225,6 +228,49 @@ def main_span(starts: pl.Series) -> tuple[int, int]:
     return int(span.item(0, "lo")), int(span.item(0, "hi"))
 
 
+def _unique_rows(df: pl.DataFrame) -> pl.DataFrame:
+    """``df.unique(maintain_order=True)`` (first of each set of identical rows, in order) without
+    its row-encoded copy of the whole frame: rows are hashed (8 bytes each) and only rows whose
+    hash is shared are compared in full."""
+    h = df.hash_rows()
+    shared = h.is_duplicated()
+    if not shared.any():
+        return df
+    idx = shared.arg_true()
+    candidates = df[idx]
+    first = candidates.select(pl.struct(pl.all()).is_first_distinct()).to_series()
+    drop = idx.filter(~first)
+    return df.with_row_index("__i").filter(~pl.col("__i").is_in(drop.implode())).drop("__i")
+
+
+def _drop_before_launch(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Drop GPU events that start more than :data:`MAX_EARLY_NS` before their launch (the
+    earliest runtime event with the same correlation id). Catches a stray timestamp (a kernel at
+    t=0...) that is still within :data:`MAX_GAP_NS` of the other events, in any time base."""
+    gpu = pl.col("kind").is_in(GPU_WORK_KINDS) & pl.col("correlation").is_not_null()
+    launches = (
+        df.lazy()
+        .filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .group_by("correlation")
+        .agg(pl.col("start_ns").min().alias("__launch"))
+    )
+    early = (
+        df.lazy()
+        .with_row_index("__i")
+        .filter(gpu)
+        .select("__i", "correlation", "start_ns")
+        .join(launches, on="correlation", how="inner")
+        .filter(pl.col("start_ns") < pl.col("__launch") - MAX_EARLY_NS)
+        .select("__i")
+        .collect()
+        .to_series()
+    )
+    if early.len() == 0:
+        return df, 0
+    keep = df.with_row_index("__i").filter(~pl.col("__i").is_in(early.implode())).drop("__i")
+    return keep, early.len()
+
+
 def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
     """De-duplicate and drop events far outside the file's time span; warnings count both."""
     warnings: list[str] = []
@@ -232,7 +278,7 @@ def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]
         raise InvalidTrace("no usable events after dropping malformed ones", path)
     n0 = df.height
     gpu0 = df.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).height
-    df = df.unique(maintain_order=True)
+    df = _unique_rows(df)
     n_dup = n0 - df.height
     if n_dup:
         warnings.append(f"{path}: removed {n_dup} duplicated events (identical in every field)")
@@ -245,6 +291,13 @@ def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]
             f"{path}: dropped {n_out} events far outside the trace's time span (absurd timestamps or "
             f"durations: more than {MAX_GAP_NS / 60e9:.0f} min away from the other events)"
         )
+    df, n_early = _drop_before_launch(df)
+    if n_early:
+        warnings.append(
+            f"{path}: dropped {n_early} GPU events that start before the runtime call that launched them "
+            f"(more than {MAX_EARLY_NS / 1e6:g} ms earlier: absurd timestamps)"
+        )
+    n_out += n_early
     if n_out > MAX_BAD_FRACTION * n0:
         raise InvalidTrace(
             f"{n_out} of {n0} events lie far outside the trace's time span (more than "

@@ -1,89 +1,48 @@
 """PyTorch Profiler (Kineto) Chrome-trace JSON -> canonical frames.
 
 One file is one rank. The file is streamed (:func:`parse_file`): a reader thread decompresses
-it block by block, the ``traceEvents`` array is cut into chunks of about 16 MiB before a line
-that opens an event, and each chunk is decoded with orjson and turned into polars columns at
-once (``pl.from_dicts`` with an explicit schema: unknown keys are skipped, lists such as
-``Input Dims`` become compact JSON text), so only one chunk of Python dicts is alive at a time.
-Everything after that is polars expressions. Files the streaming reader does not recognise go
-through the whole-document path, which gives the same frames.
+it block by block (every gzip member, with the inflation cap of
+:mod:`traceanalyzer.parsers.inflate`), the ``traceEvents`` array is cut into chunks of about
+16 MiB before a line that opens an event, and each chunk is decoded by typed ``msgspec``
+Structs that name only the fields we read straight into polars columns
+(:mod:`traceanalyzer.parsers.kineto_events`), so no Python dict per event is ever built and
+only one chunk of decoded events is alive at a time. Everything after that is polars
+expressions. Files the streaming reader does not recognise go through the whole-document path,
+which gives the same frames.
 
 Handles: float microsecond ``ts`` with ``baseTimeNanoseconds`` (PyTorch >= 2.1), integer epoch
 microseconds without it (older traces), legacy 2021 categories (``Operator``, ``Kernel``,
 ``Runtime``, ``Memcpy``, ``Memset``), ROCm traces, int or string pid/tid, missing ``M`` events,
-zero-duration events, and truncated files (the complete events before the cut are kept: only
-the last chunk is re-parsed to find the cut, see :func:`_recover`).
+zero-duration events, ``"ph": "x"``, begin/end (``B``/``E``) pairs (turned into complete events,
+matched per thread), and truncated files (the complete events before the cut are kept: only
+the last chunk is re-parsed to find the cut, see :func:`_recover`). A document with a
+top-level key written twice (a second ``traceEvents`` array...) is refused: which one a JSON
+decoder keeps is not the user's choice.
 """
 
 from __future__ import annotations
 
 import gc
-import queue
 import re
-import threading
-import zlib
 from pathlib import Path
 
+import msgspec
 import orjson
 import polars as pl
 
-from traceanalyzer.errors import InputNotFound, InvalidTrace
-from traceanalyzer.parsers import clean
-from traceanalyzer.schema import EVENT_SCHEMA, META_SCHEMA, conform
-
-_ARGS = pl.Struct(
-    {
-        "External id": pl.Int64,
-        "external id": pl.Int64,
-        "correlation": pl.Int64,
-        "stream": pl.Int64,
-        "device": pl.Int64,
-        "Sequence number": pl.Int64,
-        "Fwd thread id": pl.Int64,
-        "bytes": pl.Int64,
-        "Collective name": pl.String,
-        "In msg nelems": pl.Int64,
-        "Out msg nelems": pl.Int64,
-        "Group size": pl.Int64,
-        "dtype": pl.String,
-        "Process Group Name": pl.String,
-        "Process Group Description": pl.String,
-        "Process Group Ranks": pl.String,
-        "Seq": pl.Int64,
-        "Src Rank": pl.Int64,
-        "Dst Rank": pl.Int64,
-    }
+from traceanalyzer.errors import InvalidTrace
+from traceanalyzer.parsers import clean, inflate
+from traceanalyzer.parsers.categories import GPU_TIMELINE_KINDS, KIND_OF_CAT
+from traceanalyzer.parsers.inflate import open_trace  # noqa: F401  (re-exported for callers)
+from traceanalyzer.parsers.kineto_events import (
+    RAW_SCHEMA,
+    decode_typed,
+    duplicated,
+    object_keys,
+    raw_frame_from_dicts,
 )
-#: ops whose ``Input Dims`` we keep (FLOPs counting needs GEMM/conv/attention shapes only)
-_SHAPED_OPS = r"(?i)(mm|linear|matmul|conv|attention|einsum)"
-_RAW = {
-    "ph": pl.String,
-    "cat": pl.String,
-    "name": pl.String,
-    "pid": pl.String,
-    "tid": pl.String,
-    "ts": pl.Float64,
-    "dur": pl.Float64,
-    "args": _ARGS,
-}
-
-_KIND_OF_CAT = {
-    "kernel": "kernel",
-    "gpu_memcpy": "memcpy",
-    "memcpy": "memcpy",
-    "gpu_memset": "memset",
-    "memset": "memset",
-    "cuda_sync": "gpu_sync",
-    "gpu_user_annotation": "gpu_annotation",
-    "cpu_op": "cpu_op",
-    "operator": "cpu_op",
-    "user_annotation": "annotation",
-    "cuda_runtime": "runtime",
-    "cuda_driver": "runtime",
-    "runtime": "runtime",
-    "driver": "runtime",
-    "python_function": "python",
-}
+from traceanalyzer.parsers.kineto_events import short as _short
+from traceanalyzer.schema import EVENT_SCHEMA, META_SCHEMA, conform
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 
@@ -92,67 +51,43 @@ _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # bytes -> document
 
 
-def open_trace(path: Path):
-    """``open(path, "rb")`` with every way it can fail turned into :class:`InputNotFound`."""
-    try:
-        return open(path, "rb")
-    except FileNotFoundError:
-        raise InputNotFound("no such file", path) from None
-    except PermissionError:
-        raise InputNotFound("permission denied", path) from None
-    except IsADirectoryError:
-        raise InputNotFound("is a directory", path) from None
-    except OSError as exc:
-        raise InputNotFound(f"cannot read: {exc.strerror or exc}", path) from None
-
-
 def read_bytes(path: Path) -> tuple[bytes, bool]:
     """Return the (decompressed) bytes of ``path`` and whether a gzip stream was cut short.
 
-    A truncated gzip yields everything decompressed before the cut; a corrupt gzip raises
-    :class:`InvalidTrace`.
+    Every gzip member is read. A truncated gzip yields everything decompressed before the cut;
+    a corrupt gzip raises :class:`InvalidTrace`, and so does gzip data past the inflation cap
+    (:mod:`traceanalyzer.parsers.inflate`).
     """
-    with open_trace(path) as fh:
-        data = fh.read()
-    if not data:
-        raise InvalidTrace("empty file (0 bytes)", path)
-    if data[:2] != b"\x1f\x8b":
-        return data, False
-    out: list[bytes] = []
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    chunk = 1 << 24
-    try:
-        for i in range(0, len(data), chunk):
-            out.append(d.decompress(data[i : i + chunk]))
-            if d.eof:
-                break
-        out.append(d.flush())
-    except zlib.error as exc:
-        # not a cut: damaged bytes, and what inflated before the error may be garbled already
-        raise InvalidTrace(f"corrupt gzip data ({exc})", path) from None
-    return b"".join(out), not d.eof
+    data, cut, _warnings = inflate.read_all(path, _BLOCK)
+    return data, cut
 
 
 def decode_document(raw: bytes, path: Path, cut: bool) -> tuple[dict, float | None]:
     """Decode a Chrome-trace document; recover the complete events of a truncated one.
 
     Returns the document and, when it was recovered from a truncated file, the fraction of the
-    bytes that were kept (else None).
+    bytes that were kept (else None). A complete document with a top-level key written twice is
+    refused (:func:`check_keys`).
     """
     try:
         doc = orjson.loads(raw)
-        if cut:  # the gzip stream was cut but the JSON happens to be complete
-            return _as_document(doc, path), None
-        return _as_document(doc, path), None
     except orjson.JSONDecodeError as exc:
         err = exc
+    else:
+        if isinstance(doc, dict):
+            check_keys(object_keys(raw), path)
+        return _as_document(doc, path), None
     fixed = clean.repair_json(raw)  # a BOM, NaN / Infinity literals (Python's json writes them)
     if fixed is not None:
         raw = fixed
         try:
-            return _as_document(orjson.loads(raw), path), None
+            doc = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             err = exc
+        else:
+            if isinstance(doc, dict):
+                check_keys(object_keys(raw), path)
+            return _as_document(doc, path), None
     if b'"traceEvents"' not in raw[:1 << 20] and b"traceEvents" not in raw:
         raise InvalidTrace(f"not valid JSON ({_short(err)})", path)
     doc, cut_at = _recover(raw)
@@ -161,8 +96,19 @@ def decode_document(raw: bytes, path: Path, cut: bool) -> tuple[dict, float | No
     return _as_document(doc, path), cut_at / max(len(raw), 1)
 
 
-def _short(exc: Exception) -> str:
-    return str(exc).splitlines()[0][:120]
+def check_keys(keys: list[str] | None, path: Path) -> None:
+    """Refuse a document whose top level repeats a key (``keys`` in order, as written)."""
+    if not keys:
+        return
+    dups = duplicated(keys)
+    if dups:
+        shown = ", ".join(f"'{k}'" for k in dups[:3])
+        what = (
+            "a second 'traceEvents' array: the events of one would be silently replaced by the other"
+            if "traceEvents" in dups
+            else "which value counts is ambiguous"
+        )
+        raise InvalidTrace(f"top-level key written more than once ({shown}): {what}", path)
 
 
 def _as_document(doc: object, path: Path) -> dict:
@@ -219,13 +165,13 @@ def parse_file(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
 
     Streams the file: the ``traceEvents`` array is decoded a chunk of events at a time
     (:func:`_parse_streaming`), so memory holds the compact polars columns plus one chunk of
-    Python objects, never the whole document as Python dicts. Anything the streaming reader
+    decoded events, never the whole document as Python objects. Anything the streaming reader
     does not recognise (a bare-array trace, a corrupt middle, a truncation it cannot repair)
     falls back to the whole-document path (:func:`_parse_whole`), which gives the same result
     and the same error messages.
     """
     gc_was_enabled = gc.isenabled()
-    gc.disable()  # millions of short-lived dicts: the cyclic GC would double the decode time
+    gc.disable()  # millions of short-lived objects: the cyclic GC would double the decode time
     try:
         try:
             return _parse_streaming(path)
@@ -238,7 +184,7 @@ def parse_file(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
 
 def _parse_whole(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
     """The whole-document path: decode everything with orjson, then build the frames."""
-    raw, cut = read_bytes(path)
+    raw, cut, read_warnings = inflate.read_all(path, _BLOCK)
     doc, kept = decode_document(raw, path, cut)
     total = len(raw)
     del raw
@@ -247,20 +193,57 @@ def _parse_whole(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
         raise InvalidTrace("trace has no events ('traceEvents' is empty)", path)
     if not all(isinstance(e, dict) for e in events[:1000]):
         raise InvalidTrace("'traceEvents' holds non-object entries", path)
-    frame, counts = _chunk_frame(events, path)
+    part = _chunk_frame(raw_frame_from_dicts(events, path), 0)
     del events
-    return _finish(path, doc, [frame], [counts], cut, kept, total)
+    return _finish(path, doc, [part], cut, kept, total, read_warnings)
+
+
+class _Part:
+    """What one chunk of events gives: canonical events, the counts :func:`clean.judge` needs,
+    and the raw begin/end (``B``/``E``) rows, paired over the whole file in :func:`_finish`."""
+
+    __slots__ = ("frame", "counts", "begin_end")
+
+    def __init__(self, frame: pl.DataFrame, counts: dict, begin_end: pl.DataFrame):
+        self.frame, self.counts, self.begin_end = frame, counts, begin_end
+
+
+def _chunk_frame(decoded: tuple[pl.DataFrame, int, int], first: int) -> _Part:
+    """Canonical events (start/end relative to the base time, added in :func:`_finish`) of a
+    chunk's raw frame (:mod:`~traceanalyzer.parsers.kineto_events`: the rows of complete and
+    begin/end events, the number of events, those without ``ph``) whose first event is event
+    number ``first`` of the file."""
+    raw, n, no_ph = decoded
+    usable, counts = clean.flag_raw(raw, n=n, no_ph=no_ph)
+    begin_end = raw.filter(pl.col("ph").is_in(["B", "E"])).select(
+        (pl.col("row") + first).alias("order"), *RAW_SCHEMA
+    )
+    return _Part(_canonical(usable, 0), counts, begin_end)
 
 
 def _finish(
-    path: Path, doc: dict, frames: list[pl.DataFrame], counts: list[dict], cut: bool, kept: float | None, total: int
+    path: Path, doc: dict, parts: list[_Part], cut: bool, kept: float | None, total: int, read_warnings: list[str]
 ) -> tuple[pl.DataFrame, dict, list[str]]:
-    """Concatenate the chunk frames, put them on the trace's base time, judge what was dropped
-    (:func:`clean.judge`, over the whole file), build meta and warnings."""
-    warnings: list[str] = []
+    """Concatenate the chunk frames, pair begin/end events, put them on the trace's base time,
+    judge what was dropped (:func:`clean.judge`, over the whole file), build meta and warnings."""
+    warnings: list[str] = list(read_warnings)
+    counts = [p.counts for p in parts]
+    frames = [p.frame for p in parts]
     if kept is not None or cut:
         n = sum(c["n"] for c in counts)
         warnings.append(f"{path}: truncated trace (the file ends mid-event): recovered {n} complete events")
+    begin_end = [p.begin_end for p in parts if p.begin_end.height]
+    if begin_end:
+        complete, unpaired = _pair_begin_end(pl.concat(begin_end, how="vertical"))
+        if complete.height:
+            # their B and E rows were counted as events of their chunks already
+            usable, paired_counts = clean.flag_raw(complete, n=0, no_ph=0)
+            counts.append(paired_counts)
+            frames.append(_canonical(usable, 0))
+        if unpaired:
+            warnings.append(
+                f"{path}: ignored {unpaired} begin/end ('B'/'E') events without a partner on their thread"
+            )
     total_counts = clean.merge_counts(counts)
     warnings.extend(clean.judge(total_counts, path))
     base = doc.get("baseTimeNanoseconds")
@@ -282,13 +265,39 @@ def _finish(
     return df, meta, warnings
 
 
-def _chunk_frame(events: list, path: Path) -> tuple[pl.DataFrame, dict]:
-    """Canonical events (start/end relative to the base time, added in :func:`_finish`) of a
-    list of event dicts, and the counts :func:`clean.judge` needs (what was dropped, and why)."""
-    raw_df = _raw_frame(events, path)
-    input_dims = _input_dims(raw_df, events)
-    usable, counts = clean.flag_raw(raw_df.with_columns(input_dims))
-    return _canonical(usable, 0), counts
+def _pair_begin_end(be: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Complete (``X``) raw rows from the ``B``/``E`` rows of a file, and how many were left
+    unpaired.
+
+    Duration events nest per thread (Chrome trace format): on each (pid, tid), in time order
+    (file order among equal times), a ``B`` opens a level and an ``E`` closes the innermost
+    open one. The depth is a running sum of +1/-1; the k-th ``B`` at a level pairs with the k-th
+    ``E`` at that level. The begin event's fields and args are kept; its end is the ``E``'s
+    ``ts``. A pair whose end precedes its begin, or with a missing ``ts``, counts as unpaired.
+    """
+    key = ["pid", "tid"]
+    rows = (
+        be.with_columns(pl.col("pid").fill_null(""), pl.col("tid").fill_null(""))
+        .filter(pl.col("ts").is_not_null() & pl.col("ts").is_finite())
+        .sort([*key, "ts", "order"])
+        .with_columns(pl.when(pl.col("ph") == "B").then(1).otherwise(-1).alias("__d"))
+        .with_columns(pl.col("__d").cum_sum().over(key).alias("__depth"))
+        .with_columns(
+            pl.when(pl.col("ph") == "B").then(pl.col("__depth")).otherwise(pl.col("__depth") + 1).alias("__level")
+        )
+        .with_columns(pl.int_range(pl.len()).over([*key, "__level", "ph"]).alias("__k"))
+    )
+    begins = rows.filter(pl.col("ph") == "B")
+    ends = rows.filter(pl.col("ph") == "E").select(*key, "__level", "__k", pl.col("ts").alias("__end"))
+    paired = (
+        begins.join(ends, on=[*key, "__level", "__k"], how="inner", maintain_order="left")
+        .filter(pl.col("__end") >= pl.col("ts"))
+        .sort("order")
+    )
+    complete = paired.with_columns(pl.lit("X").alias("ph"), (pl.col("__end") - pl.col("ts")).alias("dur")).select(
+        list(RAW_SCHEMA)
+    )
+    return complete, be.height - 2 * paired.height
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,98 +312,6 @@ _HEAD_LIMIT = 1 << 26
 
 class _Fallback(Exception):
     """The streaming reader hands the file to the whole-document path."""
-
-
-class _Stream:
-    """Decompressed blocks of a file (plain or gzip), with whether the gzip stream was cut."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.cut = False
-        self.total = 0
-
-    def blocks(self):
-        path = self.path
-        with open_trace(path) as fh:
-            first = fh.read(_BLOCK)
-            if not first:
-                raise InvalidTrace("empty file (0 bytes)", path)
-            if first[:2] != b"\x1f\x8b":
-                data = first
-                while data:
-                    self.total += len(data)
-                    yield data
-                    data = fh.read(_BLOCK)
-                return
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            data = first
-            while True:
-                try:
-                    out = d.decompress(data, _BLOCK)
-                except zlib.error as exc:
-                    if not self.total:
-                        raise InvalidTrace(f"corrupt gzip data ({exc})", path) from None
-                    self.cut = True
-                    return
-                if out:
-                    self.total += len(out)
-                    yield out
-                if d.eof:
-                    return
-                data = d.unconsumed_tail or fh.read(_BLOCK >> 2)
-                if not data:
-                    break
-            try:
-                out = d.flush()
-            except zlib.error:
-                out = b""
-            if out:
-                self.total += len(out)
-                yield out
-            self.cut = not d.eof
-
-
-def _prefetched(blocks, depth: int = 3):
-    """Run the ``blocks`` generator in a thread, ``depth`` blocks ahead: zlib and file reads
-    release the GIL, so decompression overlaps with decoding. Exceptions are re-raised here."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
-
-    def produce() -> None:
-        try:
-            for b in blocks:
-                while not stop.is_set():
-                    try:
-                        q.put((b, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            item = (done, None)
-        except BaseException as exc:  # handed to the consumer
-            item = (None, exc)
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    t = threading.Thread(target=produce, name="traceanalyzer-read", daemon=True)
-    t.start()
-    try:
-        while True:
-            b, exc = q.get()
-            if exc is not None:
-                raise exc
-            if b is done:
-                return
-            yield b
-    finally:
-        stop.set()
-        t.join()
 
 
 def _last_event_start(buf: bytearray, lo: int) -> int:
@@ -415,8 +332,30 @@ def _last_event_start(buf: bytearray, lo: int) -> int:
     return -1
 
 
-def _decode_events(buf: bytearray, cut: int) -> list:
-    """Decode ``buf[:cut]`` (whole events separated by commas) as a JSON array."""
+def _events_part(piece, path: Path, first: int) -> _Part:
+    """The part of a JSON array of events (``bytes``-like): typed decode, or the dict decoder
+    when some value has an unexpected JSON type. Malformed JSON or non-object entries: the
+    whole-document path takes over (it reports them in its own words)."""
+    try:
+        typed = decode_typed(piece)
+    except msgspec.DecodeError:
+        raise _Fallback from None
+    if typed is not None:
+        return _chunk_frame(typed, first)
+    try:
+        events = orjson.loads(piece)
+    except orjson.JSONDecodeError:
+        raise _Fallback from None
+    if not all(isinstance(e, dict) for e in events[:1000]):
+        raise _Fallback
+    try:
+        return _chunk_frame(raw_frame_from_dicts(events, path), first)
+    except InvalidTrace:
+        raise _Fallback from None
+
+
+def _array_piece(buf: bytearray, cut: int) -> bytearray:
+    """``buf[:cut]`` (whole events separated by commas) as a JSON array."""
     j = cut
     while j > 0 and buf[j - 1] in (32, 9, 10, 13):
         j -= 1
@@ -426,25 +365,19 @@ def _decode_events(buf: bytearray, cut: int) -> list:
     with memoryview(buf) as mv:
         piece += mv[:j]
     piece += b"]"
-    try:
-        events = orjson.loads(piece)
-    except orjson.JSONDecodeError:
-        raise _Fallback from None
-    if not all(isinstance(e, dict) for e in events[:1000]):
-        raise _Fallback
-    return events
+    return piece
 
 
 def _parse_streaming(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
-    stream = _Stream(path)
-    blocks = _prefetched(stream.blocks())
+    stream = inflate.Stream(path, _BLOCK)
+    blocks = inflate.prefetched(stream.blocks())
     try:
         return _parse_blocks(path, stream, blocks)
     finally:
         blocks.close()  # stops the reader thread when we leave early
 
 
-def _parse_blocks(path: Path, stream: _Stream, blocks) -> tuple[pl.DataFrame, dict, list[str]]:
+def _parse_blocks(path: Path, stream: inflate.Stream, blocks) -> tuple[pl.DataFrame, dict, list[str]]:
     buf = bytearray()
     # 1. the head: every key before the traceEvents array
     while True:
@@ -458,17 +391,20 @@ def _parse_blocks(path: Path, stream: _Stream, blocks) -> tuple[pl.DataFrame, di
         buf += block
     if bytes(buf[pos + 13 : arr]).strip() != b":":
         raise _Fallback
+    head_text = bytes(buf[: arr + 1]) + b"]}"
     try:
-        head = orjson.loads(bytes(buf[: arr + 1]) + b"]}")
+        head = orjson.loads(head_text)
     except orjson.JSONDecodeError:
         raise _Fallback from None
     if not isinstance(head, dict) or head.get("traceEvents") != []:
         raise _Fallback
+    head_keys = object_keys(head_text)
+    check_keys(head_keys, path)
     offset = arr + 1  # bytes of the file before buf[0]
     del buf[: arr + 1]
     # 2. the events, a chunk at a time, cut before a line that opens an event
-    frames: list[pl.DataFrame] = []
-    counts: list[dict] = []
+    parts: list[_Part] = []
+    n_events = 0
     searched = 0
     for block in blocks:
         buf += block
@@ -478,104 +414,92 @@ def _parse_blocks(path: Path, stream: _Stream, blocks) -> tuple[pl.DataFrame, di
         searched = len(buf)
         if cut <= 0:
             continue
-        events = _decode_events(buf, cut)
-        try:
-            frame, chunk_counts = _chunk_frame(events, path)
-        except InvalidTrace:
-            raise _Fallback from None
-        del events
-        frames.append(frame)
-        counts.append(chunk_counts)
+        part = _events_part(_array_piece(buf, cut), path, n_events)
+        parts.append(part)
+        n_events += part.counts["n"]
         offset += cut
         del buf[:cut]
         searched = 0
     # 3. the last events and the keys after the array (or a truncated end)
     total = stream.total
-    prefix = b'{"traceEvents":['
-    last = prefix + bytes(buf)
-    del buf
     kept = None
-    try:
-        tail = orjson.loads(last)
-    except orjson.JSONDecodeError:
-        fixed = clean.repair_json(last)  # NaN / Infinity literals are not a truncation
-        if fixed is not None:
-            raise _Fallback from None  # the whole-document path repairs them, with its warning
-        tail, cut_at = _recover(last)
-        if tail is None:
-            raise _Fallback from None
-        kept = (offset + cut_at - len(prefix)) / max(total, 1)
-    del last
-    if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
-        raise _Fallback
-    events = tail.pop("traceEvents")
-    if events:
-        if not all(isinstance(e, dict) for e in events[:1000]):
+    done = _tail(bytes(buf), path, n_events)
+    if done is not None:
+        part, rest_keys, rest = done
+        if part is not None:
+            parts.append(part)
+        check_keys([*head_keys, *rest_keys] if head_keys is not None else None, path)
+        doc = {**{k: v for k, v in head.items() if k != "traceEvents"}, **rest}
+    else:  # a truncated (or odd) end: today's recovery over the dicts of the last chunk
+        prefix = b'{"traceEvents":['
+        last = prefix + bytes(buf)
+        del buf
+        try:
+            tail = orjson.loads(last)
+        except orjson.JSONDecodeError:
+            fixed = clean.repair_json(last)  # NaN / Infinity literals are not a truncation
+            if fixed is not None:
+                raise _Fallback from None  # the whole-document path repairs them, with its warning
+            tail, cut_at = _recover(last)
+            if tail is None:
+                raise _Fallback from None
+            kept = (offset + cut_at - len(prefix)) / max(total, 1)
+        del last
+        if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
             raise _Fallback
-        try:
-            frame, chunk_counts = _chunk_frame(events, path)
-        except InvalidTrace:
-            raise _Fallback from None
-        frames.append(frame)
-        counts.append(chunk_counts)
-    del events
-    if not frames:
+        events = tail.pop("traceEvents")
+        if events:
+            if not all(isinstance(e, dict) for e in events[:1000]):
+                raise _Fallback
+            try:
+                parts.append(_chunk_frame(raw_frame_from_dicts(events, path), n_events))
+            except InvalidTrace:
+                raise _Fallback from None
+        del events
+        doc = {**{k: v for k, v in head.items() if k != "traceEvents"}, **tail}
+    if not parts:
         raise _Fallback  # no events: the whole-document path says so in its own words
-    doc = {**{k: v for k, v in head.items() if k != "traceEvents"}, **tail}
-    return _finish(path, doc, frames, counts, stream.cut, kept, total)
+    return _finish(path, doc, parts, stream.cut, kept, total, stream.warnings)
 
 
-def _raw_frame(events: list, path: Path) -> pl.DataFrame:
-    """Top-level event fields and the ``args`` fields we use, built by polars from the dicts.
-
-    ``args`` are decoded as their own frame: polars would otherwise infer a type for every key
-    of every args dict, and some (nested ``Input Dims``...) have no common type.
-    """
-    top = {k: v for k, v in _RAW.items() if k != "args"}
+def _tail(rest: bytes, path: Path, first: int) -> tuple[_Part | None, list[str], dict] | None:
+    """The last events (``rest``: events, the array's ``]``, the keys after it, ``}``), the keys
+    after the array as written (repetitions included, for :func:`check_keys`) and their values;
+    None when ``rest`` is not exactly that (a truncated or malformed end: the caller recovers).
+    Where the array ends is where ``msgspec`` reports trailing characters after skipping it."""
+    piece = memoryview(b"[" + rest)
     try:
-        df = _typed_dicts(events, top)
+        msgspec.json.decode(piece, type=msgspec.Raw)
+        return None  # the array closes the input: no "}" after it
+    except msgspec.DecodeError as exc:
+        msg = str(exc)
+    tag = "trailing characters (byte "
+    at = msg.find(tag)
+    if at < 0:
+        return None
+    trail = int(msg[at + len(tag) : msg.index(")", at)]) - 1
+    end = trail - 1
+    while end > 0 and piece[end] in (32, 9, 10, 13):
+        end -= 1
+    if piece[end] != 0x5D:  # "]"
+        return None
+    obj = b"{" + bytes(piece[trail + 1 :]) if piece[trail] == 0x2C else bytes(piece[trail:])
+    if piece[trail] not in (0x2C, 0x7D):
+        return None
+    if obj[:1] == b"}":
+        if obj[1:].strip():
+            return None
+        keys, values = [], {}
+    else:
+        keys = object_keys(obj)
+        if keys is None:
+            return None
         try:
-            arg_dicts = [e.get("args") or {} for e in events]
-            args = _typed_dicts(arg_dicts, _ARGS.to_schema())
-        except Exception:  # non-object args somewhere: treat them as absent
-            arg_dicts = [a if isinstance(a := e.get("args"), dict) else {} for e in events]
-            args = _typed_dicts(arg_dicts, _ARGS.to_schema())
-    except Exception as exc:  # polars raises several types on malformed rows
-        raise InvalidTrace(f"malformed events ({_short(exc)})", path) from None
-    return df.with_columns(args.to_struct("args"))
-
-
-def _typed_dicts(rows: list, schema: dict) -> pl.DataFrame:
-    """``pl.from_dicts`` with ``schema``; if some value has the wrong JSON type (a string
-    where a number belongs, as ROCm's ``"0x0"``), read every column as text and cast, turning
-    values that do not parse into nulls."""
-    try:
-        return pl.from_dicts(rows, schema=schema, strict=False)
-    except Exception:
-        text = pl.from_dicts(rows, schema={k: pl.String for k in schema}, strict=False)
-        return text.select(pl.col(k).cast(v, strict=False) for k, v in schema.items())
-
-
-def _input_dims(raw: pl.DataFrame, events: list) -> pl.Series:
-    """``Input Dims`` as compact JSON text, for the shaped ops only (GEMM, conv, attention).
-
-    Input Dims nests to varying depth (tensor lists), which no single polars dtype holds, so
-    the few rows that need it are serialised with orjson, selected by a polars filter.
-    """
-    idx = (
-        raw.with_row_index("i")
-        .filter((pl.col("ph") == "X") & pl.col("name").str.contains(_SHAPED_OPS)
-                & pl.col("cat").str.to_lowercase().is_in(["cpu_op", "operator"]))
-        .get_column("i")
-        .to_list()
-    )
-    values: list[str | None] = [None] * raw.height
-    for i in idx:
-        args = events[i].get("args")
-        dims = args.get("Input Dims") if isinstance(args, dict) else None
-        if dims is not None:
-            values[i] = orjson.dumps(dims).decode()
-    return pl.Series("input_dims", values, dtype=pl.String)
+            values = orjson.loads(obj)
+        except orjson.JSONDecodeError:
+            return None
+    part = _events_part(piece[: end + 1], path, first)
+    return (part if part.counts["n"] else None), keys, values
 
 
 def _ns(ts: pl.Expr) -> pl.Expr:
@@ -585,11 +509,13 @@ def _ns(ts: pl.Expr) -> pl.Expr:
 
 
 def _canonical(raw: pl.DataFrame, base_ns: int) -> pl.DataFrame:
-    a = pl.col("args")
+    def a(key: str) -> pl.Expr:
+        return pl.col(f"args.{key}")
+
     cat = pl.col("cat").str.to_lowercase()
-    kind = cat.replace_strict(_KIND_OF_CAT, default="other", return_dtype=pl.String)
-    is_gpu = kind.is_in(["kernel", "memcpy", "memset", "gpu_sync", "gpu_annotation"])
-    stream = pl.coalesce(a.struct.field("stream"), pl.col("tid").str.extract(r"(\d+)").cast(pl.Int64, strict=False))
+    kind = cat.replace_strict(KIND_OF_CAT, default="other", return_dtype=pl.String)
+    is_gpu = kind.is_in(GPU_TIMELINE_KINDS)
+    stream = pl.coalesce(a("stream"), pl.col("tid").str.extract(r"(\d+)").cast(pl.Int64, strict=False))
     start = _ns(pl.col("ts")) + base_ns
     df = (
         raw.lazy()
@@ -609,22 +535,22 @@ def _canonical(raw: pl.DataFrame, base_ns: int) -> pl.DataFrame:
             pl.col("name").fill_null(""),
             start.alias("start_ns"),
             (start + (pl.col("dur") * 1000).round().cast(pl.Int64)).alias("end_ns"),
-            a.struct.field("correlation").alias("correlation"),
-            pl.coalesce(a.struct.field("External id"), a.struct.field("external id")).alias("external_id"),
-            a.struct.field("Sequence number").alias("seq"),
-            a.struct.field("Fwd thread id").alias("fwd_tid"),
-            a.struct.field("bytes").alias("bytes"),
-            a.struct.field("Collective name").alias("coll_name"),
-            a.struct.field("In msg nelems").alias("in_nelems"),
-            a.struct.field("Out msg nelems").alias("out_nelems"),
-            a.struct.field("Group size").alias("group_size"),
-            a.struct.field("dtype").alias("dtype"),
-            a.struct.field("Process Group Name").alias("pg_name"),
-            a.struct.field("Process Group Description").alias("pg_desc"),
-            a.struct.field("Process Group Ranks").alias("pg_ranks"),
-            a.struct.field("Seq").alias("coll_seq"),
-            a.struct.field("Src Rank").alias("src_rank"),
-            a.struct.field("Dst Rank").alias("dst_rank"),
+            a("correlation").alias("correlation"),
+            pl.coalesce(a("External id"), a("external id")).alias("external_id"),
+            a("Sequence number").alias("seq"),
+            a("Fwd thread id").alias("fwd_tid"),
+            a("bytes").alias("bytes"),
+            a("Collective name").alias("coll_name"),
+            a("In msg nelems").alias("in_nelems"),
+            a("Out msg nelems").alias("out_nelems"),
+            a("Group size").alias("group_size"),
+            a("dtype").alias("dtype"),
+            a("Process Group Name").alias("pg_name"),
+            a("Process Group Description").alias("pg_desc"),
+            a("Process Group Ranks").alias("pg_ranks"),
+            a("Seq").alias("coll_seq"),
+            a("Src Rank").alias("src_rank"),
+            a("Dst Rank").alias("dst_rank"),
             pl.col("input_dims"),
         )
         .with_columns(pl.lit(None, dtype=pl.Int32).alias("rank"))

@@ -1,0 +1,335 @@
+"""The typed Kineto decoder, and odd-but-valid or hostile Kineto inputs.
+
+* The frames are the ones the dict decoder (orjson + ``pl.from_dicts``) gave before the typed
+  decoder existed: ``tests/data/kineto_frames_frozen.json`` holds, for every fixture, the sha256
+  of the frame written as CSV, its schema, meta and warnings, recorded with that decoder.
+* Every gzip member is read; ``"ph": "x"`` and ``B``/``E`` pairs are complete events (times
+  checked against the decimal text of the input); a top-level key written twice is refused; a
+  gzip bomb is refused while streaming, in bounded memory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import json
+import subprocess
+import sys
+
+import orjson
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from traceanalyzer.errors import InvalidTrace
+from traceanalyzer.parsers import inflate, kineto
+from traceanalyzer.parsers.kineto_events import decode_typed, object_keys, raw_frame_from_dicts
+
+from conftest import DEMO, FIXTURES, ROOT, run_cli
+
+FROZEN = json.loads((ROOT / "tests" / "data" / "kineto_frames_frozen.json").read_text())
+ROCM = FIXTURES / "kineto" / "mi250_rocm62_minitoy.json.gz"
+BASE = 1_700_000_000_000_000_000
+
+
+def _digest(path):
+    df, meta, warns = kineto.parse_file(path)
+    return {
+        "rows": df.height,
+        "schema": [f"{k}:{v}" for k, v in df.schema.items()],
+        "csv_sha256": hashlib.sha256(df.write_csv().encode()).hexdigest(),
+        "meta": {k: v for k, v in meta.items() if k != "file"},
+        "warnings": [w.replace(str(path), "<file>") for w in warns],
+    }
+
+
+@pytest.mark.parametrize("rel", sorted(FROZEN), ids=lambda r: r.rsplit("/", 1)[-1][:40])
+def test_frames_equal_the_frozen_reference_of_the_dict_decoder(rel):
+    assert _digest(ROOT / rel) == FROZEN[rel]
+
+
+@pytest.mark.parametrize("rel", [str(DEMO.relative_to(ROOT)), str(ROCM.relative_to(ROOT))])
+def test_frames_equal_the_frozen_reference_in_many_small_chunks(monkeypatch, rel):
+    monkeypatch.setattr(kineto, "_CHUNK", 1 << 16)
+    monkeypatch.setattr(kineto, "_BLOCK", 1 << 14)
+    assert _digest(ROOT / rel) == FROZEN[rel]
+
+
+def _events_text(path) -> bytes:
+    raw = gzip.decompress(path.read_bytes())
+    doc = orjson.loads(raw)
+    return orjson.dumps(doc["traceEvents"])
+
+
+@pytest.mark.parametrize("path", [DEMO, ROCM], ids=lambda p: p.name[:20])
+def test_typed_and_dict_decoders_give_the_same_raw_frame(path):
+    text = _events_text(path)
+    typed = decode_typed(text)
+    from_dicts = raw_frame_from_dicts(orjson.loads(text), path)
+    assert typed is not None
+    assert_frame_equal(typed[0], from_dicts[0])
+    assert typed[1:] == from_dicts[1:]
+    assert typed[0].height < typed[1]  # flow / instant / metadata events are counted, not kept
+    if path == ROCM:  # "0x0" strings in numeric args are null, as the dict decoder makes them
+        assert typed[0]["args.stream"].null_count() > 0
+
+
+@pytest.mark.parametrize("odd", [{"bytes": 1.5}, {"stream": True}, {"dtype": 3}, {"correlation": 2**63}])
+def test_values_of_other_json_types_go_to_the_dict_decoder(odd):
+    events = orjson.loads(_events_text(ROCM))
+    k = next(e for e in events if e.get("cat") == "kernel")
+    k["args"].update(odd)
+    assert decode_typed(orjson.dumps(events)) is None
+
+
+def test_object_keys_lists_repeated_keys_in_order():
+    assert object_keys(b' {"a": [1, {"a": 2}], "b": "}", "a" : null } ') == ["a", "b", "a"]
+    assert object_keys(b"{}") == []
+    assert object_keys(b'{"a": 1') is None
+    assert object_keys(b'[1, 2]') is None
+    assert object_keys(b'{"a": 1} x') is None
+
+
+# ---------------------------------------------------------------------------------------------
+# gzip members
+
+
+def _pretty(doc: dict) -> bytes:
+    head = orjson.dumps({k: v for k, v in doc.items() if k != "traceEvents"})[1:-1]
+    body = b",".join(b"\n  " + orjson.dumps(e) for e in doc["traceEvents"])
+    return b"{" + head + b',\n"traceEvents": [' + body + b"\n]\n}"
+
+
+def _same_parse(a, b):
+    assert_frame_equal(a[0], b[0])
+    ma, mb = dict(a[1]), dict(b[1])
+    ma.pop("file"), mb.pop("file")
+    assert ma == mb
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["streaming", "whole-document"])
+def test_every_gzip_member_is_read_and_equals_the_concatenated_json(tmp_path, whole):
+    text = _pretty(orjson.loads(gzip.decompress(DEMO.read_bytes())))
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(text)
+    cuts = [len(text) // 7, len(text) // 2, len(text) - 100]
+    parts = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+    multi = tmp_path / "multi.json.gz"
+    multi.write_bytes(b"".join(gzip.compress(p) for p in parts) + gzip.compress(b""))
+    assert gzip.decompress(multi.read_bytes()) == text  # what gzip -dc gives
+    parse = kineto._parse_whole if whole else kineto.parse_file
+    got, want = parse(multi), parse(plain)
+    _same_parse(got, want)
+    assert got[2] == [] and got[1]["truncated"] is False
+    # the first member alone is a truncated trace: what reading one member used to give
+    first = tmp_path / "first.json.gz"
+    first.write_bytes(gzip.compress(parts[0]))
+    assert parse(first)[0].height < got[0].height / 5
+
+
+def test_trailing_bytes_after_the_gzip_data_are_counted_in_a_warning(tmp_path):
+    raw = gzip.decompress(ROCM.read_bytes())
+    p = tmp_path / "junk.json.gz"
+    p.write_bytes(gzip.compress(raw) + bytes(100) + b"junk" * 10)
+    df, _meta, warns = kineto.parse_file(p)
+    assert df.height == kineto.parse_file(ROCM)[0].height
+    assert warns == [f"{p}: ignored 40 bytes after the end of the gzip data (not a gzip member)"]
+
+
+# ---------------------------------------------------------------------------------------------
+# phases
+
+
+def _trace(events: list) -> dict:
+    return {"schemaVersion": 1, "traceEvents": events, "baseTimeNanoseconds": BASE}
+
+
+def _kernel(name, ts, dur, stream=7, corr=1, ph="X"):
+    e = {"ph": ph, "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts,
+         "args": {"correlation": corr, "stream": stream, "External id": corr}}
+    if dur is not None:
+        e["dur"] = dur
+    return e
+
+
+def _load(tmp_path, doc, name="t.json"):
+    p = tmp_path / name
+    p.write_bytes(_pretty(doc))
+    return p, kineto.parse_file(p)
+
+
+def test_lower_case_x_is_a_complete_event(tmp_path):
+    upper = _trace([_kernel("a", 10.5, 2.25), _kernel("b", 20.0, 1.0, corr=2)])
+    lower = _trace([_kernel("a", 10.5, 2.25, ph="x"), _kernel("b", 20.0, 1.0, corr=2)])
+    _, a = _load(tmp_path, upper, "u.json")
+    _, b = _load(tmp_path, lower, "l.json")
+    assert_frame_equal(a[0], b[0])
+    assert b[0]["start_ns"].to_list() == [BASE + 10_500, BASE + 20_000]
+
+
+def test_begin_end_pairs_become_complete_events_matched_per_thread(tmp_path):
+    def b(name, ts, tid, cat="kernel", **args):
+        return {"ph": "B", "cat": cat, "name": name, "pid": 0, "tid": tid, "ts": ts, "args": args}
+
+    def e(ts, tid):
+        return {"ph": "E", "pid": 0, "tid": tid, "ts": ts}
+
+    events = [
+        # stream 7: back to back kernels, the end of one at the time the next begins
+        b("k1", 100.125, 7, correlation=11, stream=7), e(200.5, 7),
+        b("k2", 200.5, 7, correlation=12, stream=7), e(300.0, 7),
+        # host thread 5: nested ranges, written outer begin, inner begin, inner end, outer end
+        b("outer", 50.0, 5, cat="user_annotation"), b("inner", 60.0, 5, cat="user_annotation"),
+        e(70.0, 5), e(400.0, 5),
+        # a complete kernel on another stream, and an end with no begin on thread 9
+        _kernel("k3", 150.0, 10.0, stream=8, corr=13), e(500.0, 9),
+    ]
+    p, (df, meta, warns) = _load(tmp_path, _trace(events))
+    got = {r["name"]: (r["kind"], r["start_ns"] - BASE, r["end_ns"] - BASE) for r in df.iter_rows(named=True)}
+    assert got == {
+        "k1": ("kernel", 100_125, 200_500),
+        "k2": ("kernel", 200_500, 300_000),
+        "outer": ("annotation", 50_000, 400_000),
+        "inner": ("annotation", 60_000, 70_000),
+        "k3": ("kernel", 150_000, 160_000),
+    }
+    assert df.filter(pl.col("name") == "k1")["correlation"].to_list() == [11]
+    assert warns == [f"{p}: ignored 1 begin/end ('B'/'E') events without a partner on their thread"]
+
+
+def test_begin_end_pairs_across_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(kineto, "_CHUNK", 1 << 12)
+    monkeypatch.setattr(kineto, "_BLOCK", 1 << 10)
+    events = []
+    for i in range(200):
+        t = 1000.0 * i
+        events.append({"ph": "B", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": t,
+                       "args": {"correlation": i, "pad": "x" * 40}})
+        events.append({"ph": "E", "pid": 0, "tid": 7, "ts": t + 500.25})
+    _, (df, _meta, warns) = _load(tmp_path, _trace(events))
+    assert warns == []
+    assert df.height == 200
+    assert (df["end_ns"] - df["start_ns"]).to_list() == [500_250] * 200
+    assert df["correlation"].to_list() == list(range(200))
+
+
+# ---------------------------------------------------------------------------------------------
+# duplicate top-level keys
+
+
+def _dup_cases(doc: dict) -> dict[str, bytes]:
+    text = _pretty(doc)
+    half = orjson.dumps(doc["traceEvents"][: len(doc["traceEvents"]) // 2])
+    meta = orjson.dumps({k: v for k, v in doc.items() if k != "traceEvents"})[1:-1]
+    full = orjson.dumps(doc["traceEvents"])
+    return {
+        "second_after": text[: text.rstrip().rfind(b"}")] + b',\n"traceEvents": ' + half + b"\n}",
+        "second_first_compact": b'{"traceEvents":' + half + b"," + meta + b',"traceEvents":' + full + b"}",
+        "base_twice": text[: text.rstrip().rfind(b"}")] + b',\n"baseTimeNanoseconds": 1\n}',
+    }
+
+
+@pytest.mark.parametrize("case", ["second_after", "second_first_compact", "base_twice"])
+def test_a_top_level_key_written_twice_is_refused_naming_the_file(tmp_path, case):
+    doc = orjson.loads(gzip.decompress(ROCM.read_bytes()))
+    p = tmp_path / f"{case}.json"
+    p.write_bytes(_dup_cases(doc)[case])
+    key = "baseTimeNanoseconds" if case == "base_twice" else "traceEvents"
+    for parse in (kineto.parse_file, kineto._parse_whole):
+        with pytest.raises(InvalidTrace) as exc:
+            parse(p)
+        assert str(p) in str(exc.value) and f"'{key}'" in str(exc.value) and "more than once" in str(exc.value)
+    r = run_cli("breakdown", p, "-f", "json")
+    assert r.returncode == 4 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [f"traceanalyzer: error: {p}: {exc.value.message}"]
+
+
+# ---------------------------------------------------------------------------------------------
+# inflation cap
+
+
+def _bomb(inflated: int) -> bytes:
+    spec = importlib.util.spec_from_file_location("make_bad_corpus", ROOT / "scripts" / "make_bad_corpus.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    return gen.bomb(inflated)
+
+
+_MEASURE = """
+import resource, subprocess, sys
+r = subprocess.run([sys.executable, "-m", "traceanalyzer", "breakdown", sys.argv[1], "-f", "json"],
+                   capture_output=True, text=True)
+print(r.returncode)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+print(r.stderr.strip())
+"""
+
+
+def test_a_6gib_gzip_bomb_is_refused_under_1gb_of_memory(tmp_path):
+    p = tmp_path / "bomb.json.gz"
+    p.write_bytes(_bomb(6 << 30))
+    assert p.stat().st_size < 7 << 20
+    r = subprocess.run([sys.executable, "-c", _MEASURE, str(p)], capture_output=True, text=True, cwd=ROOT,
+                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    rc, rss_kib, err = r.stdout.split("\n", 2)
+    assert int(rc) == 4, err
+    assert int(rss_kib) < 1 << 20, f"peak RSS {int(rss_kib) >> 10} MiB"
+    assert err.startswith(f"traceanalyzer: error: {p}: gzip data inflates more than 200 times")
+    assert "decompression bomb" in err and len(err.splitlines()) == 1
+
+
+def test_inflation_limits_are_set_by_environment_variables(tmp_path, monkeypatch):
+    inflated = len(gzip.decompress(DEMO.read_bytes()))
+    monkeypatch.setenv("TRACEANALYZER_MAX_INFLATED", "1M")
+    assert inflate.limits() == (200.0, 1 << 20)
+    for parse in (kineto.parse_file, kineto._parse_whole):
+        with pytest.raises(InvalidTrace, match="inflates to more than 1,048,576 bytes"):
+            parse(DEMO)
+    monkeypatch.setenv("TRACEANALYZER_MAX_INFLATED", str(inflated))
+    assert kineto.parse_file(DEMO)[0].height > 0
+    # the ratio applies beyond RATIO_FLOOR bytes only; 0 turns it off
+    monkeypatch.setattr(inflate, "RATIO_FLOOR", 1 << 20)
+    monkeypatch.setenv("TRACEANALYZER_MAX_INFLATION_RATIO", "2")
+    with pytest.raises(InvalidTrace, match="inflates more than 2 times"):
+        kineto.parse_file(DEMO)
+    monkeypatch.setenv("TRACEANALYZER_MAX_INFLATION_RATIO", "0")
+    assert kineto.parse_file(DEMO)[0].height > 0
+
+
+def test_an_unreadable_limit_is_a_usage_error_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("TRACEANALYZER_MAX_INFLATION_RATIO", "lots")
+    with pytest.raises(inflate.BadSetting) as exc:
+        kineto.parse_file(DEMO)
+    assert exc.value.exit_code == 2 and "TRACEANALYZER_MAX_INFLATION_RATIO" in str(exc.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# absurd timestamps within the trace's span
+
+
+@pytest.mark.parametrize("src", [ROCM, sorted((FIXTURES / "kineto" / "dlrm-v100-8rank").glob("*.json.gz"))[0]],
+                         ids=["base-time", "epoch"])
+def test_a_kernel_at_t0_a_minute_before_the_rest_is_dropped_with_a_count(tmp_path, src):
+    """Timestamps moved so the trace starts 60 s after its time origin: a kernel copied to t=0 is
+    within the 10-minute cluster, but starts a minute before the call that launched it."""
+    import traceanalyzer as ta
+
+    doc = orjson.loads(gzip.decompress(src.read_bytes()))
+    ev = doc["traceEvents"]
+    t0 = min(e["ts"] for e in ev if isinstance(e.get("ts"), (int, float)) and e.get("ph") == "X")
+    for e in ev:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] = e["ts"] - t0 + 60_000_000
+    shifted = tmp_path / "shifted.json"
+    shifted.write_bytes(orjson.dumps(doc))
+    k = next(e for e in ev if e.get("cat") == "kernel" and e.get("ph") == "X")
+    ev.append({**k, "ts": 0})
+    stray = tmp_path / "stray.json"
+    stray.write_bytes(orjson.dumps(doc))
+    a, b = ta.load(shifted), ta.load(stray)
+    assert [w for w in b.warnings if "before the runtime call" in w] == [
+        f"{stray}: dropped 1 GPU events that start before the runtime call that launched them "
+        "(more than 1 ms earlier: absurd timestamps)"
+    ]
+    assert_frame_equal(ta.breakdown(a), ta.breakdown(b))

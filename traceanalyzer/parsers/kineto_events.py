@@ -1,0 +1,321 @@
+"""Kineto event objects -> the raw columns the parser reads (one chunk of events at a time).
+
+Two decoders give the same frame:
+
+* the typed one (:func:`decode_typed`): ``msgspec`` Structs that name only the fields we read, so
+  the decoder skips every other key natively and never builds a Python dict per event; each
+  field becomes a column through ``map(attrgetter)`` (C-level iteration, no Python loop);
+* the dict one (:func:`raw_frame_from_dicts`): ``orjson`` dicts turned into columns by
+  ``pl.from_dicts`` with an explicit schema. It accepts anything JSON can hold and applies the
+  historical leniency (a string such as ROCm's ``"0x0"`` where a number belongs becomes null, a
+  float where an integer belongs is truncated, non-object ``args`` count as absent).
+
+The typed decoder only accepts chunks whose every value has the JSON type the frame expects
+(``msgspec.ValidationError`` otherwise), and the caller then decodes that chunk with the dict
+decoder: the frame is the same either way, and odd chunks keep their historical handling.
+
+Raw frame columns: ``ph`` (``"x"`` is read as ``"X"``), ``cat``, ``name``, ``pid``, ``tid`` (text),
+``ts``, ``dur`` (float µs), one ``args.<key>`` column per entry of :data:`ARG_SCHEMA`, and
+``input_dims`` (compact JSON text, shaped ops only).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from itertools import compress
+from operator import attrgetter
+from typing import Annotated
+
+import msgspec
+from msgspec.structs import astuple
+import orjson
+import polars as pl
+import pyarrow as pa
+
+from traceanalyzer.errors import InvalidTrace
+
+#: the ``args`` keys we read, with their column types
+ARG_SCHEMA: dict[str, pl.DataType] = {
+    "External id": pl.Int64,
+    "external id": pl.Int64,
+    "correlation": pl.Int64,
+    "stream": pl.Int64,
+    "device": pl.Int64,
+    "Sequence number": pl.Int64,
+    "Fwd thread id": pl.Int64,
+    "bytes": pl.Int64,
+    "Collective name": pl.String,
+    "In msg nelems": pl.Int64,
+    "Out msg nelems": pl.Int64,
+    "Group size": pl.Int64,
+    "dtype": pl.String,
+    "Process Group Name": pl.String,
+    "Process Group Description": pl.String,
+    "Process Group Ranks": pl.String,
+    "Seq": pl.Int64,
+    "Src Rank": pl.Int64,
+    "Dst Rank": pl.Int64,
+}
+#: top-level event fields and their column types
+TOP_SCHEMA: dict[str, pl.DataType] = {
+    "ph": pl.String,
+    "cat": pl.String,
+    "name": pl.String,
+    "pid": pl.String,
+    "tid": pl.String,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+}
+#: every column of a raw frame, in order
+RAW_SCHEMA: dict[str, pl.DataType] = {
+    **TOP_SCHEMA,
+    **{f"args.{k}": v for k, v in ARG_SCHEMA.items()},
+    "input_dims": pl.String,
+}
+#: ops whose ``Input Dims`` we keep (FLOPs counting needs GEMM/conv/attention shapes only)
+SHAPED_OPS = r"(?i)(mm|linear|matmul|conv|attention|einsum)"
+
+# ---------------------------------------------------------------------------------------------
+# the typed decoder
+
+_I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_ATTR = {k: "a_" + "".join(ch if ch.isalnum() else "_" for ch in k.lower()) for k in ARG_SCHEMA}
+_ATTR["External id"] = "a_external_id_cap"  # the two spellings must not share an attribute
+
+# integer args may hold strings (ROCm writes "0x0" for some): read as text, cast, non-numbers
+# become null, as the dict decoder does
+_arg_fields = [
+    (_ATTR[k], (_I64 | str if v == pl.Int64 else str) | None, msgspec.field(default=None, name=k))
+    for k, v in ARG_SCHEMA.items()
+]
+_NO_RAW = msgspec.Raw()  # a Raw cannot be in a union with None: empty means "absent"
+_arg_fields.append(("a_input_dims", msgspec.Raw, msgspec.field(default=_NO_RAW, name="Input Dims")))
+_Args = msgspec.defstruct("_Args", _arg_fields, frozen=True, gc=False)
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    # a missing pid/tid is "" (the canonical frame fills nulls with "" anyway), so that the
+    # column is ``map(str, ...)`` of ints and strings; an explicit null goes to the dict decoder
+    pid: _I64 | str = ""
+    tid: _I64 | str = ""
+    ts: float | None = None
+    dur: float | None = None
+    args: _Args = _NO_ARGS
+
+
+_DECODER = msgspec.json.Decoder(list[_Event])
+#: pyarrow builds the columns from the decoded values (polars scans a mostly-null Python
+#: sequence in Python for its first value; pyarrow converts in C)
+_ARROW = {pl.Int64: pa.int64(), pl.Float64: pa.float64(), pl.String: pa.large_string()}
+#: malloc, not pyarrow's default mimalloc pool: the columns are handed to polars, and memory
+#: freed there goes back to the process instead of staying cached in a second allocator
+_POOL = pa.system_memory_pool()
+_GET_PH = attrgetter("ph")
+_GET_REST = attrgetter(*[k for k in TOP_SCHEMA if k != "ph"], "args")
+#: the phases whose events become rows (complete, begin, end); the others only count
+KEPT_PHASES = ["X", "B", "E"]
+
+
+def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
+    """The raw frame of a JSON array of events (``bytes``-like) holding the rows of complete and
+    begin/end events (``row`` column: the event's index in ``piece``), with the number of events
+    and of events without ``ph``; None when some value has a JSON type the typed decoder does
+    not take (decode the chunk with :func:`raw_frame_from_dicts` then). Malformed JSON raises
+    ``msgspec.DecodeError``.
+
+    Fields become columns through C-level iteration (``map`` over ``attrgetter`` /
+    ``astuple``, ``zip`` to transpose); the other phases (flow, instant, metadata: a third to a
+    half of a Kineto trace) are left out before that, so their fields are never touched.
+    """
+    try:
+        events = _DECODER.decode(piece)
+    except msgspec.ValidationError:
+        return None
+    n = len(events)
+    ph = pl.Series("ph", list(map(_GET_PH, events)), dtype=pl.String)
+    no_ph = ph.null_count()
+    ph = pl.select(pl.when(ph == "x").then(pl.lit("X")).otherwise(ph).alias("ph")).to_series()
+    keep = ph.is_in(KEPT_PHASES)
+    rows = keep.arg_true()
+    if rows.len() < n:
+        events = list(compress(events, keep.to_list()))
+        ph = ph.gather(rows)
+    cols: dict[str, pl.Series] = {"row": rows.cast(pl.Int64), "ph": ph}
+    if events:
+        *top, args = zip(*map(_GET_REST, events))
+        arg_cols = list(zip(*map(astuple, args)))
+    else:
+        top, arg_cols = [()] * (len(TOP_SCHEMA) - 1), [()] * (len(ARG_SCHEMA) + 1)
+    arrays = {}
+    for (k, dtype), values in zip(list(TOP_SCHEMA.items())[1:], top):
+        if k in ("pid", "tid"):  # ints and strings, as text
+            values = list(map(str, values))
+        if dtype == pl.String:  # nearly never null: polars builds these natively
+            cols[k] = pl.Series(k, values, dtype=pl.String)
+        else:
+            arrays[k] = pa.array(values, type=_ARROW[dtype], memory_pool=_POOL)
+    for (k, dtype), values in zip(ARG_SCHEMA.items(), arg_cols):
+        try:
+            arrays[f"args.{k}"] = pa.array(values, type=_ARROW[dtype], memory_pool=_POOL)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # strings among the integers
+            cols[f"args.{k}"] = pl.Series(values, dtype=pl.String, strict=False).cast(dtype, strict=False)
+    df = pl.DataFrame(cols).hstack(pl.from_arrow(pa.table(arrays)).get_columns()).select("row", *list(RAW_SCHEMA)[:-1])
+    dims = arg_cols[-1]
+    return df.with_columns(_input_dims(df, lambda i: _raw_dims(dims[i]))), n, no_ph
+
+
+def _raw_dims(raw) -> object:
+    return orjson.loads(memoryview(raw)) if len(raw) else None
+
+
+def _normal_ph() -> pl.Expr:
+    """``"x"`` (no such phase in the Chrome trace format) is a complete event written lower-case."""
+    ph = pl.col("ph")
+    return pl.when(ph == "x").then(pl.lit("X")).otherwise(ph).alias("ph")
+
+
+# ---------------------------------------------------------------------------------------------
+# the dict decoder
+
+
+def raw_frame_from_dicts(events: list, path) -> tuple[pl.DataFrame, int, int]:
+    """As :func:`decode_typed`, from event dicts: top-level event fields and the ``args``
+    fields we use, built by polars.
+
+    ``args`` are decoded as their own frame: polars would otherwise infer a type for every key
+    of every args dict, and some (nested ``Input Dims``...) have no common type.
+    """
+    try:
+        df = _typed_dicts(events, TOP_SCHEMA)
+        try:
+            arg_dicts = [e.get("args") or {} for e in events]
+            args = _typed_dicts(arg_dicts, ARG_SCHEMA)
+        except Exception:  # non-object args somewhere: treat them as absent
+            arg_dicts = [a if isinstance(a := e.get("args"), dict) else {} for e in events]
+            args = _typed_dicts(arg_dicts, ARG_SCHEMA)
+    except Exception as exc:  # polars raises several types on malformed rows
+        raise InvalidTrace(f"malformed events ({short(exc)})", path) from None
+    df = pl.concat([df, args.rename({k: f"args.{k}" for k in ARG_SCHEMA})], how="horizontal")
+    df = df.with_columns(_normal_ph())
+
+    def dims(i: int) -> object:
+        a = events[i].get("args")
+        return a.get("Input Dims") if isinstance(a, dict) else None
+
+    df = df.with_columns(_input_dims(df, dims))
+    n, no_ph = df.height, df.get_column("ph").null_count()
+    df = df.with_row_index("row").filter(pl.col("ph").is_in(KEPT_PHASES))
+    return df.with_columns(pl.col("row").cast(pl.Int64)).select(["row", *RAW_SCHEMA]), n, no_ph
+
+
+def _typed_dicts(rows: list, schema: dict) -> pl.DataFrame:
+    """``pl.from_dicts`` with ``schema``; if some value has the wrong JSON type (a string
+    where a number belongs, as ROCm's ``"0x0"``), read every column as text and cast, turning
+    values that do not parse into nulls."""
+    try:
+        return pl.from_dicts(rows, schema=schema, strict=False)
+    except Exception:
+        text = pl.from_dicts(rows, schema={k: pl.String for k in schema}, strict=False)
+        return text.select(pl.col(k).cast(v, strict=False) for k, v in schema.items())
+
+
+def _input_dims(raw: pl.DataFrame, dims_of) -> pl.Series:
+    """``Input Dims`` as compact JSON text, for the shaped ops only (GEMM, conv, attention).
+
+    Input Dims nests to varying depth (tensor lists), which no single polars dtype holds, so
+    the few rows that need it are serialised with orjson, selected by a polars filter.
+    """
+    idx = (
+        raw.select(
+            pl.arg_where(
+                (pl.col("ph") == "X")
+                & pl.col("name").str.contains(SHAPED_OPS)
+                & pl.col("cat").str.to_lowercase().is_in(["cpu_op", "operator"])
+            )
+        )
+        .to_series()
+        .to_list()
+    )
+    values: list[str | None] = [None] * raw.height
+    for i in idx:  # the shaped ops only
+        dims = dims_of(i)
+        if dims is not None:
+            values[i] = orjson.dumps(dims).decode()
+    return pl.Series("input_dims", values, dtype=pl.String)
+
+
+def short(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:120]
+
+
+# ---------------------------------------------------------------------------------------------
+# the keys of a JSON object, duplicates included
+
+_KEY = re.compile(rb'\s*("(?:[^"\\]|\\.)*")\s*:\s*', re.S)
+
+
+def _skip_value(mv: memoryview, i: int) -> int:
+    """Index of the first non-blank character after the JSON value starting at ``mv[i]``, or -1
+    when the value is malformed or runs to the end of the input. ``msgspec`` skips the value
+    natively (``Raw``: no Python objects) and reports where the trailing characters start."""
+    try:
+        msgspec.json.decode(mv[i:], type=msgspec.Raw)
+    except msgspec.DecodeError as exc:
+        msg = str(exc)
+        tag = "trailing characters (byte "
+        at = msg.find(tag)
+        if at < 0:
+            return -1
+        return i + int(msg[at + len(tag) : msg.index(")", at)]) - 1
+    return -1
+
+
+def object_keys(data) -> list[str] | None:
+    """The keys of the JSON object ``data`` holds, in order and with repetitions (a JSON decoder
+    keeps only the last of duplicated keys); None when ``data`` is not one well-formed object.
+    One step per key: the values are skipped natively (:func:`_skip_value`)."""
+    mv = memoryview(data)
+    n = len(mv)
+    i = 0
+    while i < n and data[i] in b" \t\r\n":
+        i += 1
+    if i >= n or data[i] != 0x7B:  # "{"
+        return None
+    i += 1
+    while i < n and data[i] in b" \t\r\n":
+        i += 1
+    if i < n and data[i] == 0x7D:
+        return []
+    keys: list[str] = []
+    while True:
+        m = _KEY.match(data, i)
+        if not m:
+            return None
+        try:
+            keys.append(json.loads(m.group(1)))
+        except ValueError:
+            return None
+        j = _skip_value(mv, m.end())
+        if j < 0:
+            return None
+        if data[j] == 0x2C:  # ","
+            i = j + 1
+            continue
+        if data[j] == 0x7D and not bytes(mv[j + 1 :]).strip():
+            return keys
+        return None
+
+
+def duplicated(keys: list[str]) -> list[str]:
+    seen: set[str] = set()
+    dups: list[str] = []
+    for k in keys:
+        if k in seen and k not in dups:
+            dups.append(k)
+        seen.add(k)
+    return dups
