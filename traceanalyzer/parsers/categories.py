@@ -13,6 +13,7 @@ from traceanalyzer.schema import GPU_WORK_KINDS
 #: lower-cased ``cat`` -> canonical kind; anything else is ``other``
 KIND_OF_CAT: dict[str, str] = {
     "kernel": "kernel",
+    "mtia_ccp_events": "kernel",  # MTIA device work (HTA counts every row as busy time)
     "gpu_memcpy": "memcpy",
     "memcpy": "memcpy",
     "gpu_memset": "memset",
@@ -26,6 +27,7 @@ KIND_OF_CAT: dict[str, str] = {
     "cuda_driver": "runtime",
     "runtime": "runtime",
     "driver": "runtime",
+    "mtia_runtime": "runtime",  # MTIA host runtime calls
     "python_function": "python",
 }
 
