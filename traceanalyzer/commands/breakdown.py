@@ -10,8 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from traceanalyzer.classify import analyze
-from traceanalyzer.commands.common import Format, load_with_progress, output_stream, print_warnings
+from traceanalyzer.commands.common import AddressOpt, Engine, EngineOpt, Format, QuietOpt, WorkersOpt, analyse_paths, output_stream, print_warnings
 from traceanalyzer.render import json as json_render
 from traceanalyzer.classify.comm import DEFAULT_BUS_BW_GBPS
 from traceanalyzer.errors import ConfigError
@@ -35,6 +34,10 @@ def breakdown(
             "and reuse them while the file is unchanged (size and mtime).",
         ),
     ] = False,
+    workers: WorkersOpt = None,
+    engine: EngineOpt = Engine.local,
+    address: AddressOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Split every rank's GPU time, per step, into compute / recompute / exposed comm / other / idle."""
     if bus_bw <= 0:
@@ -44,8 +47,8 @@ def breakdown(
             re.compile(recompute_range)
         except re.error as exc:
             raise ConfigError(f"--recompute-range is not a valid regex: {exc}") from None
-    trace = load_with_progress(paths, show=True, cache=cache)
-    analysis = analyze(trace, None if whole_trace else step_range, recompute_pattern=recompute_range, bus_bw_gbps=bus_bw)
+    analysis = analyse_paths(paths, None if whole_trace else step_range, recompute_pattern=recompute_range, bus_bw_gbps=bus_bw,
+                             cache=cache, workers=workers, engine=engine, address=address, quiet=quiet)
     if format is Format.json:
         with output_stream(output) as fh:
             fh.write(json_render.dumps(json_render.document(analysis)))

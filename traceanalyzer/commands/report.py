@@ -8,8 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.classify import analyze
-from traceanalyzer.commands.common import load_with_progress, output_stream, print_warnings
+from traceanalyzer.commands.common import AddressOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, analyse_paths, output_stream, print_warnings
 from traceanalyzer.errors import TraceAnalyzerError
 
 
@@ -48,6 +47,10 @@ def report(
     rank: Annotated[Optional[int], typer.Option("--rank", help="Rank whose per-step timeline is shown (default: the slowest).")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
     top: Annotated[int, typer.Option("--top", min=1, max=1000, help="Rows in the top-kernel and top-collective tables.")] = 10,
+    workers: WorkersOpt = None,
+    engine: EngineOpt = Engine.local,
+    address: AddressOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Write a report to attach to a ticket: headline, plots, top kernels and collectives, how to reproduce."""
     from traceanalyzer.report import model as report_model
@@ -56,10 +59,10 @@ def report(
         raise typer.BadParameter(f"--format {format.value} writes files: give the report file with -o", param_hint="'-o'")
     if output is not None and output.is_dir():
         raise typer.BadParameter(f"{output} is a directory: give the report file name", param_hint="'-o'")
-    trace = load_with_progress(paths, show=True)
+    analysis = analyse_paths(paths, step_range, keep="gpu", workers=workers, engine=engine, address=address, quiet=quiet)
+    trace = analysis.trace
     if rank is not None and rank not in trace.ranks:
         raise typer.BadParameter(f"no rank {rank} in the trace (it has {len(trace.ranks)}: {trace.ranks[:16]})", param_hint="'--rank'")
-    analysis = analyze(trace, step_range)
     m = report_model.build(
         analysis, rank=rank, config=config, step_range=step_range, top=top,
         command=_command(paths, config, format, embed, output, rank, step_range, top),

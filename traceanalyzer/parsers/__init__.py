@@ -98,9 +98,10 @@ def _load_kineto(files: list[Path], progress: ProgressFn | None, cache: bool = F
     return Trace(events=events, meta=meta, warnings=warnings, sources=list(files))
 
 
-def _parse_kineto_file(f: Path, cache: bool) -> tuple[pl.DataFrame, dict, list[str]]:
+def _parse_kineto_file(f: Path, cache: bool, progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, dict, list[str]]:
     """Parse and clean one rank file (de-duplicate, drop stray events, cut a truncated trace back
-    to its complete steps); with ``cache``, through the Parquet parse cache."""
+    to its complete steps); with ``cache``, through the Parquet parse cache. ``progress(n)``:
+    bytes of the file read since the last call (see :func:`kineto.parse_file`)."""
     if cache:
         from traceanalyzer.parsers import cache as parse_cache
 
@@ -108,7 +109,7 @@ def _parse_kineto_file(f: Path, cache: bool) -> tuple[pl.DataFrame, dict, list[s
         if hit is not None:
             return hit
     clean.sniff_foreign(f)
-    df, meta, warns = kineto.parse_file(f)
+    df, meta, warns = kineto.parse_file(f, progress) if progress is not None else kineto.parse_file(f)
     df, more = clean.clean_events(df, f)
     if meta.get("truncated"):
         df, trimmed = clean.trim_truncated(df, f)

@@ -23,6 +23,7 @@ import re
 import threading
 import zlib
 from pathlib import Path
+from typing import Callable
 
 import orjson
 import polars as pl
@@ -214,7 +215,7 @@ def rank_from_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def parse_file(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
+def parse_file(path: Path, progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, dict, list[str]]:
     """Parse one Kineto file into (events without rank column filled, meta dict, warnings).
 
     Streams the file: the ``traceEvents`` array is decoded a chunk of events at a time
@@ -222,13 +223,14 @@ def parse_file(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
     Python objects, never the whole document as Python dicts. Anything the streaming reader
     does not recognise (a bare-array trace, a corrupt middle, a truncation it cannot repair)
     falls back to the whole-document path (:func:`_parse_whole`), which gives the same result
-    and the same error messages.
+    and the same error messages. ``progress(n)``: called with the bytes of the file (compressed
+    bytes for gzip) read since the last call.
     """
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived dicts: the cyclic GC would double the decode time
     try:
         try:
-            return _parse_streaming(path)
+            return _parse_streaming(path, progress)
         except _Fallback:
             return _parse_whole(path)
     finally:
@@ -306,10 +308,11 @@ class _Fallback(Exception):
 class _Stream:
     """Decompressed blocks of a file (plain or gzip), with whether the gzip stream was cut."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, progress: Callable[[int], None] | None = None):
         self.path = path
         self.cut = False
         self.total = 0
+        self.progress = progress or (lambda n: None)  # bytes of the file consumed since the last call
 
     def blocks(self):
         path = self.path
@@ -321,6 +324,7 @@ class _Stream:
                 data = first
                 while data:
                     self.total += len(data)
+                    self.progress(len(data))
                     yield data
                     data = fh.read(_BLOCK)
                 return
@@ -334,6 +338,7 @@ class _Stream:
                         raise InvalidTrace(f"corrupt gzip data ({exc})", path) from None
                     self.cut = True
                     return
+                self.progress(len(data) - len(d.unconsumed_tail))
                 if out:
                     self.total += len(out)
                     yield out
@@ -433,8 +438,8 @@ def _decode_events(buf: bytearray, cut: int) -> list:
     return events
 
 
-def _parse_streaming(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
-    stream = _Stream(path)
+def _parse_streaming(path: Path, progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, dict, list[str]]:
+    stream = _Stream(path, progress)
     blocks = _prefetched(stream.blocks())
     try:
         return _parse_blocks(path, stream, blocks)

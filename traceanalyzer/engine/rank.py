@@ -1,0 +1,223 @@
+"""The map step: one rank's events -> a compact :class:`RankResult`.
+
+Everything here needs one rank only: the step windows, the recompute marking, the labels, the
+partition with every cause column, the collective instances (type, bytes, group, step, instance:
+what cross-rank matching needs), the exposed communication per type / group / dimension, the
+recomputed ops by name, and the small tables the job checks need (step starts, median event
+time). The raw events never leave the worker unless a renderer asks for them (``keep``).
+
+Errors about the input (:class:`~traceanalyzer.errors.TraceAnalyzerError`) are returned in the
+result, not raised, so that the job reducer raises them in the order the single-process path
+would (the first file's parse error, "no GPU activity" before a per-rank invariant, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+
+from traceanalyzer.classify import COMM_DIM_FIELDS, IDLE_FIELDS, comm, idle, recompute
+from traceanalyzer.classify.invariants import check_event_span, check_windows
+from traceanalyzer.classify.labels import label_gpu
+from traceanalyzer.classify.partition import FIELDS, check_causes, partition
+from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows
+from traceanalyzer.errors import TraceAnalyzerError
+from traceanalyzer.schema import GPU_WORK_KINDS
+
+#: what a renderer needs beyond the compact tables: nothing, the labelled GPU work (report
+#: timeline, top kernels), or every event as well (annotate's free pid, reconcile's matmul FLOPs)
+KEEP = ("compact", "gpu", "events")
+
+#: the per-step table's columns, in this order
+STEP_COLUMNS = [
+    "rank", "step", "start_ns", "duration_ns", "compute_ns", "recompute_ns", "exposed_comm_ns", "other_ns", "idle_ns",
+    "overlapped_comm_ns", "start_us", *[f"{f}_us" for f in FIELDS],
+    *[f"{f}_ns" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]], *[f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]],
+]
+_STEP_RE = r"^ProfilerStep#(\d+)$"  # the job checks' step markers (parsers.clean)
+
+
+@dataclass
+class Options:
+    """How to classify: the same for every rank of a job."""
+
+    step_name: str | None = DEFAULT_STEP
+    recompute_pattern: str | None = None
+    bus_bw_gbps: float = comm.DEFAULT_BUS_BW_GBPS
+    keep: str = "compact"  # one of KEEP
+    cache: bool = False
+
+
+@dataclass
+class RankResult:
+    """One rank file's compact result (see the module docstring)."""
+
+    index: int  # position of the file in the job's file list
+    file: str
+    rank: int  # the rank the frames are labelled with (the reducer may relabel)
+    meta: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # the file's own (parse, clean)
+    error: TraceAnalyzerError | None = None  # a parse error: the job fails with it
+    deferred: TraceAnalyzerError | None = None  # a classification error: raised after the job checks
+    nbytes: int = 0
+    shift_borrowed: int = 0  # the job's base time this file was shifted by (it had none)
+    seconds: float = 0.0
+    has_gpu: bool = False
+    first_ns: int | None = None  # earliest event start (a truncated file's borrowed base time)
+    mid_ns: float | None = None  # median event start (clock alignment, job checks)
+    step_starts: pl.DataFrame | None = None  # rank, step, start_ns of ProfilerStep#N ranges (job checks)
+    stepless: bool = False  # no step markers: the whole GPU span is step 0
+    window_warnings: list[str] = field(default_factory=list)  # "rank R: n of m steps ... skipped"
+    steps: pl.DataFrame | None = None
+    windows: pl.DataFrame | None = None
+    instances: pl.DataFrame | None = None  # comm.collective_instances
+    exposure: pl.DataFrame | None = None  # comm.exposure
+    recompute_ops: pl.DataFrame | None = None
+    recomputed_by_name: pl.DataFrame | None = None
+    gpu: pl.DataFrame | None = None  # only with keep >= "gpu"
+    events: pl.DataFrame | None = None  # only with keep == "events"
+
+    def relabel(self, rank: int) -> None:
+        """Give every frame the job's rank for this file."""
+        if rank == self.rank:
+            return
+        old = self.rank
+        for name in ("step_starts", "steps", "windows", "instances", "exposure", "recompute_ops", "recomputed_by_name", "gpu", "events"):
+            df = getattr(self, name)
+            if df is not None and "rank" in df.columns:
+                setattr(self, name, df.with_columns(pl.lit(rank, pl.Int32).alias("rank")))
+        self.window_warnings = [w.replace(f"rank {old}: ", f"rank {rank}: ", 1) for w in self.window_warnings]
+        self.rank = rank
+
+
+def classify_rank(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: str, into: RankResult) -> RankResult:
+    """Classify one rank's canonical events (``rank`` column set) into ``into``.
+
+    ``meta``: the rank's meta row (world size, process-group config); ``source``: how errors
+    name the input."""
+    r = into
+    r.has_gpu = bool(events.select(pl.col("kind").is_in(GPU_WORK_KINDS).any()).item()) if events.height else False
+    if events.height:
+        span = events.select(pl.col("start_ns").min().alias("lo"), pl.col("start_ns").median().alias("mid")).row(0)
+        r.first_ns, r.mid_ns = span
+    r.step_starts = (
+        events.lazy()
+        .filter(pl.col("kind").is_in(["annotation", "cpu_op"]))
+        .select("rank", pl.col("name").str.extract(_STEP_RE, 1).cast(pl.Int64, strict=False).alias("step"), "start_ns")
+        .filter(pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .agg(pl.col("start_ns").min())
+        .sort("step")
+        .collect()
+    )
+    if opts.keep == "events":
+        r.events = events
+    if not r.has_gpu:
+        return r
+    try:
+        check_event_span(events, source)
+        windows, win_warnings = gpu_windows(events, opts.step_name)
+        r.stepless = bool(windows.height) and windows.get_column("cpu_start_ns").is_null().all()
+        r.window_warnings = [w for w in win_warnings if " step markers: " not in w]
+        check_windows(windows, events, source)
+        ev = events.lazy()
+        threads = pl.concat([recompute.recompute_threads(ev, opts.recompute_pattern), comm.linking_threads(ev)]).unique()
+        tree = recompute.host_tree(ev.join(threads, on=recompute.THREAD, how="semi")).collect()
+        rc_ops = recompute.recompute_ops(events, opts.recompute_pattern, tree=tree)
+        gpu = label_gpu(events, rc_ops)
+        steps = partition(gpu, windows, source)
+        inst = comm.collective_instances(events, gpu, windows, meta, tree=tree)
+        del tree
+        expo = comm.exposure(gpu, inst, windows)
+        idle_parts = idle.idle_split(events, gpu, windows, inst)
+        steps = _with_causes(steps, idle_parts, expo)
+        check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source)
+    except TraceAnalyzerError as exc:
+        r.deferred = exc
+        return r
+    r.steps, r.windows, r.instances, r.exposure = steps, windows, inst, expo
+    r.recompute_ops = rc_ops
+    r.recomputed_by_name = recompute.ops_by_name(rc_ops, gpu)
+    if opts.keep in ("gpu", "events"):
+        r.gpu = gpu
+    return r
+
+
+def _with_causes(steps: pl.DataFrame, idle_parts: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
+    """The partition joined with the idle split and the exposed communication by dimension."""
+    dims = (
+        expo.filter(pl.col("by") == "dim")
+        .with_columns(pl.format("exposed_comm_{}_ns", pl.col("key").str.to_lowercase()).alias("col"))
+        .pivot(on="col", index=["rank", "step"], values="exposed_ns", aggregate_function="sum")
+    ) if expo.height else pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64})
+    extra = [c for c in dims.columns if c not in ("rank", "step") and c.removesuffix("_ns") not in COMM_DIM_FIELDS]
+    if extra:  # a dimension outside DIMENSIONS would break the sum: never silently
+        raise AssertionError(f"unexpected exposed-comm dimension columns {extra}")
+    steps = (
+        steps.join(idle_parts, on=["rank", "step"], how="left")
+        .join(dims, on=["rank", "step"], how="left")
+        .with_columns(
+            *[pl.col(f"{f}_ns").fill_null(0).cast(pl.Int64) if f"{f}_ns" in dims.columns or f.startswith("idle_") else pl.lit(0, pl.Int64).alias(f"{f}_ns") for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]]
+        )
+        .with_columns(*[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]])
+    )
+    return steps.select(STEP_COLUMNS)
+
+
+# ---------------------------------------------------------------------------------------------
+# the worker: one rank file -> RankResult
+
+
+@dataclass
+class RankTask:
+    """What a worker needs to analyse one rank file."""
+
+    index: int
+    path: str
+    opts: Options
+    source: str  # how errors name the job's input
+    shift_ns: int = 0  # the job's base time, for a truncated file that lost its own
+
+
+ProgressFn = Callable[[int], None]  # bytes of the file read since the last call
+
+
+def analyse_rank_file(task: RankTask, progress: ProgressFn | None = None) -> RankResult:
+    """Parse, clean and classify one Kineto rank file (never raises for bad input)."""
+    from traceanalyzer.parsers import _parse_kineto_file, kineto
+
+    t0 = time.perf_counter()
+    path = Path(task.path)
+    res = RankResult(index=task.index, file=task.path, rank=task.index, shift_borrowed=task.shift_ns)
+    try:
+        res.nbytes = path.stat().st_size
+    except OSError:
+        res.nbytes = 0
+    try:
+        df, meta, warns = _parse_kineto_file(path, task.opts.cache, progress=progress)
+    except TraceAnalyzerError as exc:
+        res.error = exc
+        return res
+    rank = meta["rank"] if meta["rank"] is not None else kineto.rank_from_name(path)
+    res.rank = task.index if rank is None else rank
+    res.meta, res.warnings = meta, list(warns)
+    if task.shift_ns:
+        df = df.with_columns(pl.col("start_ns") + task.shift_ns, pl.col("end_ns") + task.shift_ns)
+    events = df.with_columns(pl.lit(res.rank, dtype=pl.Int32).alias("rank"))
+    del df
+    meta_row = kineto.meta_frame([{**meta, "rank": res.rank}])
+    classify_rank(events, meta_row, task.opts, task.source, res)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
