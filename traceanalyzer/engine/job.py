@@ -178,6 +178,19 @@ def _concat(frames: list[pl.DataFrame | None]) -> pl.DataFrame | None:
     return pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
 
 
+def _exact_us(steps: pl.DataFrame) -> pl.DataFrame:
+    """Every ``*_us`` column again as the correctly rounded ``*_ns / 1000``.
+
+    polars divides a column by a constant chunk by chunk, by the reciprocal in its vector
+    kernel and exactly in the tail, so the last digit of ``ns / 1000`` would depend on how the
+    frame was cut into chunks, which differs between a worker's frames and one process's
+    (11955460 / 1000 gave 11955.460000000001). numpy divides every element exactly."""
+    us = [c for c in steps.columns if c.endswith("_us") and f"{c[:-3]}_ns" in steps.columns]
+    return steps.with_columns(
+        *[pl.Series(c, steps.get_column(f"{c[:-3]}_ns").to_numpy() / 1000, dtype=pl.Float64) for c in us]
+    )
+
+
 def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: str):
     """The :class:`~traceanalyzer.classify.Analysis` of a job from its ranks' results (file
     order) and its :class:`~traceanalyzer.schema.Trace` (meta, warnings, sources)."""
@@ -203,7 +216,7 @@ def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: s
     if deferred:
         raise deferred[0].deferred
     gpu_ranks = [r for r in results if r.has_gpu]
-    steps = _concat([r.steps for r in gpu_ranks]).sort("rank", "start_ns")
+    steps = _exact_us(_concat([r.steps for r in gpu_ranks]).sort("rank", "start_ns"))
     windows = _concat([r.windows for r in gpu_ranks]).sort("rank", "wstart_ns")
     warnings: list[str] = []
     stepless = sorted(r.rank for r in gpu_ranks if r.stepless)

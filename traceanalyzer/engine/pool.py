@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable, Iterator
 
@@ -73,7 +74,7 @@ def run_local(tasks: list[RankTask], workers: int, on_bytes: BytesFn | None) -> 
 
     ctx = multiprocessing.get_context("spawn")
     n = min(workers, len(tasks))
-    queue = ctx.Queue()
+    queue = ctx.SimpleQueue()  # put() writes at once: a worker that dies next has still said so
     started: dict[int, int] = {}  # index -> pid of the worker analysing it
     ended: set[int] = set()
 
@@ -110,6 +111,7 @@ def run_local(tasks: list[RankTask], workers: int, on_bytes: BytesFn | None) -> 
 
                         if not isinstance(exc, BrokenProcessPool):
                             raise
+                        time.sleep(0.5)  # let the listener read the dead worker's last messages
                         culprits = [i for i in sorted(started) if i not in ended] or [futures[fut].index]
                         names = ", ".join(by_index[i].path for i in culprits[:3])
                         raise WorkerDied(

@@ -67,6 +67,8 @@ class RankResult:
     nbytes: int = 0
     shift_borrowed: int = 0  # the job's base time this file was shifted by (it had none)
     seconds: float = 0.0
+    pid: int = 0  # the process that analysed it
+    threads: int = 0  # its polars thread pool
     has_gpu: bool = False
     first_ns: int | None = None  # earliest event start (a truncated file's borrowed base time)
     mid_ns: float | None = None  # median event start (clock alignment, job checks)
@@ -193,7 +195,8 @@ def analyse_rank_file(task: RankTask, progress: ProgressFn | None = None) -> Ran
 
     t0 = time.perf_counter()
     path = Path(task.path)
-    res = RankResult(index=task.index, file=task.path, rank=task.index, shift_borrowed=task.shift_ns)
+    res = RankResult(index=task.index, file=task.path, rank=task.index, shift_borrowed=task.shift_ns,
+                     pid=os.getpid(), threads=pl.thread_pool_size())
     try:
         res.nbytes = path.stat().st_size
     except OSError:
