@@ -13,8 +13,10 @@ would (the first file's parse error, "no GPU activity" before a per-rank invaria
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -26,7 +28,7 @@ from traceanalyzer.classify.invariants import check_event_span, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import FIELDS, check_causes, partition
 from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows
-from traceanalyzer.errors import TraceAnalyzerError
+from traceanalyzer.errors import InputNotFound, TraceAnalyzerError
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: what a renderer needs beyond the compact tables: nothing, the labelled GPU work (report
@@ -68,6 +70,9 @@ class RankResult:
     shift_borrowed: int = 0  # the job's base time this file was shifted by (it had none)
     seconds: float = 0.0
     pid: int = 0  # the process that analysed it
+    group: int = 0  # RankTask.group
+    cache_hit: bool = False  # parsed events came from the parse cache
+    sha256: str | None = None  # the file's content hash, when asked
     threads: int = 0  # its polars thread pool
     has_gpu: bool = False
     first_ns: int | None = None  # earliest event start (a truncated file's borrowed base time)
@@ -184,6 +189,9 @@ class RankTask:
     opts: Options
     source: str  # how errors name the job's input
     shift_ns: int = 0  # the job's base time, for a truncated file that lost its own
+    group: int = 0  # which job of several (batch: the run)
+    cache_dir: str | None = None  # parse cache directory (with opts.cache; default: the user's)
+    sha256: bool = False  # also hash the file's bytes (batch's input key)
 
 
 ProgressFn = Callable[[int], None]  # bytes of the file read since the last call
@@ -191,7 +199,7 @@ ProgressFn = Callable[[int], None]  # bytes of the file read since the last call
 
 def analyse_rank_file(task: RankTask, progress: ProgressFn | None = None) -> RankResult:
     """Parse, clean and classify one Kineto rank file (never raises for bad input)."""
-    from traceanalyzer.parsers import _parse_kineto_file, kineto
+    from traceanalyzer.parsers import kineto
 
     t0 = time.perf_counter()
     path = Path(task.path)
@@ -201,8 +209,15 @@ def analyse_rank_file(task: RankTask, progress: ProgressFn | None = None) -> Ran
         res.nbytes = path.stat().st_size
     except OSError:
         res.nbytes = 0
+    res.group = task.group
     try:
-        df, meta, warns = _parse_kineto_file(path, task.opts.cache, progress=progress)
+        with _cache_dir(task.cache_dir if task.opts.cache else None):
+            df, meta, warns, res.cache_hit = _parse(path, task.opts.cache, progress)
+        if task.sha256:
+            res.sha256 = file_sha256(path)
+    except OSError as exc:
+        res.error = InputNotFound(f"cannot read the file ({exc.strerror or exc})", path)
+        return res
     except TraceAnalyzerError as exc:
         res.error = exc
         return res
@@ -217,6 +232,44 @@ def analyse_rank_file(task: RankTask, progress: ProgressFn | None = None) -> Ran
     classify_rank(events, meta_row, task.opts, task.source, res)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _parse(path: Path, cache: bool, progress: ProgressFn | None):
+    """(events, meta, warnings, whether the parse cache served it)."""
+    from traceanalyzer.parsers import _parse_kineto_file
+
+    if cache:
+        from traceanalyzer.parsers import cache as parse_cache
+
+        hit = parse_cache.get(path)
+        if hit is not None:
+            return (*hit, True)
+    return (*_parse_kineto_file(path, cache, progress=progress), False)
+
+
+@contextmanager
+def _cache_dir(directory: str | None):
+    """The parse cache in ``directory`` for the duration (its location comes from the environment)."""
+    if directory is None:
+        yield
+        return
+    saved = os.environ.get("TRACEANALYZER_CACHE")
+    os.environ["TRACEANALYZER_CACHE"] = directory
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TRACEANALYZER_CACHE", None)
+        else:
+            os.environ["TRACEANALYZER_CACHE"] = saved
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(4 * 2**20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def default_workers() -> int:
