@@ -37,6 +37,8 @@ class Analysis:
     collectives: pl.DataFrame | None = None  # one row per communication kernel (classify.comm.collectives)
     comm: pl.DataFrame | None = None  # rank, step, by (type/group/dim), key, count, bytes, time/wait/transfer/exposed/overlapped ns
     cross_rank: pl.DataFrame | None = None  # per step over ranks: slowest rank, skew, straggler bucket
+    kernel_rows: pl.DataFrame | None = None  # per rank and kernel: calls, total_ns (report.model.kernel_rows)
+    exposed_kernels: pl.DataFrame | None = None  # comm kernels with exposed time (report.model.exposed_rows)
 
     def _fields(self) -> list[str]:
         return [f for f in [*FIELDS, *IDLE_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in self.steps.columns]

@@ -59,10 +59,15 @@ def report(
         raise typer.BadParameter(f"--format {format.value} writes files: give the report file with -o", param_hint="'-o'")
     if output is not None and output.is_dir():
         raise typer.BadParameter(f"{output} is a directory: give the report file name", param_hint="'-o'")
-    analysis = analyse_paths(paths, step_range, keep="gpu", workers=workers, engine=engine, address=address, quiet=quiet)
+    analysis = analyse_paths(paths, step_range, keep="report", workers=workers, engine=engine, address=address, quiet=quiet)
     trace = analysis.trace
     if rank is not None and rank not in trace.ranks:
         raise typer.BadParameter(f"no rank {rank} in the trace (it has {len(trace.ranks)}: {trace.ranks[:16]})", param_hint="'--rank'")
+    from traceanalyzer.engine import Options, with_rank_gpu
+
+    shown = rank if rank is not None else report_model.default_rank(analysis)
+    if shown is not None:  # the timeline's rank: its GPU work again (the workers kept only tables)
+        analysis = with_rank_gpu(analysis, shown, Options(step_name=step_range))
     m = report_model.build(
         analysis, rank=rank, config=config, step_range=step_range, top=top,
         command=_command(paths, config, format, embed, output, rank, step_range, top),

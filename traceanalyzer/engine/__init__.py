@@ -92,6 +92,8 @@ def analyse(
             progress.close()
         return analyse_trace(trace, opts)
     source = _source(kin)
+    if opts.keep == "report" and len(kin) == 1:
+        opts = Options(**{**opts.__dict__, "keep_gpu": True})  # its timeline needs no second pass
     if engine == "local" and workers is None and sum(json_bytes(f) for f in kin) < POOL_BYTES:
         workers = 1  # starting processes (~1 s each) would cost more than it saves
     tasks = [RankTask(i, str(f), opts, source) for i, f in enumerate(kin)]
@@ -116,3 +118,28 @@ def analyse(
             ordered = [results[i] for i in sorted(results)]
     trace = job_trace(ordered, kin)
     return reduce_job(ordered, trace, opts, source)
+
+
+def with_rank_gpu(analysis, rank: int, opts: Options):
+    """``analysis`` with the labelled GPU work of one rank (e.g. the report's timeline rank):
+    that rank file analysed again in this process, on the job's clock and rank. A no-op when the
+    analysis already holds that rank's GPU work."""
+    if analysis.gpu.height and "rank" in analysis.gpu.columns and (analysis.gpu["rank"] == rank).any():
+        return analysis
+    meta = analysis.trace.meta
+    rows = meta.with_row_index("__i").filter(pl.col("rank") == rank)
+    if not rows.height or meta.get_column("format").ne("kineto").any():
+        return analysis
+    row = rows.row(0, named=True)
+    one = Options(**{**opts.__dict__, "keep": "gpu"})
+    task = RankTask(row["__i"], row["file"], one, _source(analysis.trace.sources))
+    res = next(iter(run_tasks([task], "local", 1)))
+    if not res.meta.get("base_time_ns") and row["base_time_ns"]:  # it borrowed the job's base time
+        task.shift_ns = row["base_time_ns"]
+        res = next(iter(run_tasks([task], "local", 1)))
+    if res.error is not None or res.gpu is None:
+        return analysis
+    res.relabel(rank)
+    import dataclasses
+
+    return dataclasses.replace(analysis, gpu=res.gpu)

@@ -251,4 +251,6 @@ def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: s
         collectives=coll,
         comm=comm.summary(coll, expo),
         cross_rank=crossrank.cross_rank(steps, IDLE_FIELDS, coll),
+        kernel_rows=_concat([r.kernel_rows for r in gpu_ranks]),
+        exposed_kernels=_concat([r.exposed_kernels for r in gpu_ranks]),
     )

@@ -31,9 +31,10 @@ from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows
 from traceanalyzer.errors import InputNotFound, TraceAnalyzerError
 from traceanalyzer.schema import GPU_WORK_KINDS
 
-#: what a renderer needs beyond the compact tables: nothing, the labelled GPU work (report
-#: timeline, top kernels), or every event as well (annotate's free pid, reconcile's matmul FLOPs)
-KEEP = ("compact", "gpu", "events")
+#: what a renderer needs beyond the compact tables: nothing; the report's per-kernel tables
+#: (top kernels, top exposed collectives: a few rows per kernel name); the labelled GPU work
+#: (timelines); or every event as well (annotate's free pid, reconcile's matmul FLOPs)
+KEEP = ("compact", "report", "gpu", "events")
 
 #: the per-step table's columns, in this order
 STEP_COLUMNS = [
@@ -52,6 +53,7 @@ class Options:
     recompute_pattern: str | None = None
     bus_bw_gbps: float = comm.DEFAULT_BUS_BW_GBPS
     keep: str = "compact"  # one of KEEP
+    keep_gpu: bool = False  # with keep="report": the GPU work too (a one-file job's timeline)
     cache: bool = False
 
 
@@ -87,6 +89,8 @@ class RankResult:
     recompute_ops: pl.DataFrame | None = None
     recomputed_by_name: pl.DataFrame | None = None
     gpu: pl.DataFrame | None = None  # only with keep >= "gpu"
+    kernel_rows: pl.DataFrame | None = None  # only with keep="report"
+    exposed_kernels: pl.DataFrame | None = None  # only with keep="report"
     events: pl.DataFrame | None = None  # only with keep == "events"
 
     def relabel(self, rank: int) -> None:
@@ -94,7 +98,8 @@ class RankResult:
         if rank == self.rank:
             return
         old = self.rank
-        for name in ("step_starts", "steps", "windows", "instances", "exposure", "recompute_ops", "recomputed_by_name", "gpu", "events"):
+        for name in ("step_starts", "steps", "windows", "instances", "exposure", "recompute_ops", "recomputed_by_name", "gpu", "events",
+                     "kernel_rows", "exposed_kernels"):
             df = getattr(self, name)
             if df is not None and "rank" in df.columns:
                 setattr(self, name, df.with_columns(pl.lit(rank, pl.Int32).alias("rank")))
@@ -150,8 +155,14 @@ def classify_rank(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sourc
     r.steps, r.windows, r.instances, r.exposure = steps, windows, inst, expo
     r.recompute_ops = rc_ops
     r.recomputed_by_name = recompute.ops_by_name(rc_ops, gpu)
-    if opts.keep in ("gpu", "events"):
+    if opts.keep in ("gpu", "events") or (opts.keep == "report" and opts.keep_gpu):
         r.gpu = gpu
+    if opts.keep == "report":
+        from traceanalyzer.classify.partition import segment_frame
+        from traceanalyzer.report.model import exposed_rows, kernel_rows
+
+        seg = segment_frame(gpu, windows).sort("rank", "t0").collect()
+        r.kernel_rows, r.exposed_kernels = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
     return r
 
 
