@@ -24,10 +24,11 @@ import polars as pl
 from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
 from traceanalyzer.engine.pool import ENGINES, WorkerDied, run_tasks
 from traceanalyzer.engine.progress import JobProgress, json_bytes
-from traceanalyzer.engine.rank import KEEP, Options, RankResult, RankTask, classify_rank, default_workers
+from traceanalyzer.engine.rank import KEEP, Options, RankResult, RankTask, classify_ranks, default_workers
 from traceanalyzer.errors import InputNotFound
 
-#: below this much JSON in all (inflated), the default is to analyse in this process
+#: below this much JSON in all (inflated), the default is one process (starting worker
+#: processes, ~1 s each, would cost more than they save)
 POOL_BYTES = 32 * 2**20
 
 __all__ = ["analyse", "analyse_trace", "Options", "RankResult", "ENGINES", "KEEP", "WorkerDied", "default_workers"]
@@ -41,13 +42,11 @@ def analyse_trace(trace, opts: Options):
     """Classify an already loaded :class:`~traceanalyzer.schema.Trace` (any format): every rank
     mapped in this process, then reduced."""
     source = _source(trace.sources)
-    results = []
-    for i, row in enumerate(trace.meta.iter_rows(named=True)):  # one row per rank
-        rank = row["rank"]
-        events = trace.events.filter(pl.col("rank") == rank)
-        res = RankResult(index=i, file=row["file"] or "", rank=rank, meta=row)
-        classify_rank(events, trace.meta.filter(pl.col("rank") == rank), Options(**{**opts.__dict__, "keep": "gpu"}), source, res)
-        results.append(res)
+    results = [
+        RankResult(index=i, file=row["file"] or "", rank=row["rank"], meta=row)
+        for i, row in enumerate(trace.meta.iter_rows(named=True))  # one row per rank
+    ]
+    classify_ranks(trace.events, trace.meta, Options(**{**opts.__dict__, "keep": "gpu"}), source, results)
     return reduce_job(results, trace, opts, source)
 
 
@@ -82,20 +81,23 @@ def analyse(
     opts = opts or Options()
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     kin, nsys = kineto_files(paths)
-    if nsys:
+    small = sum(json_bytes(f) for f in kin) < POOL_BYTES
+    if nsys or (engine == "local" and workers in (None, 1) and small):
+        # several ranks per file (Nsight), or a small job: one process, all ranks in one frame
+        # (the same per-rank steps, without a pass per rank: ~0.1 s saved per small rank file)
         from traceanalyzer.parsers import load
 
-        progress = JobProgress(kin + nsys, quiet=quiet, console=console)
+        files = kin + nsys
+        progress = JobProgress(files, quiet=quiet, console=console)
+        index = {str(f): i for i, f in enumerate(files)}
         try:
-            trace = load(paths, progress=lambda f: progress.done(0, str(f)), cache=opts.cache)
+            trace = load(paths, progress=lambda f: progress.done(index.get(str(f), 0), str(f)), cache=opts.cache)
         finally:
             progress.close()
         return analyse_trace(trace, opts)
     source = _source(kin)
     if opts.keep == "report" and len(kin) == 1:
         opts = Options(**{**opts.__dict__, "keep_gpu": True})  # its timeline needs no second pass
-    if engine == "local" and workers is None and sum(json_bytes(f) for f in kin) < POOL_BYTES:
-        workers = 1  # starting processes (~1 s each) would cost more than it saves
     tasks = [RankTask(i, str(f), opts, source) for i, f in enumerate(kin)]
     results: dict[int, RankResult] = {}
     with JobProgress(kin, quiet=quiet, console=console) as progress:

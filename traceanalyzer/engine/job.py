@@ -184,10 +184,12 @@ def _exact_us(steps: pl.DataFrame) -> pl.DataFrame:
     polars divides a column by a constant chunk by chunk, by the reciprocal in its vector
     kernel and exactly in the tail, so the last digit of ``ns / 1000`` would depend on how the
     frame was cut into chunks, which differs between a worker's frames and one process's
-    (11955460 / 1000 gave 11955.460000000001). numpy divides every element exactly."""
+    (11955460 / 1000 gave 11955.460000000001). Python's division is exact; the steps table has
+    one row per rank and step, not per event."""
     us = [c for c in steps.columns if c.endswith("_us") and f"{c[:-3]}_ns" in steps.columns]
     return steps.with_columns(
-        *[pl.Series(c, steps.get_column(f"{c[:-3]}_ns").to_numpy() / 1000, dtype=pl.Float64) for c in us]
+        *[pl.Series(c, [None if v is None else v / 1000 for v in steps.get_column(f"{c[:-3]}_ns").to_list()], dtype=pl.Float64)
+          for c in us]
     )
 
 

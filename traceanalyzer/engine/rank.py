@@ -112,30 +112,56 @@ def classify_rank(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sourc
 
     ``meta``: the rank's meta row (world size, process-group config); ``source``: how errors
     name the input."""
-    r = into
-    r.has_gpu = bool(events.select(pl.col("kind").is_in(GPU_WORK_KINDS).any()).item()) if events.height else False
+    classify_ranks(events, meta, opts, source, [into])
+    return into
+
+
+def _split(df: pl.DataFrame | None, ranks: list[int]) -> dict[int, pl.DataFrame | None]:
+    if df is None:
+        return dict.fromkeys(ranks)
+    if len(ranks) == 1:
+        return {ranks[0]: df}
+    parts = {k[0]: v for k, v in df.partition_by("rank", as_dict=True, maintain_order=True).items()}
+    return {r: parts.get(r, df.clear()) for r in ranks}
+
+
+def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: str, into: list[RankResult]) -> None:
+    """Classify the events of one or more ranks (every step here is per rank: several ranks in
+    one frame give each rank exactly what it gets alone, with less per-query overhead for many
+    small ranks in one process) into ``into``, one result per rank (labelled as in ``events``)."""
+    ranks = [r.rank for r in into]
+    by_rank = {r.rank: r for r in into}
     if events.height:
-        span = events.select(pl.col("start_ns").min().alias("lo"), pl.col("start_ns").median().alias("mid")).row(0)
-        r.first_ns, r.mid_ns = span
-    r.step_starts = (
+        span = events.group_by("rank").agg(
+            pl.col("start_ns").min().alias("lo"),
+            pl.col("start_ns").median().alias("mid"),
+            pl.col("kind").is_in(GPU_WORK_KINDS).any().alias("gpu"),
+        )
+        for rank, lo, mid, gpu in span.iter_rows():  # one row per rank
+            by_rank[rank].first_ns, by_rank[rank].mid_ns, by_rank[rank].has_gpu = lo, mid, bool(gpu)
+    starts = (
         events.lazy()
         .filter(pl.col("kind").is_in(["annotation", "cpu_op"]))
         .select("rank", pl.col("name").str.extract(_STEP_RE, 1).cast(pl.Int64, strict=False).alias("step"), "start_ns")
         .filter(pl.col("step").is_not_null())
         .group_by("rank", "step")
         .agg(pl.col("start_ns").min())
-        .sort("step")
+        .sort("rank", "step")
         .collect()
     )
+    for rank, df in _split(starts, ranks).items():
+        by_rank[rank].step_starts = df
     if opts.keep == "events":
-        r.events = events
-    if not r.has_gpu:
-        return r
+        for rank, df in _split(events, ranks).items():
+            by_rank[rank].events = df
+    if not any(r.has_gpu for r in into):
+        return
     try:
         check_event_span(events, source)
         windows, win_warnings = gpu_windows(events, opts.step_name)
-        r.stepless = bool(windows.height) and windows.get_column("cpu_start_ns").is_null().all()
-        r.window_warnings = [w for w in win_warnings if " step markers: " not in w]
+        for w in win_warnings:
+            if " step markers: " not in w:  # "rank R: n of m steps ... skipped"; the reducer words the other
+                by_rank[int(w.split(":", 1)[0].split()[1])].window_warnings.append(w)
         check_windows(windows, events, source)
         ev = events.lazy()
         threads = pl.concat([recompute.recompute_threads(ev, opts.recompute_pattern), comm.linking_threads(ev)]).unique()
@@ -150,20 +176,25 @@ def classify_rank(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sourc
         steps = _with_causes(steps, idle_parts, expo)
         check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source)
     except TraceAnalyzerError as exc:
-        r.deferred = exc
-        return r
-    r.steps, r.windows, r.instances, r.exposure = steps, windows, inst, expo
-    r.recompute_ops = rc_ops
-    r.recomputed_by_name = recompute.ops_by_name(rc_ops, gpu)
+        into[0].deferred = exc
+        return
+    frames = {
+        "steps": steps, "windows": windows, "instances": inst, "exposure": expo, "recompute_ops": rc_ops,
+        "recomputed_by_name": recompute.ops_by_name(rc_ops, gpu),
+    }
     if opts.keep in ("gpu", "events") or (opts.keep == "report" and opts.keep_gpu):
-        r.gpu = gpu
+        frames["gpu"] = gpu
     if opts.keep == "report":
         from traceanalyzer.classify.partition import segment_frame
         from traceanalyzer.report.model import exposed_rows, kernel_rows
 
         seg = segment_frame(gpu, windows).sort("rank", "t0").collect()
-        r.kernel_rows, r.exposed_kernels = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
-    return r
+        frames["kernel_rows"], frames["exposed_kernels"] = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
+    for name, df in frames.items():
+        for rank, part in _split(df, ranks).items():
+            setattr(by_rank[rank], name, part)
+    for r in into:
+        r.stepless = r.windows is not None and r.windows.height > 0 and r.windows.get_column("cpu_start_ns").is_null().all()
 
 
 def _with_causes(steps: pl.DataFrame, idle_parts: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
