@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
 
 import polars as pl

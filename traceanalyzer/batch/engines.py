@@ -34,7 +34,7 @@ def _input_key(spec: RunSpec, hashes: list[str] | None):
     return lambda: cache_key([Path(f) for f in spec.files], hashes)
 
 
-def _reduce(spec: RunSpec, results: list[RankResult], opts: Options, t0: float, engine: str) -> tuple:
+def _reduce(spec: RunSpec, results: list[RankResult], opts: Options) -> tuple:
     """(the run's Analysis, whether all ranks were cache hits) from its ranks' results."""
     results = sorted(results, key=lambda r: r.index)
     for r in results:
@@ -93,9 +93,10 @@ def execute(specs: list[RunSpec], cache_dir: str | None, step_range: str, engine
             if len(got[g]) == expected[g]:
                 spec, ranks = specs[g], got.pop(g)
                 hashes = [r.sha256 for r in sorted(ranks, key=lambda r: r.index)]
-                analyse = lambda s=spec, rs=ranks, g=g: _reduce(s, rs, opts_of[g], t0[g], engine)  # noqa: E731
+                analyse = lambda s=spec, rs=ranks, g=g: _reduce(s, rs, opts_of[g])  # noqa: E731
                 key = _input_key(spec, None if any(h is None for h in hashes) else hashes)
-                yield spec, run_result(spec, step_range, analyse, key, t0[g])
+                # a run's seconds: its ranks' time in the workers plus its reduce here
+                yield spec, run_result(spec, step_range, analyse, key, time.perf_counter() - sum(r.seconds for r in ranks))
     except WorkerDied as exc:  # the pool is gone: the runs still waiting fail with it
         for g in list(got):
             yield specs[g], failed_result(specs[g], exc, step_range, t0=t0[g])

@@ -103,7 +103,7 @@ def analyse(
     with JobProgress(kin, quiet=quiet, console=console) as progress:
         for res in run_tasks(tasks, engine, workers, address, on_bytes=progress.bytes):
             results[res.index] = res
-            progress.done(res.index, res.file, res.seconds)
+            progress.done(res.index, res.file, res.seconds, failed=res.error is not None)
             if res.error is not None:
                 # the first file's error wins, as when loading one file after another
                 if all(i in results for i in range(res.index)):

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.classify import IDLE_FIELDS, comm, crossrank
+from traceanalyzer.classify import IDLE_FIELDS, comm, crossrank, invariants
 from traceanalyzer.engine.rank import Options, RankResult
-from traceanalyzer.classify import invariants
 from traceanalyzer.errors import InvalidTrace, NoGpuActivity
 from traceanalyzer.parsers import kineto
 from traceanalyzer.parsers.clean import RANGE_PROFILER_NOTE, SAME_JOB_NS, SKEW_WARN_NS

@@ -19,6 +19,7 @@ Progress: each worker reports the bytes of its file read so far (compressed byte
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -112,7 +113,7 @@ def run_local(tasks: list[RankTask], workers: int, on_bytes: BytesFn | None) -> 
                         if not isinstance(exc, BrokenProcessPool):
                             raise
                         time.sleep(0.5)  # let the listener read the dead worker's last messages
-                        culprits = [i for i in sorted(started) if i not in ended] or [futures[fut].index]
+                        culprits = _culprits(pool, started, ended) or [futures[fut].index]
                         names = ", ".join(by_index[i].path for i in culprits[:3])
                         raise WorkerDied(
                             f"the worker process analysing this rank file died ({type(exc).__name__}: "
@@ -130,6 +131,15 @@ def run_local(tasks: list[RankTask], workers: int, on_bytes: BytesFn | None) -> 
             os.environ["POLARS_MAX_THREADS"] = saved
         queue.put(None)
         listener.join(timeout=5)
+
+
+def _culprits(pool: ProcessPoolExecutor, started: dict[int, int], ended: set[int]) -> list[int]:
+    """The files whose worker died: started, not ended, in a process that did not exit by the
+    pool's own SIGTERM (sent to the others once one died)."""
+    running = [i for i in sorted(started) if i not in ended]
+    procs = dict(getattr(pool, "_processes", None) or {})
+    dead = {pid for pid, p in procs.items() if p.exitcode is not None and p.exitcode != -signal.SIGTERM}
+    return [i for i in running if started[i] in dead] or running
 
 
 def ray_runtime_env() -> dict:

@@ -29,7 +29,9 @@ def json_bytes(path: Path) -> int:
         with open(path, "rb") as fh:
             fh.seek(-4, 2)
             isize = int.from_bytes(fh.read(4), "little")
-        return max(size, isize)  # ISIZE is mod 2**32: a larger file reads at least its own size
+        # ISIZE is the inflated size mod 2**32; in a truncated file it is whatever bytes the cut left
+        # there: trusted only within deflate's ratio (at most ~1032:1)
+        return isize if size <= isize <= 1032 * size else size
     except OSError:
         return 0
 
@@ -84,14 +86,16 @@ class JobProgress:
             if self._bar is not None and n:
                 self._bar.update(self._task, advance=n)
 
-    def done(self, index: int, name: str, seconds: float | None = None) -> None:
+    def done(self, index: int, name: str, seconds: float | None = None, failed: bool = False) -> None:
+        """Rank file ``index`` is done (``failed``: with an error, which the command reports:
+        no progress line for it, so an error stays one line)."""
         with self._lock:
             rest = self.sizes.get(index, 0) - self.read.get(index, 0)
             self.read[index] = self.sizes.get(index, 0)
             self.finished += 1
             if self._bar is not None:
                 self._bar.update(self._task, advance=max(rest, 0), ranks=self._ranks())
-            elif self.mode == "lines":
+            elif self.mode == "lines" and not failed:
                 mb = self.sizes.get(index, 0) / 2**20
                 took = f", {seconds:.1f} s" if seconds is not None else ""
                 elapsed = time.perf_counter() - self._t0

@@ -107,15 +107,6 @@ class RankResult:
         self.rank = rank
 
 
-def classify_rank(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: str, into: RankResult) -> RankResult:
-    """Classify one rank's canonical events (``rank`` column set) into ``into``.
-
-    ``meta``: the rank's meta row (world size, process-group config); ``source``: how errors
-    name the input."""
-    classify_ranks(events, meta, opts, source, [into])
-    return into
-
-
 def _split(df: pl.DataFrame | None, ranks: list[int]) -> dict[int, pl.DataFrame | None]:
     if df is None:
         return dict.fromkeys(ranks)
@@ -271,7 +262,7 @@ def analyse_rank_file(task: RankTask, progress: ProgressFn | None = None) -> Ran
     events = df.with_columns(pl.lit(res.rank, dtype=pl.Int32).alias("rank"))
     del df
     meta_row = kineto.meta_frame([{**meta, "rank": res.rank}])
-    classify_rank(events, meta_row, task.opts, task.source, res)
+    classify_ranks(events, meta_row, task.opts, task.source, [res])
     res.seconds = time.perf_counter() - t0
     return res
 
