@@ -3,6 +3,7 @@
 
     python scripts/bench.py                          # real trace + 50MB / 200MB / 1GB, 3 repeats
     python scripts/bench.py --sizes 50MB --repeat 1  # quick look
+    python scripts/bench.py --ranks 8,64             # rank directories: parallel ranks, bounded memory
 
 For every trace (the largest real one, ``df_index_resolver``, 54 MB of JSON, plus traces tiled from
 it by ``scripts/make_big_trace.py``), each measurement runs in its own fresh process, ``--repeat``
@@ -201,6 +202,64 @@ def table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
+RANKS = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+from traceanalyzer.engine import Options, analyse
+from traceanalyzer.render import json as json_render
+t1 = time.perf_counter()
+workers = None if sys.argv[2] == "all" else int(sys.argv[2])
+an = analyse(sys.argv[1], Options(), workers=workers, quiet=True)
+doc = json_render.dumps(json_render.document(an))
+t2 = time.perf_counter()
+print(json.dumps({"s": t2 - t1, "import_s": t1 - t0, "ranks": len(an.trace.meta),
+                  "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "worker_rss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
+"""
+
+
+def make_rank_dir(work: Path, n: int) -> Path:
+    """``n`` copies of the real trace as plain JSON, the rank in ``distributedInfo`` changed per copy."""
+    import gzip
+
+    out = work / f"ranks_{n}"
+    if out.exists() and len(list(out.glob("*.json"))) == n:
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    raw = gzip.decompress(REAL.read_bytes())
+    key = b'"distributedInfo": {"backend": "nccl", "rank": 1,'
+    assert raw.count(key) == 1, "the real trace's distributedInfo changed"
+    for r in range(n):
+        (out / f"rank{r:04d}.json").write_bytes(raw.replace(key, key.replace(b'"rank": 1,', f'"rank": {r},'.encode()), 1))
+    return out
+
+
+def bench_ranks(ns: list[int], workers: list[str], work: Path, keep: bool) -> list[dict]:
+    """The breakdown of an N-rank directory, per worker count: wall time, coordinator peak RSS
+    (``RUSAGE_SELF``) and the largest worker's (``RUSAGE_CHILDREN``)."""
+    rows = []
+    for n in ns:
+        d = make_rank_dir(work, n)
+        gb = sum(f.stat().st_size for f in d.iterdir()) / 1e9
+        for w in workers:
+            print(f"benchmarking {n} ranks ({gb:.2f} GB), workers={w}", file=sys.stderr, flush=True)
+            r = run_json([sys.executable, "-c", RANKS, str(d), w], env={**os.environ, "PYTHONPATH": str(ROOT)})
+            rows.append({"ranks": n, "gb": gb, "workers": w, **r})
+        if not keep:
+            shutil.rmtree(d)
+    return rows
+
+
+def ranks_table(rows: list[dict]) -> str:
+    out = ["| ranks | JSON | workers | wall (s) | MB/s | coordinator peak RSS | largest worker peak RSS |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['ranks']} | {r['gb']:.2f} GB | {r['workers']} | {r['s']:.1f} | {r['gb'] * 1e3 / r['s']:.0f} | "
+                   f"{r['rss_kb'] / 1024:,.0f} MB | {r['worker_rss_kb'] / 1024:,.0f} MB |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="50MB,200MB,1GB", help="generated trace sizes (comma separated; '' for none)")
@@ -211,8 +270,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-repeat", type=int, default=None, help="run HTA this many times (default: --repeat)")
     ap.add_argument("--hta-max-mb", type=float, default=1e9, help="skip HTA on traces larger than this (MB of JSON)")
     ap.add_argument("--no-real", action="store_true", help="skip the real trace")
+    ap.add_argument("--ranks", default="", help="rank-directory mode: comma separated rank counts (e.g. 8,64): copies of the "
+                    "real trace written to --work (54 MB each: check free space), deleted after unless --keep")
+    ap.add_argument("--workers", default="all", help="rank-directory mode: comma separated worker counts ('all' = every core)")
+    ap.add_argument("--keep", action="store_true", help="keep the generated rank directories")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.ranks:
+        rows = bench_ranks([int(x) for x in args.ranks.split(",")], args.workers.split(","), args.work, args.keep)
+        print(f"\nmachine: {json.dumps(machine())}\none run each, in a fresh process\n")
+        print(ranks_table(rows))
+        if args.json:
+            args.json.write_text(json.dumps({"machine": machine(), "ranks": rows}, indent=1))
+        return 0
     skip = {s for s in args.skip.split(",") if s}
     hta = hta_python()
     if hta is None and "hta" not in skip:

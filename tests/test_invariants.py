@@ -40,14 +40,16 @@ def _assert_exit6(rc, out, err, named, what):
 
 
 def test_overlapping_step_windows_are_exit_6(monkeypatch, capsys):
-    real = classify.gpu_windows
+    from traceanalyzer.engine import rank as rank_worker  # where each rank's windows are made
+
+    real = rank_worker.gpu_windows
 
     def overlapping(events, name):
         win, warns = real(events, name)
         # stretch every window by 1 ms into the next one
         return win.with_columns(pl.col("wend_ns") + 1_000_000), warns
 
-    monkeypatch.setattr(classify, "gpu_windows", overlapping)
+    monkeypatch.setattr(rank_worker, "gpu_windows", overlapping)
     _assert_exit6(*_run(capsys, DEMO), DEMO, "overlaps step")
 
 

@@ -31,6 +31,9 @@ class TraceAnalyzerError(Exception):
         self.message = message
         super().__init__(f"{self.path}: {message}" if self.path else message)
 
+    def __reduce__(self):  # raised in a worker process, re-raised here with its path
+        return (type(self), (self.message, self.path))
+
 
 class InputNotFound(TraceAnalyzerError):
     exit_code = 3

@@ -1,30 +1,26 @@
-"""The per-run work of a batch: load (through the cache), analyse, build the store rows.
+"""The per-run part of a batch: a run's analysis -> its store rows.
 
-:func:`analyse_run` is what an engine runs for each run, in a worker process or a Ray task. It
-takes and returns plain data (a :class:`RunSpec`, a :class:`RunResult` of polars frames), never
-raises for a bad trace — the error is part of the result — and never prints.
+The rank files of every run are analysed by the engine (:mod:`traceanalyzer.engine`, scheduled
+in :mod:`traceanalyzer.batch.engines`); :func:`run_result` turns a run's analysis into a
+:class:`RunResult` (polars frames in the store's schema). It never raises for a bad trace — the
+error is part of the result — and never prints.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
 
 import polars as pl
 
 from traceanalyzer import __version__
-from traceanalyzer.cache import cache_key, load_cached
 from traceanalyzer.batch.discover import RunSpec, fallback_date
 from traceanalyzer.batch.store import RANK_SCHEMA, RUN_SCHEMA, STEP_SCHEMA
-from traceanalyzer.classify import FIELDS, analyze
+from traceanalyzer.classify import FIELDS
+from traceanalyzer.engine import WorkerDied  # noqa: F401 - re-exported: a run's worker died
 from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import TraceAnalyzerError
-
-
-class WorkerDied(TraceAnalyzerError):
-    """The process analysing a run died (killed, out of memory) before returning a result."""
 
 
 @dataclass
@@ -84,14 +80,21 @@ def _base(spec: RunSpec, step_range: str) -> dict:
 
 
 def analyse_run(spec: RunSpec, cache_dir: str | None, step_range: str = DEFAULT_STEP) -> RunResult:
-    """Analyse one run; a failure becomes a ``status='failed'`` row with its message and exit code."""
-    t0 = time.perf_counter()
+    """Analyse one run in this process; a failure becomes a ``status='failed'`` row with its
+    message and exit code (see :func:`traceanalyzer.batch.engines.execute` for many runs)."""
+    from traceanalyzer.batch.engines import execute
+
+    return next(iter(execute([spec], cache_dir, step_range, workers=1)))[1]
+
+
+def run_result(spec: RunSpec, step_range: str, analyse, input_key, t0: float) -> RunResult:
+    """The store rows of one run: ``analyse()`` returns (its Analysis, whether every rank came
+    from the parse cache); ``input_key()`` its input key. Never raises: a failure is a row."""
     base = _base(spec, step_range)
-    cache_hit = False
     try:
-        base["input_sha256"] = cache_key([Path(f) for f in spec.files])
-        trace, _, cache_hit = load_cached(list(spec.files), cache_dir, key=base["input_sha256"])
-        analysis = analyze(trace, spec.step_range or step_range)
+        base["input_sha256"] = input_key()
+        analysis, cache_hit = analyse()
+        trace = analysis.trace
         steps = analysis.steps
         bases = trace.meta.get_column("base_time_ns").drop_nulls()
         base["date"] = dt.date.fromisoformat(spec.date or fallback_date(int(bases.min()) if bases.len() else None, spec.files))

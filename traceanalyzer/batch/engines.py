@@ -1,111 +1,102 @@
-"""Engines: where the per-run work runs. No scheduling of our own — a process pool or Ray.
+"""Scheduling a batch: the rank files of all runs as one stream of engine tasks.
 
-* ``local`` — ``concurrent.futures.ProcessPoolExecutor`` (spawned processes: polars is
-  multi-threaded and must not be forked) with ``workers`` processes, all cores by default;
-  ``workers=1`` runs in this process.
-* ``ray`` — one Ray task per run, on ``ray.init(address=...)`` (an existing cluster) or a local
-  Ray started here with ``workers`` CPUs. Tasks read traces and write cache entries by path, so on
-  a cluster ROOT and STORE must be on a filesystem every node mounts. The traceanalyzer package is
-  shipped to the workers (``runtime_env.py_modules``) unless the cluster already has it.
+Every Kineto rank file of every run is one task (:func:`traceanalyzer.engine.rank.analyse_rank_file`)
+on the engine (:mod:`traceanalyzer.engine.pool`: a local process pool, this process, or Ray), so
+a batch of few large runs uses every core as well as one of many small runs. A run is reduced
+(:func:`traceanalyzer.engine.job.reduce_job`) in this process as soon as its last rank arrives,
+and its store rows are yielded; results are identical whichever engine computed them.
 
-Every engine calls :func:`traceanalyzer.batch.analyse.analyse_run` with the same arguments and
-yields its results as they complete; results are identical whichever engine computed them.
+The parse cache (``STORE/_cache``) is per rank file; a run counts as a cache hit when every one
+of its rank files came from it. A run holding Nsight Systems inputs (several ranks per file) is
+analysed whole, in this process.
 """
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import time
+from pathlib import Path
 from typing import Iterator
 
-from traceanalyzer.batch.analyse import RunResult, WorkerDied, analyse_run, failed_result
+from traceanalyzer.batch.analyse import RunResult, failed_result, run_result
 from traceanalyzer.batch.discover import RunSpec
-from traceanalyzer.errors import ConfigError
-from traceanalyzer.interrupts import quiet_worker, stop_pool, workers_ignore_ctrl_c
+from traceanalyzer.engine import WorkerDied, default_workers  # noqa: F401 - default_workers: batch's API
+from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
+from traceanalyzer.engine.pool import ENGINES, run_tasks
+from traceanalyzer.engine.rank import Options, RankResult, RankTask
+from traceanalyzer.errors import ConfigError, TraceAnalyzerError
 
-ENGINES = ("local", "ray")
-
-
-def _worker_died(exc: BaseException) -> WorkerDied:
-    return WorkerDied(f"the worker analysing this run died ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
-
-
-def default_workers() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+__all__ = ["ENGINES", "execute", "default_workers"]
 
 
-def run_local(specs: list[RunSpec], cache_dir: str | None, step_range: str, workers: int) -> Iterator[tuple[RunSpec, RunResult]]:
-    if workers <= 1 or len(specs) <= 1:
-        for spec in specs:
-            yield spec, analyse_run(spec, cache_dir, step_range)
-        return
-    import multiprocessing
+def _input_key(spec: RunSpec, hashes: list[str] | None):
+    from traceanalyzer.batch.cache import cache_key
 
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(specs)), mp_context=ctx, initializer=quiet_worker) as pool:
-        try:
-            with workers_ignore_ctrl_c():  # the pool starts its processes on the first submit
-                futures = {pool.submit(analyse_run, spec, cache_dir, step_range): spec for spec in specs}
-            for fut in as_completed(futures):
-                spec = futures[fut]
-                try:
-                    result = fut.result()
-                except Exception as exc:  # noqa: BLE001 - the worker died (killed, out of memory): this run fails
-                    result = failed_result(spec, _worker_died(exc), step_range)
-                yield spec, result
-        except BaseException:  # interrupted (signal), or the consumer stopped: no worker left running
-            stop_pool(pool)
-            raise
+    return lambda: cache_key([Path(f) for f in spec.files], hashes)
 
 
-def run_ray(specs: list[RunSpec], cache_dir: str | None, step_range: str, workers: int | None, address: str | None) -> Iterator[tuple[RunSpec, RunResult]]:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ConfigError("--engine ray needs Ray: pip install 'traceanalyzer[ray]'") from exc
-    import traceanalyzer
+def _reduce(spec: RunSpec, results: list[RankResult], opts: Options) -> tuple:
+    """(the run's Analysis, whether all ranks were cache hits) from its ranks' results."""
+    results = sorted(results, key=lambda r: r.index)
+    for r in results:
+        if r.error is not None:
+            raise r.error
+    files = [Path(f) for f in spec.files]
+    source = ", ".join(str(f) for f in files[:3])
+    shifts = base_shifts(results)
+    if shifts:  # truncated files that lost their base time: again, on the job's clock, here
+        redo = [RankTask(i, str(files[i]), opts, source, shift_ns=b) for i, b in shifts.items()]
+        fixed = {r.index: r for r in run_tasks(redo, "local", 1)}
+        results = [fixed.get(r.index, r) for r in results]
+    trace = job_trace(results, files)
+    return reduce_job(results, trace, opts, source), all(r.cache_hit for r in results)
 
-    started = False
-    if not ray.is_initialized():
-        import logging
 
-        kwargs: dict = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
-        if address:
-            kwargs["address"] = address
-        elif workers:
-            kwargs["num_cpus"] = workers
-        try:
-            ray.init(runtime_env={"py_modules": [traceanalyzer]}, **kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise ConfigError(f"cannot start or reach Ray{' at ' + address if address else ''}: {exc}") from exc
-        started = True
-    try:
-        task = ray.remote(analyse_run).options(num_cpus=1, max_retries=1)
-        pending = {task.remote(spec, cache_dir, step_range): spec for spec in specs}
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                spec = pending.pop(ref)
-                try:
-                    result = ray.get(ref)
-                except Exception as exc:  # noqa: BLE001 - the task's worker died: this run fails
-                    result = failed_result(spec, _worker_died(exc), step_range)
-                yield spec, result
-    finally:
-        if started:
-            ray.shutdown()
+def _whole(spec: RunSpec, opts: Options):
+    from traceanalyzer.engine import analyse
+
+    return lambda: (analyse(list(spec.files), opts, workers=1, quiet=True), False)
 
 
 def execute(specs: list[RunSpec], cache_dir: str | None, step_range: str, engine: str = "local",
             workers: int | None = None, address: str | None = None) -> Iterator[tuple[RunSpec, RunResult]]:
-    """Run :func:`analyse_run` for every spec on ``engine``; yields (spec, result) as they finish."""
-    if engine == "local":
-        if address:
-            raise ConfigError("--address is for --engine ray")
-        return run_local(specs, cache_dir, step_range, workers or default_workers())
-    if engine == "ray":
-        return run_ray(specs, cache_dir, step_range, workers, address)
-    raise ConfigError(f"unknown engine {engine!r}: one of {', '.join(ENGINES)}")
+    """Analyse every run; yields (spec, result) as runs complete."""
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown engine {engine!r}: one of {', '.join(ENGINES)}")
+    if engine == "local" and address:
+        raise ConfigError("--address is for --engine ray")
+    from traceanalyzer.engine import kineto_files
+
+    tasks: list[RankTask] = []
+    opts_of: dict[int, Options] = {}
+    expected: dict[int, int] = {}
+    t0 = {}
+    for g, spec in enumerate(specs):
+        opts = Options(step_name=spec.step_range or step_range, cache=cache_dir is not None)
+        opts_of[g] = opts
+        t0[g] = time.perf_counter()
+        try:
+            kin, nsys = kineto_files([Path(f) for f in spec.files])
+        except TraceAnalyzerError as exc:
+            yield spec, failed_result(spec, exc, step_range, t0=t0[g])
+            continue
+        if nsys:
+            yield spec, run_result(spec, step_range, _whole(spec, opts), _input_key(spec, None), t0[g])
+            continue
+        source = ", ".join(str(f) for f in kin[:3])
+        expected[g] = len(kin)
+        tasks += [RankTask(i, str(f), opts, source, group=g, cache_dir=cache_dir, sha256=True) for i, f in enumerate(kin)]
+    got: dict[int, list[RankResult]] = {g: [] for g in expected}
+    try:
+        for res in run_tasks(tasks, engine, workers, address):
+            g = res.group
+            got[g].append(res)
+            if len(got[g]) == expected[g]:
+                spec, ranks = specs[g], got.pop(g)
+                hashes = [r.sha256 for r in sorted(ranks, key=lambda r: r.index)]
+                analyse = lambda s=spec, rs=ranks, g=g: _reduce(s, rs, opts_of[g])  # noqa: E731
+                key = _input_key(spec, None if any(h is None for h in hashes) else hashes)
+                # a run's seconds: its ranks' time in the workers plus its reduce here
+                yield spec, run_result(spec, step_range, analyse, key, time.perf_counter() - sum(r.seconds for r in ranks))
+    except WorkerDied as exc:  # the pool is gone: the runs still waiting fail with it
+        for g in list(got):
+            yield specs[g], failed_result(specs[g], exc, step_range, t0=t0[g])

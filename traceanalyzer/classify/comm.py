@@ -191,11 +191,32 @@ def _pg_config(meta: pl.DataFrame) -> pl.DataFrame:
 _LINK_COLS = ["coll_name", "in_nelems", "out_nelems", "group_size", "dtype", "pg_name", "pg_desc", "pg_ranks", "coll_seq", "input_dims"]
 
 
+def linking_threads(ev: pl.LazyFrame) -> pl.LazyFrame:
+    """Host threads that can link a launch to a collective: those holding a
+    ``record_param_comms`` op or an ``nccl:``/``gloo:``/``rccl:`` range (``rank, pid, tid``)."""
+    return ev.filter(
+        pl.col("kind").is_in(["cpu_op", "annotation"])
+        & ((pl.col("name") == "record_param_comms") | _link_range())
+    ).select(THREAD).unique()
+
+
 def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, meta: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS) -> pl.DataFrame:
     """One row per communication kernel with type, bytes, group, dimension, wait and transfer.
 
     ``gpu``: labelled GPU work (:func:`.labels.label_gpu`); ``windows``: step windows.
+    The per-rank part is :func:`collective_instances`, the part that needs every rank of a
+    group :func:`match_instances`.
     """
+    return match_instances(collective_instances(events, gpu, windows, meta), bus_bw_gbps)
+
+
+def collective_instances(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, meta: pl.DataFrame,
+                         tree: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per rank: one row per communication kernel with type, bytes, group, dimension, step and
+    instance (everything but wait and transfer, which need the other ranks of the group).
+
+    ``tree``: the rank's host call tree (:func:`.recompute.host_tree`) when already built; it
+    must hold at least the threads of :func:`linking_threads`."""
     ev = events.lazy()
     k = gpu.lazy().filter(pl.col("cls") == "comm").select(
         "rank", "name", "stream", "start_ns", "end_ns", "correlation", "external_id", *[c for c in _LINK_COLS if c != "input_dims"]
@@ -203,11 +224,9 @@ def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, 
     # host side: the launch call and its enclosing record_param_comms / nccl:* annotation
     # (only threads that hold a record_param_comms op or an nccl:/gloo:/rccl: range can link a
     # launch to a collective: the call tree of the others is not built)
-    linking = ev.filter(
-        pl.col("kind").is_in(["cpu_op", "annotation"])
-        & ((pl.col("name") == "record_param_comms") | _link_range())
-    ).select(THREAD).unique()
-    tree = host_tree(ev.join(linking, on=THREAD, how="semi")).collect().lazy()
+    if tree is None:
+        tree = host_tree(ev.join(linking_threads(ev), on=THREAD, how="semi")).collect()
+    tree = tree.lazy()
     launch = (
         tree.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
         .select(*THREAD, "pos", "correlation")
@@ -302,6 +321,20 @@ def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, 
         pl.coalesce("coll_seq", pl.col("start_ns").rank("ordinal").over("rank", "pg_name").cast(pl.Int64)).alias("instance"),
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
     )
+    return j.sort("__k").select(*_INSTANCE_COLS).collect()
+
+
+_INSTANCE_COLS = [
+    "rank", "step", "name", "stream", "start_ns", "end_ns", "dur_ns", "coll_type", "bytes",
+    "pg_name", "pg_desc", "group_size", "pg_ranks", "dim", "instance", "coll_seq",
+]
+
+
+def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS) -> pl.DataFrame:
+    """Wait and transfer of every collective kernel from the instances of all loaded ranks
+    (:func:`collective_instances`, concatenated in load order): instance *i* of a group is
+    aligned across its ranks, else the transfer is estimated from the bytes."""
+    j = inst.lazy().with_row_index("__k")
     counts = j.group_by("pg_name", "rank").agg(pl.len().alias("n"))
     aligned_groups = (
         counts.group_by("pg_name")

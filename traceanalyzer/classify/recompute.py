@@ -89,7 +89,16 @@ def _is_backward_node() -> pl.Expr:
     return pl.col("name").str.starts_with("autograd::") | pl.col("name").str.contains("Backward")
 
 
-def recompute_ops(events: pl.DataFrame | pl.LazyFrame, pattern: str | None = None) -> pl.DataFrame:
+def recompute_threads(events: pl.LazyFrame, pattern: str | None = None) -> pl.LazyFrame:
+    """Host threads that can hold recompute: those with a backward node or a checkpoint (or
+    ``pattern``) range (``rank, pid, tid``)."""
+    region_re = CHECKPOINT_NODES if not pattern else f"(?:{CHECKPOINT_NODES})|(?:{pattern})"
+    is_region = pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("name").str.contains(region_re)
+    is_eval = pl.col("name").str.starts_with(EVALUATE_FUNCTION)
+    return events.filter(pl.col("kind").is_in(HOST_KINDS) & (is_eval | is_region)).select(THREAD).unique()
+
+
+def recompute_ops(events: pl.DataFrame | pl.LazyFrame, pattern: str | None = None, tree: pl.DataFrame | None = None) -> pl.DataFrame:
     """Every recomputed host range (ops, annotations, runtime calls).
 
     Columns: ``rank, pid, tid, kind, name, start_ns, end_ns, seq, fwd_tid, external_id,
@@ -97,16 +106,17 @@ def recompute_ops(events: pl.DataFrame | pl.LazyFrame, pattern: str | None = Non
     ops a user wrote in the checkpointed function); ``root_pos``: the top-level op it belongs to;
     ``region``: name of the innermost ``evaluate_function`` (or checkpoint/pattern range) holding
     the top-level op. ``pattern``: optional regex; host ranges matching it are treated like
-    ``CheckpointFunctionBackward``.
+    ``CheckpointFunctionBackward``. ``tree``: the host call tree (:func:`host_tree`) when
+    already built; it must hold at least the threads of :func:`recompute_threads`.
     """
     region_re = CHECKPOINT_NODES if not pattern else f"(?:{CHECKPOINT_NODES})|(?:{pattern})"
     is_region = pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("name").str.contains(region_re)
     is_eval = pl.col("name").str.starts_with(EVALUATE_FUNCTION)
     # recompute needs a backward node or a checkpoint range on the same thread: build the call
     # tree of those threads only (the forward thread of a GPU job, most of its events, drops out)
-    ev = events.lazy()
-    threads = ev.filter(pl.col("kind").is_in(HOST_KINDS) & (is_eval | is_region)).select(THREAD).unique()
-    tree = host_tree(ev.join(threads, on=THREAD, how="semi")).collect()
+    if tree is None:
+        ev = events.lazy()
+        tree = host_tree(ev.join(recompute_threads(ev, pattern), on=THREAD, how="semi")).collect()
     candidate = (
         (pl.col("kind") == "cpu_op")
         & pl.col("seq").is_not_null()

@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from traceanalyzer.classify import analyze
-from traceanalyzer.commands.common import err_console, load_with_progress, print_warnings
+from traceanalyzer.commands.common import QuietOpt, WorkersOpt, analyse_paths, err_console, print_warnings
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.parsers import discover
 
@@ -17,14 +16,15 @@ def annotate(
     paths: Annotated[list[Path], typer.Argument(help="Kineto trace file(s) or a directory of rank traces.", show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Annotated trace to write (.json or .json.gz), or a directory to write into (required for several rank files; created if missing, not its parents).", show_default=False)],
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    workers: WorkersOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Write the trace with one extra track per rank showing compute / recompute / exposed comm / other / idle (open it in Perfetto UI)."""
     from traceanalyzer.report.annotate import annotate as write_annotated, check_output
 
     outputs = Outputs(paths)
     check_output(outputs, output, sum(len(discover(p)) for p in paths))
-    trace = load_with_progress(paths, show=True)
-    analysis = analyze(trace, step_range)
+    analysis = analyse_paths(paths, step_range, keep="events", workers=workers, quiet=quiet)
     written = write_annotated(analysis, output, outputs)
     print_warnings(analysis.warnings)
     for f in written:

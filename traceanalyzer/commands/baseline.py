@@ -62,13 +62,11 @@ def baseline(
     elif config is not None:
         raise ConfigError("--config flags TP groups against a topology: give --topo FILE too")
     if trace:
-        from traceanalyzer.classify import analyze
         from traceanalyzer.classify.busbw import achieved_busbw, busbw_summary, exposed_split
-        from traceanalyzer.commands.common import load_with_progress, print_warnings
+        from traceanalyzer.commands.common import analyse_paths, print_warnings
 
-        tr = load_with_progress(list(trace), show=True)
-        an = analyze(tr)
-        dev = gpu or next(iter(tr.meta["device_name"].drop_nulls().to_list()), None)
+        an = analyse_paths(list(trace))
+        dev = gpu or next(iter(an.trace.meta["device_name"].drop_nulls().to_list()), None)
         per = achieved_busbw(an.collectives, baseline=base, gpu=dev)
         if not per.height:
             print_warnings(["no collective in the trace carries a byte count and a group size "

@@ -24,11 +24,12 @@ def batch(
     store: Annotated[Path, typer.Option("--store", help="Store directory (Parquet dataset, created if missing).", show_default=False)],
     force: Annotated[bool, typer.Option("--force", help="Re-analyse runs already stored, replacing their rows.")] = False,
     engine: Annotated[Engine, typer.Option("--engine", help="local: process pool on this machine; ray: Ray tasks.")] = Engine.local,
-    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Processes (local; default: all cores) or CPUs of a local Ray.")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Rank files analysed in parallel, over all runs: processes (local; default: all cores) or CPUs of a local Ray.")] = None,
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray://host:10001 or host:6379); default: a local Ray.")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="Run configuration (run.toml) for MFU, for runs whose manifest names none.")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parse cache ($TRACEANALYZER_CACHE, default: the user cache directory).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (a bar on a terminal, else a line per run).")] = False,
 ) -> None:
     """Analyse nightly runs into a Parquet store (skips runs stored on the same inputs); summary at the end.
 
@@ -38,7 +39,8 @@ def batch(
 
         raise InputNotFound("configuration file not found", config)
     Outputs([*roots, config]).check_dir(store)  # the store: a directory (created inside an existing parent)
-    show = sys.stderr.isatty()
+    show = sys.stderr.isatty() and not quiet
+    lines = not sys.stderr.isatty() and not quiet  # cron logs: one line per run
     progress = None
     if show:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -53,9 +55,16 @@ def batch(
             progress.start()
             task = progress.add_task("", total=n)
 
+    done = 0
+
     def on_done(spec, result) -> None:
+        nonlocal done
+        done += 1
         if progress is not None and task is not None:
             progress.update(task, advance=1, description=spec.run_id)
+        elif lines:
+            print(f"traceanalyzer: run {done} done: {spec.run_id} ({result.row['status']}, {len(spec.files)} file(s), "
+                  f"{result.seconds:.1f} s)", file=sys.stderr, flush=True)
 
     try:
         summary = run_batch(roots, store, force=force, engine=engine.value, workers=workers, address=address,

@@ -8,8 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.classify import analyze
-from traceanalyzer.commands.common import Format, load_with_progress, out_console, print_warnings
+from traceanalyzer.commands.common import AddressOpt, Engine, EngineOpt, Format, QuietOpt, WorkersOpt, analyse_paths, out_console, print_warnings
 from traceanalyzer.render import json as json_render
 from traceanalyzer.classify.comm import DEFAULT_BUS_BW_GBPS
 from traceanalyzer.classify.labels import check_comm_pattern
@@ -36,6 +35,10 @@ def breakdown(
             "~/.cache/traceanalyzer on Linux) and reuse them for files with the same bytes.",
         ),
     ] = False,
+    workers: WorkersOpt = None,
+    engine: EngineOpt = Engine.local,
+    address: AddressOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Split every rank's GPU time, per step, into compute / recompute / exposed comm / other / idle."""
     if not bus_bw > 0 or bus_bw == float("inf"):  # also NaN
@@ -50,8 +53,8 @@ def breakdown(
     outputs = Outputs(paths)
     if output is not None:
         outputs.check(output)
-    trace = load_with_progress(paths, show=True, cache=cache)
-    analysis = analyze(trace, None if whole_trace else step_range, recompute_pattern=recompute_range, bus_bw_gbps=bus_bw, comm_kernels=comm_kernel)
+    analysis = analyse_paths(paths, None if whole_trace else step_range, recompute_pattern=recompute_range, bus_bw_gbps=bus_bw,
+                             cache=cache, workers=workers, engine=engine, address=address, quiet=quiet, comm_kernels=comm_kernel)
     if format is Format.json:
         with outputs.stream(output) as fh:
             fh.write(json_render.dumps(json_render.document(analysis)))

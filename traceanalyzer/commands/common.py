@@ -1,17 +1,18 @@
-"""Helpers shared by the command modules: loading with progress, writing output, warnings."""
+"""Helpers shared by the command modules: analysing with progress, writing output, warnings."""
 
 from __future__ import annotations
 
 import sys
 from enum import Enum
 from pathlib import Path
+from typing import Annotated, Optional
 
 from rich.console import Console
 from rich.text import Text
 
+import typer
+
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.parsers import discover, load
-from traceanalyzer.schema import Trace
 
 #: stderr; ``markup=False``: user text (kernel, category, file names) is printed as it is
 err_console = Console(stderr=True, highlight=False, markup=False)
@@ -25,25 +26,50 @@ def out_console(file=None, width: int | None = None) -> Console:
     return Console(file=file, highlight=False, markup=False, width=width)
 
 
+class Engine(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
 class Format(str, Enum):
     table = "table"
     json = "json"
 
 
-def load_with_progress(paths: list[Path], show: bool, cache: bool = False) -> Trace:
-    """Load traces; show a progress bar on an interactive stderr when there is much to read.
-    ``cache``: use the Parquet parse cache (see :mod:`traceanalyzer.cache`)."""
-    files = [f for p in paths for f in discover(p)]
-    big = sum(f.stat().st_size for f in files if f.is_file()) > 20 * 2**20
-    if not (show and sys.stderr.isatty() and (len(files) > 1 or big)):
-        return load(paths if len(paths) > 1 else paths[0], cache=cache)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+#: options every command that loads traces takes
+WorkersOpt = Annotated[
+    Optional[int],
+    typer.Option("--workers", min=1, help="Rank files analysed in parallel (processes; default: all cores; 1: in this process)."),
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (warnings and errors still go there).")]
+EngineOpt = Annotated[Engine, typer.Option("--engine", help="local: process pool on this machine; ray: one Ray task per rank file.")]
+AddressOpt = Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray://host:10001 or host:6379); default: a local Ray.")]
 
-    with Progress(
-        TextColumn("loading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True
-    ) as bar:
-        task = bar.add_task("load", total=len(files))
-        return load(paths if len(paths) > 1 else paths[0], progress=lambda _f: bar.advance(task), cache=cache)
+
+def analyse_paths(
+    paths: list[Path],
+    step_name: str | None = "ProfilerStep",
+    *,
+    recompute_pattern: str | None = None,
+    bus_bw_gbps: float | None = None,
+    cache: bool = False,
+    keep: str = "compact",
+    workers: int | None = None,
+    engine: Engine | str = "local",
+    address: str | None = None,
+    quiet: bool = False,
+    comm_kernels: list[str] | None = None,
+):
+    """Load and classify traces on the engine (rank files in parallel), with progress on stderr
+    (a bar on a terminal, a line per rank file otherwise, nothing with ``quiet``). ``keep``: what
+    the renderer needs beyond the compact tables (see :data:`traceanalyzer.engine.KEEP`)."""
+    from traceanalyzer.engine import Options, analyse
+
+    opts = Options(step_name=step_name, recompute_pattern=recompute_pattern, keep=keep, cache=cache,
+                   comm_kernels=tuple(comm_kernels or ()))
+    if bus_bw_gbps is not None:
+        opts.bus_bw_gbps = bus_bw_gbps
+    return analyse(paths, opts, engine=Engine(engine).value, workers=workers, address=address, quiet=quiet, console=err_console)
 
 
 def warning_line(text: str) -> Text:
@@ -52,8 +78,6 @@ def warning_line(text: str) -> Text:
 
 
 def print_warnings(warnings: list[str]) -> None:
-    from rich.markup import escape
-
     for w in warnings:
         err_console.print(warning_line(w), soft_wrap=True)
 

@@ -55,10 +55,9 @@ def plan(
     if trace:
         if cfg is None:
             raise ConfigError("--trace needs the run configuration (-c) for the FLOPs of one step")
-        from traceanalyzer.classify import analyze
-        from traceanalyzer.commands.common import load_with_progress
+        from traceanalyzer.commands.common import analyse_paths
 
-        an = analyze(load_with_progress(list(trace), show=True))
+        an = analyse_paths(list(trace))
         measured = trace_measurement(cfg, an.steps, convention, "hardware" if hardware_flops else "model", params)
     run_steps = None
     if store is not None:

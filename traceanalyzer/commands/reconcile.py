@@ -7,8 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from traceanalyzer.classify import analyze
-from traceanalyzer.commands.common import load_with_progress, print_warnings
+from traceanalyzer.commands.common import QuietOpt, WorkersOpt, analyse_paths, print_warnings
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import load_config
 from traceanalyzer.model.config import CONVENTIONS
@@ -26,13 +25,13 @@ def _public(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path], convention: Optional[str], step_range: str,
-               hfu: str = "forward"):
+               hfu: str = "forward", workers: Optional[int] = None, quiet: bool = False):
     if convention is not None and convention not in CONVENTIONS:
         raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
     if hfu not in HFU_CONVENTIONS:
         raise ConfigError(f"--hfu {hfu!r} is not one of {', '.join(HFU_CONVENTIONS)}")
     cfg = load_config(config, megatron_args)
-    analysis = analyze(load_with_progress([path], show=True), step_range)
+    analysis = analyse_paths([path], step_range, keep="events", workers=workers, quiet=quiet)
     wf = waterfall(analysis, cfg, convention=convention, step_name=step_range, hfu=hfu)
     attach_overlapped(wf, analysis)
     return wf, [*analysis.warnings, *wf["warnings"]]
@@ -47,12 +46,14 @@ def reconcile(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
     hfu: Annotated[str, typer.Option("--hfu", help=f"How recompute counts in HFU: {', '.join(HFU_CONVENTIONS)}.")] = "forward",
+    workers: WorkersOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Waterfall from peak to achieved TFLOP/s/GPU: every measured loss in TFLOP/s, beside the analytic prediction."""
     outputs = Outputs([trace, config, megatron_args])
     if output is not None:
         outputs.check(output)
-    wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu)
+    wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu, workers, quiet)
     emit(waterfall_sections(wf), format, _public(wf), output, outputs)
     print_warnings(warnings)
 
@@ -67,6 +68,8 @@ def compare(
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    workers: WorkersOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Why does run A beat run B: the gap split exactly into its causes.
 
@@ -79,14 +82,14 @@ def compare(
     if output is not None:
         outputs.check(output)
     if ca is None:
-        an_a = analyze(load_with_progress([trace_a], show=True), step_range)
-        an_b = analyze(load_with_progress([trace_b], show=True), step_range)
+        an_a = analyse_paths([trace_a], step_range, workers=workers, quiet=quiet)
+        an_b = analyse_paths([trace_b], step_range, workers=workers, quiet=quiet)
         cmp_t = compare_time(an_a, an_b)
         emit(time_comparison_sections(cmp_t), format, {"comparison": _public(cmp_t)}, output, outputs)
         print_warnings([*an_a.warnings, *an_b.warnings])
         return
-    wa, warn_a = _waterfall(trace_a, ca, None, convention, step_range)
-    wb, warn_b = _waterfall(trace_b, cb, None, convention, step_range)
+    wa, warn_a = _waterfall(trace_a, ca, None, convention, step_range, workers=workers, quiet=quiet)
+    wb, warn_b = _waterfall(trace_b, cb, None, convention, step_range, workers=workers, quiet=quiet)
     cmp = compare_waterfalls(wa, wb)
     sections = waterfall_sections(wa) + waterfall_sections(wb) + trace_comparison_sections(cmp)
     emit(sections, format, {"a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output, outputs)

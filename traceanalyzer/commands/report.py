@@ -8,8 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.classify import analyze
-from traceanalyzer.commands.common import load_with_progress, print_warnings
+from traceanalyzer.commands.common import AddressOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, analyse_paths, print_warnings
 from traceanalyzer.outputs import Outputs
 
 
@@ -48,6 +47,10 @@ def report(
     rank: Annotated[Optional[int], typer.Option("--rank", help="Rank whose per-step timeline is shown (default: the slowest).")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
     top: Annotated[int, typer.Option("--top", min=1, max=1000, help="Rows in the top-kernel and top-collective tables.")] = 10,
+    workers: WorkersOpt = None,
+    engine: EngineOpt = Engine.local,
+    address: AddressOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Write a report to attach to a ticket: headline, plots, top kernels and collectives, how to reproduce."""
     from traceanalyzer.report import document as report_model
@@ -57,10 +60,15 @@ def report(
     outputs = Outputs([*paths, config])
     if output is not None:
         outputs.check(output)
-    trace = load_with_progress(paths, show=True)
+    analysis = analyse_paths(paths, step_range, keep="report", workers=workers, engine=engine, address=address, quiet=quiet)
+    trace = analysis.trace
     if rank is not None and rank not in trace.ranks:
         raise typer.BadParameter(f"no rank {rank} in the trace (it has {len(trace.ranks)}: {trace.ranks[:16]})", param_hint="'--rank'")
-    analysis = analyze(trace, step_range)
+    from traceanalyzer.engine import Options, with_rank_gpu
+
+    shown = rank if rank is not None else report_model.default_rank(analysis)
+    if shown is not None:  # the timeline's rank: its GPU work again (the workers kept only tables)
+        analysis = with_rank_gpu(analysis, shown, Options(step_name=step_range))
     m = report_model.build(
         analysis, rank=rank, config=config, step_range=step_range, top=top,
         command=_command(paths, config, format, embed, output, rank, step_range, top),

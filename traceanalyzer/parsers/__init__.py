@@ -136,9 +136,10 @@ def _load_kineto(files: list[Path], progress: ProgressFn | None, cache: bool | s
     return Trace(events=events, meta=meta, warnings=warnings, sources=list(files))
 
 
-def _parse_kineto_file(f: Path, cache: bool | str | Path) -> tuple[pl.DataFrame, dict, list[str]]:
+def _parse_kineto_file(f: Path, cache: bool | str | Path, progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, dict, list[str]]:
     """Parse and clean one rank file (de-duplicate, drop stray events, cut a truncated trace back
-    to its complete steps); with ``cache`` (True or a directory), through the parse cache."""
+    to its complete steps); with ``cache`` (True or a directory), through the parse cache.
+    ``progress(n)``: bytes of the file read since the last call (see :func:`kineto.parse_file`)."""
     cache_dir = None if cache is True else cache
     if cache is not None and cache is not False:
         from traceanalyzer import cache as parse_cache
@@ -147,26 +148,32 @@ def _parse_kineto_file(f: Path, cache: bool | str | Path) -> tuple[pl.DataFrame,
         if hit is not None:
             return hit
     clean.sniff_foreign(f)
-    df, meta, warns = kineto.parse_file(f)
+    df, meta, warns = kineto.parse_file(f, progress) if progress is not None else kineto.parse_file(f)
     df, more = clean.clean_events(df, f)
     if meta.get("truncated"):
         df, trimmed = clean.trim_truncated(df, f)
         more += trimmed
-    warns = [*warns, *more]
+    warns = [*warns, *more, *_sane_meta(f, meta)]
     meta["n_events"] = df.height
     if cache is not None and cache is not False:
         parse_cache.put(f, df, meta, warns, cache_dir)
     return df, meta, warns
 
 
+def _sane_meta(f: Path, meta: dict) -> list[str]:
+    """Rank, world size and SM count outside 0 .. 2^31-1 (e.g. 2^40) are ignored, with a warning."""
+    warnings = []
+    for key, field in (("rank", "distributedInfo.rank"), ("world_size", "distributedInfo.world_size"), ("num_sms", "numSms")):
+        if meta.get(key) is not None and not 0 <= meta[key] < 2**31:
+            shown = str(meta[key]) if len(str(meta[key])) <= 20 else f"{float(meta[key]):.3g}"
+            warnings.append(f"{f}: {field} {shown} is out of range: ignored")
+            meta[key] = None
+    return warnings
+
+
 def _assign_ranks(files: list[Path], metas: list[dict], warnings: list[str]) -> None:
     """Rank from distributedInfo, else from the file name, else the file's position."""
     for f, m in zip(files, metas):
-        for key, field in (("rank", "distributedInfo.rank"), ("world_size", "distributedInfo.world_size"), ("num_sms", "numSms")):
-            if m.get(key) is not None and not 0 <= m[key] < 2**31:
-                shown = str(m[key]) if len(str(m[key])) <= 20 else f"{float(m[key]):.3g}"
-                warnings.append(f"{f}: {field} {shown} is out of range: ignored")
-                m[key] = None
         if m["rank"] is None:
             m["rank"] = kineto.rank_from_name(f)
             if m["rank"] is None and len(files) > 1:

@@ -85,8 +85,10 @@ class Stream:
     zlib error after some output ends the stream as a cut (the streaming path).
     """
 
-    def __init__(self, path: Path, block: int, strict: bool = False):
+    def __init__(self, path: Path, block: int, strict: bool = False, progress=None):
         self.path = path
+        #: ``progress(n)``: called with the bytes of the file (compressed, for gzip) read since the last call
+        self.progress = progress or (lambda n: None)
         self.block = block
         self.strict = strict
         self.cut = False
@@ -111,6 +113,7 @@ class Stream:
         path, block = self.path, self.block
         with open_trace(path) as fh:
             first = fh.read(block)
+            self.progress(len(first))
             if not first:
                 raise InvalidTrace("empty file (0 bytes)", path)
             if first[:2] != _GZIP_MAGIC:
@@ -119,6 +122,7 @@ class Stream:
                     self.total += len(data)
                     yield data
                     data = fh.read(block)
+                    self.progress(len(data))
                 return
             self._limits = limits()
             read = len(first)
@@ -140,6 +144,7 @@ class Stream:
                     rest = d.unused_data
                     while len(rest) < 2:
                         more = fh.read(block >> 2)
+                        self.progress(len(more))
                         if not more:
                             break
                         read += len(more)
@@ -153,6 +158,7 @@ class Stream:
                 data = d.unconsumed_tail
                 if not data:
                     data = fh.read(block >> 2)
+                    self.progress(len(data))
                     read += len(data)
                 if not data:
                     break

@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import re
 from pathlib import Path
+from typing import Callable
 
 import msgspec
 import orjson
@@ -160,7 +161,7 @@ def rank_from_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def parse_file(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
+def parse_file(path: Path, progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, dict, list[str]]:
     """Parse one Kineto file into (events without rank column filled, meta dict, warnings).
 
     Streams the file: the ``traceEvents`` array is decoded a chunk of events at a time
@@ -168,13 +169,14 @@ def parse_file(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
     decoded events, never the whole document as Python objects. Anything the streaming reader
     does not recognise (a bare-array trace, a corrupt middle, a truncation it cannot repair)
     falls back to the whole-document path (:func:`_parse_whole`), which gives the same result
-    and the same error messages.
+    and the same error messages. ``progress(n)``: called with the bytes of the file (compressed
+    bytes for gzip) read since the last call.
     """
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived objects: the cyclic GC would double the decode time
     try:
         try:
-            return _parse_streaming(path)
+            return _parse_streaming(path, progress)
         except _Fallback:
             return _parse_whole(path)
     finally:
@@ -368,8 +370,8 @@ def _array_piece(buf: bytearray, cut: int) -> bytearray:
     return piece
 
 
-def _parse_streaming(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
-    stream = inflate.Stream(path, _BLOCK)
+def _parse_streaming(path: Path, progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, dict, list[str]]:
+    stream = inflate.Stream(path, _BLOCK, progress=progress)
     blocks = inflate.prefetched(stream.blocks())
     try:
         return _parse_blocks(path, stream, blocks)

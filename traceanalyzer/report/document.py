@@ -84,7 +84,10 @@ def exposed_by_kernel(analysis: Analysis, seg: pl.DataFrame | None = None) -> pl
 
     Returns ``rank, name, start_ns, end_ns, exposed_ns`` (Float64) for every comm kernel.
     """
-    seg = segments(analysis) if seg is None else seg
+    return _exposed_by_kernel(analysis.gpu, segments(analysis) if seg is None else seg)
+
+
+def _exposed_by_kernel(gpu: pl.DataFrame, seg: pl.DataFrame) -> pl.DataFrame:
     share = (
         pl.when(pl.col("bucket") == "exposed_comm")
         .then(pl.col("len_ns") / pl.col("n_comm"))
@@ -97,7 +100,7 @@ def exposed_by_kernel(analysis: Analysis, seg: pl.DataFrame | None = None) -> pl
     first = pref.select("rank", "t0", (pl.col("incl") - pl.col("share")).alias("before")).sort("t0")
     last = pref.select("rank", "t1", pl.col("incl").alias("upto")).sort("t1")
     comm = (
-        analysis.gpu.lazy()
+        gpu.lazy()
         .filter((pl.col("cls") == "comm") & (pl.col("end_ns") > pl.col("start_ns")))
         .select("rank", "name", "start_ns", "end_ns")
     )
@@ -192,6 +195,12 @@ def build(
         "warnings": list(analysis.warnings),
         "notes": notes,
     }
+
+
+def default_rank(analysis: Analysis) -> int | None:
+    """The rank whose timeline a report shows by default: the slowest (mean step time)."""
+    ranks = _ranks(analysis, analysis.totals())
+    return max(ranks, key=lambda r: (r["step_ms"], -r["rank"]))["rank"] if ranks else None
 
 
 def _ranges(xs: list[int]) -> str:
@@ -324,16 +333,37 @@ def _timeline(analysis: Analysis, seg: pl.DataFrame, rank: int) -> dict[str, Any
     }
 
 
+def kernel_rows(gpu: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and kernel (name, class) inside the step windows: ``rank, name, cls, kind,
+    calls, total_ns, first_ns`` (a rank worker computes its own; :func:`_top_kernels` sums them)."""
+    g = in_windows(gpu.select("rank", "name", "kind", "cls", "start_ns", "end_ns"), windows)
+    return g.group_by("rank", "name", "cls").agg(
+        pl.col("kind").sort_by("start_ns").first().cast(pl.String).alias("kind"),
+        pl.len().alias("calls"),
+        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns"),
+        pl.col("start_ns").min().alias("first_ns"),
+    )
+
+
+def exposed_rows(gpu: pl.DataFrame, windows: pl.DataFrame, seg: pl.DataFrame) -> pl.DataFrame:
+    """The communication kernels the top-exposed table counts, with their exposed time
+    (:func:`exposed_by_kernel`): those starting inside a step window, and any kernel with exposed
+    time (it lies inside windows by construction), so the exposed times sum to the partition."""
+    k = _exposed_by_kernel(gpu, seg)
+    inside = in_windows(k, windows).drop("step")
+    return pl.concat([inside, k.join(inside, on=["rank", "name", "start_ns", "end_ns"], how="anti").filter(pl.col("exposed_ns") > 0)])
+
+
 def _top_kernels(analysis: Analysis, totals: pl.DataFrame, top: int) -> list[dict[str, Any]]:
     wall = int(totals.get_column("duration_ns").sum())
-    gpu = in_windows(analysis.gpu.select("rank", "name", "kind", "cls", "start_ns", "end_ns"), analysis.windows)
+    rows = analysis.kernel_rows if analysis.kernel_rows is not None else kernel_rows(analysis.gpu, analysis.windows)
     agg = (
-        gpu.group_by("name", "cls")
+        rows.group_by("name", "cls")
         .agg(
-            pl.col("kind").first().cast(pl.String).alias("kind"),
-            pl.len().alias("calls"),
-            (pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns"),
-            pl.col("rank").n_unique().alias("ranks"),
+            pl.col("kind").sort_by("first_ns").first().alias("kind"),
+            pl.col("calls").sum().cast(pl.UInt32),
+            pl.col("total_ns").sum(),
+            pl.len().cast(pl.UInt32).alias("ranks"),
         )
         .sort(["total_ns", "name"], descending=[True, False])
         .head(top)
@@ -349,11 +379,7 @@ def _top_kernels(analysis: Analysis, totals: pl.DataFrame, top: int) -> list[dic
 def _top_exposed(analysis: Analysis, seg: pl.DataFrame, totals: pl.DataFrame, top: int) -> list[dict[str, Any]]:
     wall = int(totals.get_column("duration_ns").sum())
     exposed_total = int(totals.get_column("exposed_comm_ns").sum())
-    k = exposed_by_kernel(analysis, seg)
-    # in scope: kernels starting inside a step window (as for top kernels), and any kernel with
-    # exposed time (it lies inside windows by construction), so the exposed times sum to the partition
-    inside = in_windows(k, analysis.windows).drop("step")
-    k = pl.concat([inside, k.join(inside, on=["rank", "name", "start_ns", "end_ns"], how="anti").filter(pl.col("exposed_ns") > 0)])
+    k = analysis.exposed_kernels if analysis.exposed_kernels is not None else exposed_rows(analysis.gpu, analysis.windows, seg)
     agg = (
         k.group_by("name")
         .agg(

@@ -1,0 +1,147 @@
+"""The engine: a job's rank files analysed in parallel, map -> reduce.
+
+* **map** (:mod:`.rank`): one rank file -> a compact :class:`~.rank.RankResult` (the rank's
+  per-step partition with every cause column, its collective instances, exposed communication
+  by type/group/dimension, recomputed ops, meta, warnings — never the raw events);
+* **reduce** (:mod:`.job`): every rank's result -> the :class:`~traceanalyzer.classify.Analysis`
+  renderers read (rank assignment, job checks, clock alignment, wait vs transfer across ranks,
+  skew and straggler, job totals);
+* **where the maps run** (:mod:`.pool`): this process, a local process pool, or Ray tasks;
+* **progress** (:mod:`.progress`): bytes read of the whole job.
+
+Every command and ``batch`` call :func:`analyse`; ``traceanalyzer.analyze(trace)`` runs the same
+map (in this process, over an already loaded trace) and the same reduce, so both give identical
+numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import polars as pl
+
+from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
+from traceanalyzer.engine.pool import ENGINES, WorkerDied, run_tasks
+from traceanalyzer.engine.progress import JobProgress, json_bytes
+from traceanalyzer.engine.rank import KEEP, Options, RankResult, RankTask, classify_ranks, default_workers
+from traceanalyzer.errors import InputNotFound
+
+#: below this much JSON in all (inflated), the default is one process (starting worker
+#: processes, ~1 s each, would cost more than they save)
+POOL_BYTES = 32 * 2**20
+
+__all__ = ["analyse", "analyse_trace", "Options", "RankResult", "ENGINES", "KEEP", "WorkerDied", "default_workers"]
+
+
+def _source(files: list[Path]) -> str:
+    return ", ".join(str(s) for s in files[:3]) or "trace"
+
+
+def analyse_trace(trace, opts: Options):
+    """Classify an already loaded :class:`~traceanalyzer.schema.Trace` (any format): every rank
+    mapped in this process, then reduced."""
+    source = _source(trace.sources)
+    results = [
+        RankResult(index=i, file=row["file"] or "", rank=row["rank"], meta=row)
+        for i, row in enumerate(trace.meta.iter_rows(named=True))  # one row per rank
+    ]
+    classify_ranks(trace.events, trace.meta, Options(**{**opts.__dict__, "keep": "gpu"}), source, results)
+    return reduce_job(results, trace, opts, source)
+
+
+def kineto_files(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
+    """(Kineto files, Nsight Systems inputs) the paths stand for."""
+    from traceanalyzer.parsers import _nsys_sniff, discover
+
+    files = [f for p in paths for f in discover(Path(p))]
+    if not files:
+        raise InputNotFound("no trace files given")
+    kin, nsys = [], []
+    for f in files:
+        (nsys if f.is_dir() or _nsys_sniff(f) else kin).append(f)
+    return kin, nsys
+
+
+def analyse(
+    paths: Path | Iterable[Path],
+    opts: Options | None = None,
+    *,
+    engine: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    quiet: bool = False,
+    console=None,
+):
+    """Load and classify a job (files or a directory of rank files) on ``engine``.
+
+    Kineto rank files are mapped one per task; Nsight Systems inputs (several ranks per file)
+    are loaded and mapped in this process. Returns the :class:`~traceanalyzer.classify.Analysis`.
+    """
+    opts = opts or Options()
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    kin, nsys = kineto_files(paths)
+    small = sum(json_bytes(f) for f in kin) < POOL_BYTES
+    if nsys or (engine == "local" and workers in (None, 1) and small):
+        # several ranks per file (Nsight), or a small job: one process, all ranks in one frame
+        # (the same per-rank steps, without a pass per rank: ~0.1 s saved per small rank file)
+        from traceanalyzer.parsers import load
+
+        files = kin + nsys
+        progress = JobProgress(files, quiet=quiet, console=console)
+        index = {str(f): i for i, f in enumerate(files)}
+        try:
+            trace = load(paths, progress=lambda f: progress.done(index.get(str(f), 0), str(f)), cache=opts.cache)
+        finally:
+            progress.close()
+        return analyse_trace(trace, opts)
+    source = _source(kin)
+    if opts.keep == "report" and len(kin) == 1:
+        opts = Options(**{**opts.__dict__, "keep_gpu": True})  # its timeline needs no second pass
+    tasks = [RankTask(i, str(f), opts, source) for i, f in enumerate(kin)]
+    results: dict[int, RankResult] = {}
+    with JobProgress(kin, quiet=quiet, console=console) as progress:
+        for res in run_tasks(tasks, engine, workers, address, on_bytes=progress.bytes):
+            results[res.index] = res
+            progress.done(res.index, res.file, res.seconds, failed=res.error is not None)
+            if res.error is not None:
+                # the first file's error wins, as when loading one file after another
+                if all(i in results for i in range(res.index)):
+                    break
+        ordered = [results[i] for i in sorted(results)]
+        for r in ordered:
+            if r.error is not None:
+                raise r.error
+        shifts = base_shifts(ordered)
+        if shifts:  # truncated files that lost their base time: again, on the job's clock
+            redo = [RankTask(i, str(kin[i]), opts, source, shift_ns=b) for i, b in shifts.items()]
+            for res in run_tasks(redo, engine, 1 if engine == "local" else workers, address):
+                results[res.index] = res
+            ordered = [results[i] for i in sorted(results)]
+    trace = job_trace(ordered, kin)
+    return reduce_job(ordered, trace, opts, source)
+
+
+def with_rank_gpu(analysis, rank: int, opts: Options):
+    """``analysis`` with the labelled GPU work of one rank (e.g. the report's timeline rank):
+    that rank file analysed again in this process, on the job's clock and rank. A no-op when the
+    analysis already holds that rank's GPU work."""
+    if analysis.gpu.height and "rank" in analysis.gpu.columns and (analysis.gpu["rank"] == rank).any():
+        return analysis
+    meta = analysis.trace.meta
+    rows = meta.with_row_index("__i").filter(pl.col("rank") == rank)
+    if not rows.height or meta.get_column("format").ne("kineto").any():
+        return analysis
+    row = rows.row(0, named=True)
+    one = Options(**{**opts.__dict__, "keep": "gpu"})
+    task = RankTask(row["__i"], row["file"], one, _source(analysis.trace.sources))
+    res = next(iter(run_tasks([task], "local", 1)))
+    if not res.meta.get("base_time_ns") and row["base_time_ns"]:  # it borrowed the job's base time
+        task.shift_ns = row["base_time_ns"]
+        res = next(iter(run_tasks([task], "local", 1)))
+    if res.error is not None or res.gpu is None:
+        return analysis
+    res.relabel(rank)
+    import dataclasses
+
+    return dataclasses.replace(analysis, gpu=res.gpu)

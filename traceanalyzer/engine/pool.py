@@ -1,0 +1,227 @@
+"""Where the rank workers run: this process, a local process pool, or Ray tasks.
+
+* ``local`` — ``concurrent.futures.ProcessPoolExecutor`` with spawned processes (polars is
+  multi-threaded and must not be forked), ``workers`` of them (all cores by default), each
+  capped to ``cores // workers`` polars threads (``POLARS_MAX_THREADS`` is in the children's
+  environment before they import polars). One rank file per task: at most ``workers`` ranks'
+  events are in memory at once, and results (compact tables) stream back as they complete.
+  ``workers=1`` or a single file runs in this process (no pool to start).
+* ``ray`` — one Ray task per rank file on ``ray.init(address=...)`` (an existing cluster; the
+  rank files must be on a filesystem every node mounts) or on a local Ray started here with
+  ``workers`` CPUs. The traceanalyzer package is shipped to the workers
+  (``runtime_env={"py_modules": [traceanalyzer], "pip": [its dependencies]}``) unless the
+  cluster already has it.
+
+Progress: each worker reports the bytes of its file read so far (compressed bytes for a
+``.gz``) through a queue; :func:`run_tasks` hands them to ``on_bytes(index, n)``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Callable, Iterator
+
+from traceanalyzer.engine.rank import RankResult, RankTask, analyse_rank_file, default_workers
+from traceanalyzer.errors import ConfigError, TraceAnalyzerError
+
+ENGINES = ("local", "ray")
+BytesFn = Callable[[int, int], None]  # (file index, bytes read since the last call)
+
+
+class WorkerDied(TraceAnalyzerError):
+    """The process analysing a rank file died (killed, out of memory) before returning a result."""
+
+
+# ---------------------------------------------------------------------------------------------
+# worker side of the local pool
+
+_QUEUE = None
+
+
+def _init_worker(queue) -> None:
+    global _QUEUE
+    from traceanalyzer.interrupts import quiet_worker
+
+    quiet_worker()  # Ctrl-C is the coordinator's to handle: it stops the pool
+    _QUEUE = queue
+
+
+def _pool_task(task: RankTask) -> RankResult:
+    q = _QUEUE
+    if q is None:
+        return analyse_rank_file(task)
+    q.put(("start", task.index, os.getpid()))
+    try:
+        return analyse_rank_file(task, progress=lambda n: q.put(("bytes", task.index, n)))
+    finally:
+        q.put(("end", task.index, 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# engines
+
+
+def run_inprocess(tasks: list[RankTask], on_bytes: BytesFn | None) -> Iterator[RankResult]:
+    for t in tasks:
+        yield analyse_rank_file(t, progress=(lambda n, i=t.index: on_bytes(i, n)) if on_bytes else None)
+
+
+def run_local(tasks: list[RankTask], workers: int, on_bytes: BytesFn | None) -> Iterator[RankResult]:
+    if workers <= 1 or len(tasks) <= 1:
+        yield from run_inprocess(tasks, on_bytes)
+        return
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    n = min(workers, len(tasks))
+    queue = ctx.SimpleQueue()  # put() writes at once: a worker that dies next has still said so
+    started: dict[int, int] = {}  # index -> pid of the worker analysing it
+    ended: set[int] = set()
+
+    def listen() -> None:
+        while True:
+            msg = queue.get()
+            if msg is None:
+                return
+            what, index, value = msg
+            if what == "start":
+                started[index] = value
+            elif what == "end":
+                ended.add(index)
+            elif on_bytes is not None:
+                on_bytes(index, value)
+
+    listener = threading.Thread(target=listen, name="traceanalyzer-progress", daemon=True)
+    listener.start()
+    threads = str(max(1, default_workers() // n))
+    saved = os.environ.get("POLARS_MAX_THREADS")
+    os.environ["POLARS_MAX_THREADS"] = threads  # inherited by the spawned children
+    by_index = {t.index: t for t in tasks}
+    try:
+        with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(queue,)) as pool:
+            from traceanalyzer.interrupts import stop_pool, workers_ignore_ctrl_c
+
+            with workers_ignore_ctrl_c():  # the pool starts its processes on the first submit
+                futures = {pool.submit(_pool_task, t): t for t in tasks}
+            try:
+                for fut in as_completed(futures):
+                    try:
+                        yield fut.result()
+                    except TraceAnalyzerError:
+                        raise
+                    except Exception as exc:
+                        from concurrent.futures.process import BrokenProcessPool
+
+                        if not isinstance(exc, BrokenProcessPool):
+                            raise
+                        time.sleep(0.5)  # let the listener read the dead worker's last messages
+                        culprits = _culprits(pool, started, ended) or [futures[fut].index]
+                        names = ", ".join(by_index[i].path for i in culprits[:3])
+                        raise WorkerDied(
+                            f"the worker process analysing this rank file died ({type(exc).__name__}: "
+                            "killed, or out of memory?)",
+                            names,
+                        ) from None
+            except BaseException:  # an error, a signal, or the consumer stopped: no worker left running
+                for f in futures:
+                    f.cancel()
+                stop_pool(pool)
+                raise
+    finally:
+        if saved is None:
+            os.environ.pop("POLARS_MAX_THREADS", None)
+        else:
+            os.environ["POLARS_MAX_THREADS"] = saved
+        queue.put(None)
+        listener.join(timeout=5)
+
+
+def _culprits(pool: ProcessPoolExecutor, started: dict[int, int], ended: set[int]) -> list[int]:
+    """The files whose worker died: started, not ended, in a process that did not exit by the
+    pool's own SIGTERM (sent to the others once one died)."""
+    running = [i for i in sorted(started) if i not in ended]
+    procs = dict(getattr(pool, "_processes", None) or {})
+    dead = {pid for pid, p in procs.items() if p.exitcode is not None and p.exitcode != -signal.SIGTERM}
+    return [i for i in running if started[i] in dead] or running
+
+
+def ray_runtime_env() -> dict:
+    """What a Ray worker needs: this package and its dependencies."""
+    import traceanalyzer
+
+    return {"py_modules": [traceanalyzer], "pip": ray_pip_requirements()}
+
+
+def ray_pip_requirements() -> list[str]:
+    """The package's own requirements (as installed), for ``runtime_env["pip"]``."""
+    try:
+        from importlib.metadata import requires
+
+        reqs = [r.split(";")[0].strip() for r in (requires("traceanalyzer") or []) if "extra ==" not in r]
+    except Exception:  # noqa: BLE001 - running from a checkout that is not installed
+        reqs = []
+    return reqs or ["polars>=1.0", "orjson>=3.8", "msgspec>=0.18"]
+
+
+def ray_session(workers: int | None, address: str | None):
+    """``ray.init`` once (local with ``workers`` CPUs, or ``address``); returns (ray, started)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError("--engine ray needs Ray: pip install 'traceanalyzer[ray]'") from exc
+    if ray.is_initialized():
+        return ray, False
+    import logging
+
+    kwargs: dict = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+    env = ray_runtime_env()
+    if address:
+        kwargs["address"] = address
+    else:
+        kwargs["num_cpus"] = workers or default_workers()
+        env.pop("pip")  # a local Ray uses this interpreter, which has them
+    try:
+        ray.init(runtime_env=env, **kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"cannot start or reach Ray{' at ' + address if address else ''}: {exc}") from exc
+    return ray, True
+
+
+def run_ray(tasks: list[RankTask], workers: int | None, address: str | None, on_bytes: BytesFn | None) -> Iterator[RankResult]:
+    ray, started = ray_session(workers, address)
+    try:
+        remote = ray.remote(analyse_rank_file).options(num_cpus=1, max_retries=1)
+        pending = {remote.remote(t): t for t in tasks}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                t = pending.pop(ref)
+                try:
+                    res = ray.get(ref)
+                except TraceAnalyzerError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the task's worker died
+                    raise WorkerDied(f"the Ray task analysing this rank file failed ({type(exc).__name__})", t.path) from None
+                if on_bytes is not None:
+                    on_bytes(t.index, res.nbytes)
+                yield res
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_tasks(tasks: list[RankTask], engine: str = "local", workers: int | None = None, address: str | None = None,
+              on_bytes: BytesFn | None = None) -> Iterator[RankResult]:
+    """Run :func:`~traceanalyzer.engine.rank.analyse_rank_file` for every task; yields results
+    as they complete (any order)."""
+    if engine == "local":
+        if address:
+            raise ConfigError("--address is for --engine ray")
+        return run_local(tasks, workers or default_workers(), on_bytes)
+    if engine == "ray":
+        return run_ray(tasks, workers, address, on_bytes)
+    raise ConfigError(f"unknown engine {engine!r}: one of {', '.join(ENGINES)}")

@@ -1,0 +1,316 @@
+"""The map step: one rank's events -> a compact :class:`RankResult`.
+
+Everything here needs one rank only: the step windows, the recompute marking, the labels, the
+partition with every cause column, the collective instances (type, bytes, group, step, instance:
+what cross-rank matching needs), the exposed communication per type / group / dimension, the
+recomputed ops by name, and the small tables the job checks need (step starts, median event
+time). The raw events never leave the worker unless a renderer asks for them (``keep``).
+
+Errors about the input (:class:`~traceanalyzer.errors.TraceAnalyzerError`) are returned in the
+result, not raised, so that the job reducer raises them in the order the single-process path
+would (the first file's parse error, "no GPU activity" before a per-rank invariant, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+
+from traceanalyzer.classify import COMM_DIM_FIELDS, IDLE_FIELDS, comm, idle, recompute
+from traceanalyzer.classify.invariants import check_event_span, check_windows
+from traceanalyzer.classify.labels import label_gpu
+from traceanalyzer.classify.partition import FIELDS, check_causes, partition
+from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows, outside_steps, refuse_duplicate_steps
+from traceanalyzer.errors import InputNotFound, TraceAnalyzerError
+from traceanalyzer.schema import GPU_WORK_KINDS
+
+#: what a renderer needs beyond the compact tables: nothing; the report's per-kernel tables
+#: (top kernels, top exposed collectives: a few rows per kernel name); the labelled GPU work
+#: (timelines); or every event as well (annotate's free pid, reconcile's matmul FLOPs)
+KEEP = ("compact", "report", "gpu", "events")
+
+#: the per-step table's columns, in this order
+STEP_COLUMNS = [
+    "rank", "step", "start_ns", "duration_ns", "compute_ns", "recompute_ns", "exposed_comm_ns", "other_ns", "idle_ns",
+    "overlapped_comm_ns", "start_us", *[f"{f}_us" for f in FIELDS],
+    *[f"{f}_ns" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]], *[f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]],
+]
+_STEP_RE = r"^ProfilerStep#(\d+)$"  # the job checks' step markers (parsers.clean)
+
+
+@dataclass
+class Options:
+    """How to classify: the same for every rank of a job."""
+
+    step_name: str | None = DEFAULT_STEP
+    recompute_pattern: str | None = None
+    bus_bw_gbps: float = comm.DEFAULT_BUS_BW_GBPS
+    keep: str = "compact"  # one of KEEP
+    keep_gpu: bool = False  # with keep="report": the GPU work too (a one-file job's timeline)
+    cache: bool = False
+    comm_kernels: tuple[str, ...] = ()  # extra kernel-name regexes that are communication (--comm-kernel)
+
+
+@dataclass
+class RankResult:
+    """One rank file's compact result (see the module docstring)."""
+
+    index: int  # position of the file in the job's file list
+    file: str
+    rank: int  # the rank the frames are labelled with (the reducer may relabel)
+    meta: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # the file's own (parse, clean)
+    error: TraceAnalyzerError | None = None  # a parse error: the job fails with it
+    deferred: TraceAnalyzerError | None = None  # a classification error: raised after the job checks
+    nbytes: int = 0
+    shift_borrowed: int = 0  # the job's base time this file was shifted by (it had none)
+    seconds: float = 0.0
+    pid: int = 0  # the process that analysed it
+    group: int = 0  # RankTask.group
+    cache_hit: bool = False  # parsed events came from the parse cache
+    sha256: str | None = None  # the file's content hash, when asked
+    threads: int = 0  # its polars thread pool
+    has_gpu: bool = False
+    first_ns: int | None = None  # earliest event start (a truncated file's borrowed base time)
+    mid_ns: float | None = None  # median event start (clock alignment, job checks)
+    step_starts: pl.DataFrame | None = None  # rank, step, start_ns of ProfilerStep#N ranges (job checks)
+    stepless: bool = False  # no step markers: the whole GPU span is step 0
+    window_warnings: list[str] = field(default_factory=list)  # "rank R: n of m steps ... skipped"
+    steps: pl.DataFrame | None = None
+    windows: pl.DataFrame | None = None
+    instances: pl.DataFrame | None = None  # comm.collective_instances
+    exposure: pl.DataFrame | None = None  # comm.exposure
+    recompute_ops: pl.DataFrame | None = None
+    recomputed_by_name: pl.DataFrame | None = None
+    outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns (classify.steps.outside_steps)
+    gpu: pl.DataFrame | None = None  # only with keep >= "gpu"
+    kernel_rows: pl.DataFrame | None = None  # only with keep="report"
+    exposed_kernels: pl.DataFrame | None = None  # only with keep="report"
+    events: pl.DataFrame | None = None  # only with keep == "events"
+
+    def relabel(self, rank: int) -> None:
+        """Give every frame the job's rank for this file."""
+        if rank == self.rank:
+            return
+        old = self.rank
+        for name in ("step_starts", "steps", "windows", "instances", "exposure", "recompute_ops", "recomputed_by_name", "outside_steps", "gpu", "events",
+                     "kernel_rows", "exposed_kernels"):
+            df = getattr(self, name)
+            if df is not None and "rank" in df.columns:
+                setattr(self, name, df.with_columns(pl.lit(rank, pl.Int32).alias("rank")))
+        self.window_warnings = [w.replace(f"rank {old}: ", f"rank {rank}: ", 1) for w in self.window_warnings]
+        self.rank = rank
+
+
+def _split(df: pl.DataFrame | None, ranks: list[int]) -> dict[int, pl.DataFrame | None]:
+    if df is None:
+        return dict.fromkeys(ranks)
+    if len(ranks) == 1:
+        return {ranks[0]: df}
+    parts = {k[0]: v for k, v in df.partition_by("rank", as_dict=True, maintain_order=True).items()}
+    return {r: parts.get(r, df.clear()) for r in ranks}
+
+
+def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: str, into: list[RankResult]) -> None:
+    """Classify the events of one or more ranks (every step here is per rank: several ranks in
+    one frame give each rank exactly what it gets alone, with less per-query overhead for many
+    small ranks in one process) into ``into``, one result per rank (labelled as in ``events``)."""
+    ranks = [r.rank for r in into]
+    by_rank = {r.rank: r for r in into}
+    if events.height:
+        span = events.group_by("rank").agg(
+            pl.col("start_ns").min().alias("lo"),
+            pl.col("start_ns").median().alias("mid"),
+            pl.col("kind").is_in(GPU_WORK_KINDS).any().alias("gpu"),
+        )
+        for rank, lo, mid, gpu in span.iter_rows():  # one row per rank
+            by_rank[rank].first_ns, by_rank[rank].mid_ns, by_rank[rank].has_gpu = lo, mid, bool(gpu)
+    starts = (
+        events.lazy()
+        .filter(pl.col("kind").is_in(["annotation", "cpu_op"]))
+        .select("rank", pl.col("name").str.extract(_STEP_RE, 1).cast(pl.Int64, strict=False).alias("step"), "start_ns")
+        .filter(pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .agg(pl.col("start_ns").min())
+        .sort("rank", "step")
+        .collect()
+    )
+    for rank, df in _split(starts, ranks).items():
+        by_rank[rank].step_starts = df
+    if opts.keep == "events":
+        for rank, df in _split(events, ranks).items():
+            by_rank[rank].events = df
+    if not any(r.has_gpu for r in into):
+        return
+    try:
+        check_event_span(events, source)
+        windows, win_warnings = gpu_windows(events, opts.step_name)
+        for w in win_warnings:
+            if " step markers: " not in w:  # "rank R: n of m steps ... skipped"; the reducer words the other
+                by_rank[int(w.split(":", 1)[0].split()[1])].window_warnings.append(w)
+        refuse_duplicate_steps(windows, meta, opts.step_name)
+        check_windows(windows, events, source)
+        ev = events.lazy()
+        threads = pl.concat([recompute.recompute_threads(ev, opts.recompute_pattern), comm.linking_threads(ev)]).unique()
+        tree = recompute.host_tree(ev.join(threads, on=recompute.THREAD, how="semi")).collect()
+        rc_ops = recompute.recompute_ops(events, opts.recompute_pattern, tree=tree)
+        gpu = label_gpu(events, rc_ops, comm_kernels=list(opts.comm_kernels) or None)
+        steps = partition(gpu, windows, source)
+        outside = outside_steps(gpu, windows)
+        inst = comm.collective_instances(events, gpu, windows, meta, tree=tree)
+        del tree
+        expo = comm.exposure(gpu, inst, windows)
+        idle_parts = idle.idle_split(events, gpu, windows, inst)
+        steps = _with_causes(steps, idle_parts, expo)
+        check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source)
+    except TraceAnalyzerError as exc:
+        into[0].deferred = exc
+        return
+    frames = {
+        "steps": steps, "windows": windows, "instances": inst, "exposure": expo, "recompute_ops": rc_ops,
+        "recomputed_by_name": recompute.ops_by_name(rc_ops, gpu), "outside_steps": outside,
+    }
+    if opts.keep in ("gpu", "events") or (opts.keep == "report" and opts.keep_gpu):
+        frames["gpu"] = gpu
+    if opts.keep == "report":
+        from traceanalyzer.classify.partition import segment_frame
+        from traceanalyzer.report.document import exposed_rows, kernel_rows
+
+        seg = segment_frame(gpu, windows).sort("rank", "t0").collect()
+        frames["kernel_rows"], frames["exposed_kernels"] = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
+    for name, df in frames.items():
+        for rank, part in _split(df, ranks).items():
+            setattr(by_rank[rank], name, part)
+    for r in into:
+        r.stepless = r.windows is not None and r.windows.height > 0 and r.windows.get_column("cpu_start_ns").is_null().all()
+
+
+def _with_causes(steps: pl.DataFrame, idle_parts: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
+    """The partition joined with the idle split and the exposed communication by dimension."""
+    dims = (
+        expo.filter(pl.col("by") == "dim")
+        .with_columns(pl.format("exposed_comm_{}_ns", pl.col("key").str.to_lowercase()).alias("col"))
+        .pivot(on="col", index=["rank", "step"], values="exposed_ns", aggregate_function="sum")
+    ) if expo.height else pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64})
+    extra = [c for c in dims.columns if c not in ("rank", "step") and c.removesuffix("_ns") not in COMM_DIM_FIELDS]
+    if extra:  # a dimension outside DIMENSIONS would break the sum: never silently
+        raise AssertionError(f"unexpected exposed-comm dimension columns {extra}")
+    steps = (
+        steps.join(idle_parts, on=["rank", "step"], how="left")
+        .join(dims, on=["rank", "step"], how="left")
+        .with_columns(
+            *[pl.col(f"{f}_ns").fill_null(0).cast(pl.Int64) if f"{f}_ns" in dims.columns or f.startswith("idle_") else pl.lit(0, pl.Int64).alias(f"{f}_ns") for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]]
+        )
+        .with_columns(*[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]])
+    )
+    return steps.select(STEP_COLUMNS)
+
+
+# ---------------------------------------------------------------------------------------------
+# the worker: one rank file -> RankResult
+
+
+@dataclass
+class RankTask:
+    """What a worker needs to analyse one rank file."""
+
+    index: int
+    path: str
+    opts: Options
+    source: str  # how errors name the job's input
+    shift_ns: int = 0  # the job's base time, for a truncated file that lost its own
+    group: int = 0  # which job of several (batch: the run)
+    cache_dir: str | None = None  # parse cache directory (with opts.cache; default: the user's)
+    sha256: bool = False  # also hash the file's bytes (batch's input key)
+
+
+ProgressFn = Callable[[int], None]  # bytes of the file read since the last call
+
+
+def analyse_rank_file(task: RankTask, progress: ProgressFn | None = None) -> RankResult:
+    """Parse, clean and classify one Kineto rank file (never raises for bad input)."""
+    from traceanalyzer.parsers import kineto
+
+    t0 = time.perf_counter()
+    path = Path(task.path)
+    res = RankResult(index=task.index, file=task.path, rank=task.index, shift_borrowed=task.shift_ns,
+                     pid=os.getpid(), threads=pl.thread_pool_size())
+    try:
+        res.nbytes = path.stat().st_size
+    except OSError:
+        res.nbytes = 0
+    res.group = task.group
+    try:
+        with _cache_dir(task.cache_dir if task.opts.cache else None):
+            df, meta, warns, res.cache_hit = _parse(path, task.opts.cache, progress)
+        if task.sha256:
+            res.sha256 = file_sha256(path)
+    except OSError as exc:
+        res.error = InputNotFound(f"cannot read the file ({exc.strerror or exc})", path)
+        return res
+    except TraceAnalyzerError as exc:
+        res.error = exc
+        return res
+    rank = meta["rank"] if meta["rank"] is not None else kineto.rank_from_name(path)
+    res.rank = task.index if rank is None else rank
+    res.meta, res.warnings = meta, list(warns)
+    if task.shift_ns:
+        df = df.with_columns(pl.col("start_ns") + task.shift_ns, pl.col("end_ns") + task.shift_ns)
+    events = df.with_columns(pl.lit(res.rank, dtype=pl.Int32).alias("rank"))
+    del df
+    meta_row = kineto.meta_frame([{**meta, "rank": res.rank}])
+    classify_ranks(events, meta_row, task.opts, task.source, [res])
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _parse(path: Path, cache: bool, progress: ProgressFn | None):
+    """(events, meta, warnings, whether the parse cache served it)."""
+    from traceanalyzer.parsers import _parse_kineto_file
+
+    if cache:
+        from traceanalyzer import cache as parse_cache
+
+        hit = parse_cache.get(path)
+        if hit is not None:
+            return (*hit, True)
+    return (*_parse_kineto_file(path, cache, progress=progress), False)
+
+
+@contextmanager
+def _cache_dir(directory: str | None):
+    """The parse cache in ``directory`` for the duration (its location comes from the environment)."""
+    if directory is None:
+        yield
+        return
+    saved = os.environ.get("TRACEANALYZER_CACHE")
+    os.environ["TRACEANALYZER_CACHE"] = directory
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TRACEANALYZER_CACHE", None)
+        else:
+            os.environ["TRACEANALYZER_CACHE"] = saved
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(4 * 2**20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
