@@ -635,7 +635,7 @@ def make_odd_inputs(c: Corpus) -> None:
     # an nsys export whose kernel ends before it starts: exit 4, not an internal check
     src = ROOT / "fixtures" / "nsys" / "mock_cut.sqlite"
     p = c.add("nsys_bad/kernel_ends_before_start.sqlite", src.read_bytes(), "nsys-negative", expect="error", exit=4,
-              message="end before they start")
+              message="ending before they start")
     con = sqlite3.connect(p)
     con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start - 1000 WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
     con.commit()

@@ -271,8 +271,12 @@ def _drop_before_launch(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return keep, early.len()
 
 
-def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
-    """De-duplicate and drop events far outside the file's time span; warnings count both."""
+def clean_events(df: pl.DataFrame, path: Path, launch_check: bool = True) -> tuple[pl.DataFrame, list[str]]:
+    """De-duplicate and drop events far outside the file's time span; warnings count both.
+
+    ``launch_check``: also drop GPU events that start before their launch, matched by
+    correlation id alone (one process per Kineto file; Nsight Systems exports, where correlation
+    ids repeat across processes, make that check per process themselves)."""
     warnings: list[str] = []
     if df.height == 0:
         raise InvalidTrace("no usable events after dropping malformed ones", path)
@@ -291,7 +295,7 @@ def clean_events(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]
             f"{path}: dropped {n_out} events far outside the trace's time span (absurd timestamps or "
             f"durations: more than {MAX_GAP_NS / 60e9:.0f} min away from the other events)"
         )
-    df, n_early = _drop_before_launch(df)
+    df, n_early = _drop_before_launch(df) if launch_check else (df, 0)
     if n_early:
         warnings.append(
             f"{path}: dropped {n_early} GPU events that start before the runtime call that launched them "

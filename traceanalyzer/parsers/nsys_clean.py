@@ -98,7 +98,7 @@ def drop_absurd(ev: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
     ev = flagged.filter(pl.col("_why").is_null()).drop("_why")
     if ev.height == 0:
         raise InvalidTrace("no events with usable timestamps", path)
-    ev, more = clean.clean_events(ev, path)
+    ev, more = clean.clean_events(ev, path, launch_check=False)  # the launch check above is per process
     return ev, warnings + more
 
 
