@@ -828,9 +828,8 @@ def main(argv: list[str] | None = None) -> int:
     make_directories(c)
     make_odd_inputs(c)
     commands = make_outputs(c)
-    (out / "manifest.json").write_bytes(orjson.dumps({"seed": c.seed, "entries": c.entries, "commands": commands}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     make_odd_kineto_inputs(c)
-    (out / "manifest.json").write_bytes(orjson.dumps({"seed": c.seed, "entries": c.entries}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    (out / "manifest.json").write_bytes(orjson.dumps({"seed": c.seed, "entries": c.entries, "commands": commands}, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     print(f"{len(c.entries)} corpus entries in {out}", file=sys.stderr)
     return 0
 

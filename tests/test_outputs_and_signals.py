@@ -270,7 +270,7 @@ def test_an_escaping_base_exception_is_exit_1_in_one_line(monkeypatch, capsys):
     def boom(*_a, **_k):
         raise PanicException("called `Option::unwrap()` on a `None` value\nnote: run with RUST_BACKTRACE=1")
 
-    monkeypatch.setattr(breakdown, "analyze", boom)
+    monkeypatch.setattr(breakdown, "analyse_paths", boom)
     assert issubclass(PanicException, BaseException) and not issubclass(PanicException, Exception)
     assert main(["breakdown", str(DLRM), "-f", "json"]) == 1
     err = capsys.readouterr().err
@@ -287,7 +287,7 @@ def test_permission_denied_anywhere_is_exit_3_in_one_line(monkeypatch, capsys, t
     def denied(*_a, **_k):
         raise PermissionError(13, "Permission denied", str(tmp_path / "locked.json"))
 
-    monkeypatch.setattr(breakdown, "load_with_progress", denied)
+    monkeypatch.setattr(breakdown, "analyse_paths", denied)
     assert main(["breakdown", str(DLRM)]) == 3
     assert capsys.readouterr().err == f"traceanalyzer: error: {tmp_path / 'locked.json'}: Permission denied\n"
     monkeypatch.undo()

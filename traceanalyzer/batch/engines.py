@@ -29,7 +29,7 @@ __all__ = ["ENGINES", "execute", "default_workers"]
 
 
 def _input_key(spec: RunSpec, hashes: list[str] | None):
-    from traceanalyzer.batch.cache import cache_key
+    from traceanalyzer.cache import cache_key
 
     return lambda: cache_key([Path(f) for f in spec.files], hashes)
 
