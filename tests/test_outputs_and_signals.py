@@ -218,7 +218,7 @@ def test_ctrl_c_during_batch_stops_every_worker(tmp_path):
     rng = random.Random(7)
     for i in range(3):
         p = subprocess.Popen([sys.executable, "-m", "traceanalyzer", "batch", str(root), "--store", str(tmp_path / f"s{i}"),
-                              "--workers", "2", "--no-cache"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
+                              "--workers", "2", "--no-cache", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
                              start_new_session=True)
         time.sleep(rng.uniform(2.0, 4.0))
         children = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()

@@ -112,64 +112,82 @@ class Stream:
     def blocks(self):
         path, block = self.path, self.block
         with open_trace(path) as fh:
-            first = fh.read(block)
-            self.progress(len(first))
-            if not first:
-                raise InvalidTrace("empty file (0 bytes)", path)
-            if first[:2] != _GZIP_MAGIC:
-                data = first
-                while data:
-                    self.total += len(data)
-                    yield data
-                    data = fh.read(block)
-                    self.progress(len(data))
-                return
-            self._limits = limits()
-            read = len(first)
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            data = first
-            while True:
-                try:
-                    out = d.decompress(data, block)
-                except zlib.error as exc:
-                    if self.strict or not self.total:
-                        raise InvalidTrace(f"corrupt gzip data ({exc})", path) from None
-                    self.cut = True
-                    return
-                if out:
-                    self.total += len(out)
-                    self._check(read - len(d.unconsumed_tail) - len(d.unused_data))
-                    yield out
-                if d.eof:  # end of a member: the next one, zero padding, or trailing bytes
-                    rest = d.unused_data
-                    while len(rest) < 2:
-                        more = fh.read(block >> 2)
-                        self.progress(len(more))
-                        if not more:
-                            break
-                        read += len(more)
-                        rest += more
-                    if rest[:2] == _GZIP_MAGIC:
-                        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                        data = rest
-                        continue
-                    self._trailing(rest, fh)
-                    return
-                data = d.unconsumed_tail
-                if not data:
-                    data = fh.read(block >> 2)
-                    self.progress(len(data))
-                    read += len(data)
-                if not data:
-                    break
+            reported = 0  # file bytes reported to ``progress`` (compressed bytes consumed, for gzip)
+
+            def report(upto: int) -> None:
+                nonlocal reported
+                if upto > reported:
+                    self.progress(upto - reported)
+                    reported = upto
+
             try:
-                out = d.flush()
-            except zlib.error:
-                out = b""
+                yield from self._blocks(fh, path, block, report)
+            finally:
+                try:
+                    report(fh.tell())  # the rest: trailing bytes, a cut, an error
+                except (OSError, ValueError):
+                    pass
+
+    def _blocks(self, fh, path: Path, block: int, report):
+        first = fh.read(block)
+        if not first:
+            raise InvalidTrace("empty file (0 bytes)", path)
+        if first[:2] != _GZIP_MAGIC:
+            data = first
+            read = 0
+            while data:
+                read += len(data)
+                self.total += len(data)
+                report(read)
+                yield data
+                data = fh.read(block)
+            return
+        self._limits = limits()
+        read = len(first)
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        data = first
+        while True:
+            try:
+                out = d.decompress(data, block)
+            except zlib.error as exc:
+                if self.strict or not self.total:
+                    raise InvalidTrace(f"corrupt gzip data ({exc})", path) from None
+                self.cut = True
+                return
+            consumed = read - len(d.unconsumed_tail) - len(d.unused_data)
+            report(consumed)
             if out:
                 self.total += len(out)
+                self._check(consumed)
                 yield out
-            self.cut = not d.eof
+            if d.eof:  # end of a member: the next one, zero padding, or trailing bytes
+                rest = d.unused_data
+                while len(rest) < 2:
+                    more = fh.read(block >> 2)
+                    if not more:
+                        break
+                    read += len(more)
+                    rest += more
+                if rest[:2] == _GZIP_MAGIC:
+                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    data = rest
+                    continue
+                self._trailing(rest, fh)
+                return
+            data = d.unconsumed_tail
+            if not data:
+                data = fh.read(block >> 2)
+                read += len(data)
+            if not data:
+                break
+        try:
+            out = d.flush()
+        except zlib.error:
+            out = b""
+        if out:
+            self.total += len(out)
+            yield out
+        self.cut = not d.eof
 
     def _trailing(self, rest: bytes, fh) -> None:
         n = len(rest) - len(rest.lstrip(b"\x00"))
