@@ -37,8 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
-HTA_CANDIDATES = [os.environ.get("HTA_PYTHON", ""), str(ROOT / ".venv-hta" / "bin" / "python"),
-                  "/work/venv-hta/bin/python"]
+HTA_CANDIDATES = [os.environ.get("HTA_PYTHON", ""), str(ROOT / ".venv-hta" / "bin" / "python")]
 
 FLOOR = r"""
 import gzip, json, resource, sys, time
