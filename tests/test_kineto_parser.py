@@ -120,3 +120,31 @@ def test_canonical_schema_is_documented_in_the_module():
 
     for col in EVENT_SCHEMA:
         assert col in schema.__doc__
+
+
+def test_empty_device_name_gets_a_fallback_that_says_so(tmp_path):
+    """Some ROCm traces leave deviceProperties[].name empty: the meta says the name was not
+    recorded (with the architecture when given) instead of showing an empty string."""
+    import gzip
+
+    import orjson
+
+    import traceanalyzer as ta
+    from conftest import DEMO
+
+    doc = orjson.loads(gzip.decompress(DEMO.read_bytes()))
+    props = doc["deviceProperties"]
+    assert ta.load(DEMO).meta["device_name"].to_list() == ["AMD Instinct MI300X"]
+    for p in props:
+        p["name"] = ""
+    f = tmp_path / "noname.json"
+    f.write_bytes(orjson.dumps(doc))
+    (name,) = ta.load(f).meta["device_name"].to_list()
+    import re
+
+    # the rank's GPU is the device pid with the most kernels: pid 2 in this MI300X trace
+    assert re.fullmatch(r"GPU 2 \(name not recorded\)", name), name
+    for p in props:
+        p["gcnArchName"] = "gfx942:sramecc+:xnack-"
+    f.write_bytes(orjson.dumps(doc))
+    assert ta.load(f).meta["device_name"].to_list() == ["GPU 2 (name not recorded, gfx942:sramecc+:xnack-)"]

@@ -431,3 +431,17 @@ def test_chosen_rank_sets_the_timeline(tmp_path):
     assert len(m["timeline"]["steps"]) == 1
     total = sum(e - s for s, e in zip(m["timeline"]["runs"]["start_ms"], m["timeline"]["runs"]["end_ms"]))
     assert total == pytest.approx(m["ranks"][6]["step_ms"])
+
+
+def test_report_steps_carry_exact_integer_start_ns():
+    """Epoch-scale µs as a float is off by up to 0.25 µs; the report carries the exact integer ns
+    beside it, equal to the partition's step start and to the timeline's window start."""
+    analysis = ta.analyze(ta.load(DLRM))
+    m = report_model.build(analysis, rank=0)
+    want = dict(((r, s), t) for r, s, t in analysis.steps.select("rank", "step", "start_ns").iter_rows())
+    assert {(x["rank"], x["step"]): x["start_ns"] for x in m["steps"]} == want
+    assert all(isinstance(x["start_ns"], int) for x in m["steps"])
+    import polars as pl
+
+    w = dict(analysis.windows.filter(pl.col("rank") == 0).select("step", "wstart_ns").iter_rows())
+    assert {x["step"]: x["start_ns"] for x in m["timeline"]["steps"]} == w

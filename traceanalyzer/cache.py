@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 #: part of every entry key: bump whenever the parser's canonical output changes (the package
 #: version is in the key too, so a release always starts with an empty cache)
-CACHE_VERSION = "kineto-2"
+CACHE_VERSION = "kineto-3"
 ENV = "TRACEANALYZER_CACHE"
 _CHUNK = 4 * 2**20
 _META_KEY = b"traceanalyzer"

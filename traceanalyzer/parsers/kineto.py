@@ -586,7 +586,7 @@ def _meta(doc: dict, path: Path, df: pl.DataFrame, base_ns: int) -> dict:
         "file": str(path),
         "format": "kineto",
         "world_size": _int(dist.get("world_size")),
-        "device_name": dev.get("name") if dev else None,
+        "device_name": _device_name(dev, dev_id),
         "num_sms": _int(dev.get("numSms")) if dev else None,
         "compute_capability": cc,
         "backend": dist.get("backend"),
@@ -596,6 +596,19 @@ def _meta(doc: dict, path: Path, df: pl.DataFrame, base_ns: int) -> dict:
         "base_time_ns": base_ns if base_ns else None,
         "pg_config": orjson.dumps(pg).decode() if pg is not None else None,
     }
+
+
+def _device_name(dev: dict | None, dev_id: object) -> str | None:
+    """The device's name; a fallback that says so when the trace leaves it empty (some ROCm
+    traces do), with the architecture when the trace gives it."""
+    if not dev:
+        return None
+    name = _str(dev.get("name"))
+    if name and name.strip():
+        return name
+    arch = _str(dev.get("gcnArchName") or dev.get("arch"))
+    ident = dev.get("id", dev_id)
+    return f"GPU {ident} (name not recorded{', ' + arch if arch else ''})"
 
 
 def _int(v: object) -> int | None:

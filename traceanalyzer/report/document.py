@@ -305,6 +305,7 @@ def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:
         .select(
             "rank",
             "step",
+            "start_ns",
             "start_us",
             (pl.col("duration_ns") / _MS).alias("duration_ms"),
             *[(pl.col(f"{c}_ns") / _MS).alias(f"{c}_ms") for c in cols],
@@ -321,7 +322,7 @@ def _timeline(analysis: Analysis, seg: pl.DataFrame, rank: int) -> dict[str, Any
     return {
         "rank": rank,
         "steps": [
-            {"step": s, "start_us": w0 / 1000, "duration_ms": (w1 - w0) / _MS}
+            {"step": s, "start_ns": w0, "start_us": w0 / 1000, "duration_ms": (w1 - w0) / _MS}
             for s, w0, w1 in win.select("step", "wstart_ns", "wend_ns").iter_rows()  # one row per step
         ],
         "runs": {
