@@ -3,9 +3,9 @@
 
 Run under the HTA venv (never the system Python; HTA pulls pandas/plotly/jupyter):
 
-    python -m venv /work/venv-hta
-    /work/venv-hta/bin/pip install holistictraceanalysis "pandas==2.2.3"   # pandas 3 crashes HTA on MI300X
-    /work/venv-hta/bin/python scripts/hta_reference.py --out tests/data/hta_reference.json
+    python -m venv .venv-hta
+    .venv-hta/bin/pip install holistictraceanalysis "pandas==2.2.3"   # pandas 3 crashes HTA on MI300X
+    .venv-hta/bin/python scripts/hta_reference.py --out tests/data/hta_reference.json
 
 What it writes, per job (one trace file alone, or a whole multi-rank folder) and per rank:
 
@@ -47,14 +47,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-TRACES = Path("/work/shared/traces")
+# the real traces beside the checkout (see the README), as the test suite finds them
+TRACES = Path(os.environ.get("TRACEANALYZER_TRACES", Path(__file__).resolve().parents[1].parent / "shared" / "traces"))
 TRACE_ROOTS = [TRACES / "hta", TRACES / "kineto-public"]
 FOLDER_JOBS = [
-    Path("/work/shared/traces/kineto-public/param-dlrm-v100-8rank"),
-    Path("/work/shared/traces/hta/trace_filter"),
+    TRACES / "kineto-public" / "param-dlrm-v100-8rank",
+    TRACES / "hta" / "trace_filter",
 ]
-LARGEST = Path("/work/shared/traces/hta/df_index_resolver/df_index_resolver.json.gz")
-NEWER_VENV_PY = Path("/work/venv-traceinsight/bin/python")
+LARGEST = TRACES / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
+NEWER_VENV_PY = Path(".venv-traceinsight/bin/python")
 
 # ---------------------------------------------------------------------------------------
 # trace loading

@@ -24,7 +24,7 @@ from traceanalyzer.classify.steps import outside_warnings
 from traceanalyzer.engine.rank import Options, RankResult
 from traceanalyzer.errors import InvalidTrace, NoGpuActivity
 from traceanalyzer.parsers import kineto
-from traceanalyzer.parsers.clean import RANGE_PROFILER_NOTE, SAME_JOB_NS, SKEW_WARN_NS
+from traceanalyzer.parsers.clean import RANGE_PROFILER_NOTE, judge_job
 from traceanalyzer.schema import Trace, empty_events
 
 def assign_ranks(results: list[RankResult]) -> list[str]:
@@ -76,67 +76,15 @@ def base_shifts(results: list[RankResult]) -> dict[int, int]:
 
 
 def check_job(results: list[RankResult], meta: pl.DataFrame) -> list[str]:
-    """Reject ranks from different jobs (naming both files); warn about skewed rank clocks.
-
-    The same checks as :func:`traceanalyzer.parsers.clean.check_job`, from each rank's step
-    starts and median event time instead of all events."""
+    """Reject ranks from different jobs (naming both files); warn about skewed rank clocks:
+    :func:`traceanalyzer.parsers.clean.judge_job` on each rank's step starts and median event
+    time instead of all events."""
     if meta.height < 2:
         return []
-    files = dict(zip(meta.get_column("rank").to_list(), meta.get_column("file").to_list()))
-    for col, what in (("world_size", "world size"), ("pytorch_version", "PyTorch version")):
-        vals = meta.filter(pl.col(col).is_not_null()).unique(col, keep="first", maintain_order=True)
-        if vals.height > 1:
-            a, b = vals.row(0, named=True), vals.row(1, named=True)
-            raise InvalidTrace(
-                f"comes from a different job than {a['file']} ({what} {b[col]} vs {a[col]}): "
-                "a directory must hold the rank traces of one job",
-                b["file"],
-            )
     step_frames = [r.step_starts for r in results if r.step_starts is not None and r.step_starts.height]
     schema = {"rank": pl.Int32, "step": pl.Int64, "start_ns": pl.Int64}
-    starts = (
-        (pl.concat(step_frames, how="vertical_relaxed") if step_frames else pl.DataFrame(schema=schema))
-        .lazy()
-        .with_columns(pl.len().over("step").alias("n_ranks"))
-        .filter(pl.col("n_ranks") > 1)
-        .with_columns((pl.col("start_ns") - pl.col("start_ns").quantile(0.5, "lower").over("step")).alias("off"))
-        .group_by("rank")
-        .agg(pl.col("off").median().alias("off"), pl.len().alias("steps"))
-    )
-    span = (
-        _mids(results)
-        .lazy()
-        .with_columns((pl.col("mid") - pl.col("mid").quantile(0.5, "lower")).alias("span_off"))
-    )
-    off = (
-        span.join(starts, on="rank", how="left")
-        .with_columns(pl.coalesce("off", "span_off").cast(pl.Int64).alias("off"), pl.col("steps").fill_null(0))
-        .sort("rank")
-        .collect()
-    )
-    far = off.filter(pl.col("span_off").abs() > SAME_JOB_NS)
-    if far.height:
-        r = far.row(0, named=True)
-        ref = off.filter(pl.col("span_off").abs() <= SAME_JOB_NS)
-        other = ref.row(0, named=True) if ref.height else off.filter(pl.col("rank") != r["rank"]).row(0, named=True)
-        hours = abs(r["mid"] - other["mid"]) / 3.6e12
-        raise InvalidTrace(
-            f"was recorded {hours:,.1f} h apart from {files[other['rank']]}: they come from different "
-            "runs, not one job",
-            files[r["rank"]],
-        )
-    skewed = off.filter(pl.col("off").abs() > SKEW_WARN_NS)
-    warnings = []
-    if skewed.height:  # one row per skewed rank: a handful
-        parts = []
-        for r in skewed.iter_rows(named=True):
-            basis = f"median over {r['steps']} shared steps" if r["steps"] else "by the middle of its events"
-            parts.append(f"rank {r['rank']} {abs(r['off']) / 1e9:.3f} s {'ahead' if r['off'] > 0 else 'behind'} ({basis})")
-        warnings.append(
-            "rank clocks are skewed: " + "; ".join(parts) + " relative to the other ranks: per-rank "
-            "breakdowns are unaffected, cross-rank comparisons (stragglers, timelines) are not reliable"
-        )
-    return warnings
+    starts = pl.concat(step_frames, how="vertical_relaxed") if step_frames else pl.DataFrame(schema=schema)
+    return judge_job(meta, starts, _mids(results))
 
 
 def _mids(results: list[RankResult]) -> pl.DataFrame:

@@ -29,6 +29,7 @@ from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import FIELDS, check_causes, partition
 from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows, outside_steps, refuse_duplicate_steps
 from traceanalyzer.errors import InputNotFound, TraceAnalyzerError
+from traceanalyzer.parsers.clean import step_starts
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: what a renderer needs beyond the compact tables: nothing; the report's per-kernel tables
@@ -42,7 +43,6 @@ STEP_COLUMNS = [
     "overlapped_comm_ns", "start_us", *[f"{f}_us" for f in FIELDS],
     *[f"{f}_ns" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]], *[f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]],
 ]
-_STEP_RE = r"^ProfilerStep#(\d+)$"  # the job checks' step markers (parsers.clean)
 
 
 @dataclass
@@ -132,16 +132,7 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
         )
         for rank, lo, mid, gpu in span.iter_rows():  # one row per rank
             by_rank[rank].first_ns, by_rank[rank].mid_ns, by_rank[rank].has_gpu = lo, mid, bool(gpu)
-    starts = (
-        events.lazy()
-        .filter(pl.col("kind").is_in(["annotation", "cpu_op"]))
-        .select("rank", pl.col("name").str.extract(_STEP_RE, 1).cast(pl.Int64, strict=False).alias("step"), "start_ns")
-        .filter(pl.col("step").is_not_null())
-        .group_by("rank", "step")
-        .agg(pl.col("start_ns").min())
-        .sort("rank", "step")
-        .collect()
-    )
+    starts = step_starts(events)  # the job checks' step markers
     for rank, df in _split(starts, ranks).items():
         by_rank[rank].step_starts = df
     if opts.keep == "events":

@@ -383,6 +383,29 @@ def check_job(events: pl.DataFrame, meta: pl.DataFrame) -> list[str]:
     """
     if meta.height < 2:
         return []
+    return judge_job(meta, step_starts(events), events.group_by("rank").agg(pl.col("start_ns").median().alias("mid")))
+
+
+def step_starts(events: pl.DataFrame) -> pl.DataFrame:
+    """``rank, step, start_ns``: the start of each rank's ``ProfilerStep#N`` ranges."""
+    return (
+        events.lazy()
+        .filter(pl.col("kind").is_in(["annotation", "cpu_op"]))
+        .select("rank", pl.col("name").str.extract(_STEP.pattern, 1).cast(pl.Int64, strict=False).alias("step"), "start_ns")
+        .filter(pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .agg(pl.col("start_ns").min())
+        .sort("rank", "step")
+        .collect()
+    )
+
+
+def judge_job(meta: pl.DataFrame, starts: pl.DataFrame, mids: pl.DataFrame) -> list[str]:
+    """The job checks from compact tables: ``meta`` (one row per rank), ``starts``
+    (:func:`step_starts` of every rank) and ``mids`` (``rank, mid``: each rank's median event
+    start). Raises for ranks of different jobs; returns the clock-skew warning, if any."""
+    if meta.height < 2:
+        return []
     files = dict(zip(meta.get_column("rank").to_list(), meta.get_column("file").to_list()))
     for col, what in (("world_size", "world size"), ("pytorch_version", "PyTorch version")):
         vals = meta.filter(pl.col(col).is_not_null()).unique(col, keep="first", maintain_order=True)
@@ -394,26 +417,16 @@ def check_job(events: pl.DataFrame, meta: pl.DataFrame) -> list[str]:
                 b["file"],
             )
     # each rank's clock offset: median over shared ProfilerSteps of (its step start - the median
-    # start of that step over ranks); ranks with no shared step: the start of its events
+    # start of that step over ranks); ranks with no shared step: the middle of its events
     starts = (
-        events.lazy()
-        .filter(pl.col("kind").is_in(["annotation", "cpu_op"]))
-        .select("rank", pl.col("name").str.extract(_STEP.pattern, 1).cast(pl.Int64, strict=False).alias("step"), "start_ns")
-        .filter(pl.col("step").is_not_null())
-        .group_by("rank", "step")
-        .agg(pl.col("start_ns").min())
+        starts.lazy()
         .with_columns(pl.len().over("step").alias("n_ranks"))
         .filter(pl.col("n_ranks") > 1)
         .with_columns((pl.col("start_ns") - pl.col("start_ns").quantile(0.5, "lower").over("step")).alias("off"))
         .group_by("rank")
         .agg(pl.col("off").median().alias("off"), pl.len().alias("steps"))
     )
-    span = (
-        events.lazy()
-        .group_by("rank")
-        .agg(pl.col("start_ns").median().alias("mid"))
-        .with_columns((pl.col("mid") - pl.col("mid").quantile(0.5, "lower")).alias("span_off"))
-    )
+    span = mids.lazy().with_columns((pl.col("mid") - pl.col("mid").quantile(0.5, "lower")).alias("span_off"))
     off = (
         span.join(starts, on="rank", how="left")
         .with_columns(pl.coalesce("off", "span_off").cast(pl.Int64).alias("off"), pl.col("steps").fill_null(0))
