@@ -38,8 +38,8 @@ class Analysis:
     comm: pl.DataFrame | None = None  # rank, step, by (type/group/dim), key, count, bytes, time/wait/transfer/exposed/overlapped ns
     cross_rank: pl.DataFrame | None = None  # per step over ranks: slowest rank, skew, straggler bucket
     outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns: GPU busy time in no step
-    kernel_rows: pl.DataFrame | None = None  # per rank and kernel: calls, total_ns (report.document.kernel_rows)
-    exposed_kernels: pl.DataFrame | None = None  # comm kernels with exposed time (report.document.exposed_rows)
+    kernel_rows: pl.DataFrame | None = None  # per rank and kernel: calls, total_ns (classify.kernels.kernel_rows)
+    exposed_kernels: pl.DataFrame | None = None  # comm kernels with exposed time (classify.kernels.exposed_rows)
 
     def _fields(self) -> list[str]:
         return [f for f in [*FIELDS, *IDLE_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in self.steps.columns]

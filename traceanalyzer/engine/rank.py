@@ -172,7 +172,7 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
         frames["gpu"] = gpu
     if opts.keep == "report":
         from traceanalyzer.classify.partition import segment_frame
-        from traceanalyzer.report.document import exposed_rows, kernel_rows
+        from traceanalyzer.classify.kernels import exposed_rows, kernel_rows
 
         seg = segment_frame(gpu, windows).sort("rank", "t0").collect()
         frames["kernel_rows"], frames["exposed_kernels"] = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
