@@ -199,9 +199,8 @@ def test_deepep_layout_kernel_stays_compute():
     assert set(gpu.filter(pl.col("name") == DEEPEP_LAYOUT)["cls"]) == {"compute"}
 
 
-def test_comm_kernel_option_on_the_cli():
-    """alexnet (A100, one stream) has no communication; --comm-kernel 'sgemm' makes its sgemm
-    kernels communication: exposed comm = their union, from the raw JSON by hand."""
+def _sgemm_union() -> int:
+    """The union of alexnet's sgemm kernels in ns, from the raw JSON by hand."""
     raw = orjson.loads(gzip.open(ALEXNET).read())["traceEvents"]
     sg = sorted((round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in raw
                 if e.get("ph") == "X" and e.get("cat") == "kernel" and "sgemm" in e["name"].lower())
@@ -216,12 +215,42 @@ def test_comm_kernel_option_on_the_cli():
         elif e > end:
             union += e - end
             end = e
+    return union
+
+
+def test_comm_kernel_option_on_the_cli():
+    """alexnet (A100, one stream) has no communication; --comm-kernel 'sgemm' makes its sgemm
+    kernels communication: exposed comm = their union, from the raw JSON by hand."""
+    union = _sgemm_union()
     r = run_cli("breakdown", ALEXNET, "--comm-kernel", "SGEMM", "--comm-kernel", "no_such_kernel", "-f", "json")
     assert r.returncode == 0, r.stderr
     total = orjson.loads(r.stdout)["ranks"][0]["total"]
     assert round(total["exposed_comm_us"] * 1000) == union
     bad = run_cli("breakdown", ALEXNET, "--comm-kernel", "(?=x)")
     assert bad.returncode == 7 and bad.stderr.count("\n") == 1 and "--comm-kernel '(?=x)' is not a valid regex (look-around" in bad.stderr
+
+
+def test_comm_kernels_from_the_run_configuration_and_on_every_command(tmp_path):
+    """``[trace] comm_kernels`` in the run configuration does what ``--comm-kernel`` does, and
+    report, annotate and compare take the option too: the same hand-counted sgemm union."""
+    union = _sgemm_union()
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[trace]\ncomm_kernels = ["SGEMM"]\n')
+    r = run_cli("breakdown", ALEXNET, "-c", cfg, "-f", "json", "-q")
+    assert r.returncode == 0, r.stderr
+    assert round(orjson.loads(r.stdout)["ranks"][0]["total"]["exposed_comm_us"] * 1000) == union
+    rep = run_cli("report", ALEXNET, "--comm-kernel", "SGEMM", "-f", "json", "-q")
+    assert rep.returncode == 0, rep.stderr
+    assert round(sum(x["exposed_comm_ms"] for x in orjson.loads(rep.stdout)["steps"]) * 1e6) == union
+    cmp = run_cli("compare", ALEXNET, ALEXNET, "--comm-kernel", "SGEMM", "-f", "json", "-q")
+    assert cmp.returncode == 0, cmp.stderr
+    ann = run_cli("annotate", ALEXNET, "-o", tmp_path / "a.json", "--comm-kernel", "SGEMM", "-q")
+    assert ann.returncode == 0, ann.stderr
+    for text, message in (('comm_kernels = ["(?<=x)y"]', "[trace] comm_kernels '(?<=x)y' is not a valid regex"),
+                          ("comm_kernels = 3", "[trace] comm_kernels = 3 in")):
+        cfg.write_text(f"[trace]\n{text}\n")
+        bad = run_cli("breakdown", ALEXNET, "-c", cfg)
+        assert bad.returncode == 7 and bad.stderr.count("\n") == 1 and message in bad.stderr, bad.stderr
 
 
 def test_dimension_hint_comes_after_an_explicit_group_description():

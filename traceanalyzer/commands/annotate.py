@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from traceanalyzer.commands.common import QuietOpt, WorkersOpt, analyse_paths, err_console, print_warnings
+from traceanalyzer.commands.common import CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, err_console, print_warnings
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.parsers import discover
 
@@ -16,15 +16,17 @@ def annotate(
     paths: Annotated[list[Path], typer.Argument(help="Kineto trace file(s) or a directory of rank traces.", show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Annotated trace to write (.json or .json.gz), or a directory to write into (required for several rank files; created if missing, not its parents).", show_default=False)],
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    comm_kernel: CommKernelOpt = None,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Write the trace with one extra track per rank showing compute / recompute / exposed comm / other / idle (open it in Perfetto UI)."""
     from traceanalyzer.report.annotate import annotate as write_annotated, check_output
 
+    patterns = comm_patterns(comm_kernel)
     outputs = Outputs(paths)
     check_output(outputs, output, sum(len(discover(p)) for p in paths))
-    analysis = analyse_paths(paths, step_range, keep="events", workers=workers, quiet=quiet)
+    analysis = analyse_paths(paths, step_range, keep="events", workers=workers, quiet=quiet, comm_kernels=patterns)
     written = write_annotated(analysis, output, outputs)
     print_warnings(analysis.warnings)
     for f in written:

@@ -8,10 +8,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands.common import AddressOpt, Engine, EngineOpt, Format, QuietOpt, WorkersOpt, analyse_paths, out_console, print_warnings
+from traceanalyzer.commands.common import (
+    AddressOpt, CommKernelOpt, Engine, EngineOpt, Format, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, out_console, print_warnings,
+)
 from traceanalyzer.render import json as json_render
 from traceanalyzer.classify.comm import DEFAULT_BUS_BW_GBPS
-from traceanalyzer.classify.labels import check_comm_pattern
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.table import print_breakdown, print_detail
@@ -26,7 +27,8 @@ def breakdown(
     detail: Annotated[bool, typer.Option("--detail", help="Also print the causes: idle by cause, communication by type/group, recomputed ops, cross-rank skew.")] = False,
     recompute_range: Annotated[Optional[str], typer.Option("--recompute-range", help="Regex of extra host/NVTX ranges whose contents are recompute (e.g. 'CheckpointFunctionBackward').")] = None,
     bus_bw: Annotated[float, typer.Option("--bus-bw", help="Bus bandwidth (GB/s) for estimating collective transfer time when only one rank of a group is loaded.")] = DEFAULT_BUS_BW_GBPS,
-    comm_kernel: Annotated[Optional[list[str]], typer.Option("--comm-kernel", help="Regex (case-insensitive) of kernel names that are communication, besides the known libraries (NCCL/RCCL, DeepEP, NVSHMEM, userbuffers, custom all-reduce, MSCCL++). Repeatable.")] = None,
+    comm_kernel: CommKernelOpt = None,
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML): its [trace] section (comm_kernels) is applied.")] = None,
     cache: Annotated[
         bool,
         typer.Option(
@@ -48,13 +50,12 @@ def breakdown(
             re.compile(recompute_range)
         except re.error as exc:
             raise ConfigError(f"--recompute-range is not a valid regex: {exc}") from None
-    for pat in comm_kernel or []:
-        check_comm_pattern(pat)
-    outputs = Outputs(paths)
+    patterns = comm_patterns(comm_kernel, config)
+    outputs = Outputs([*paths, config])
     if output is not None:
         outputs.check(output)
     analysis = analyse_paths(paths, None if whole_trace else step_range, recompute_pattern=recompute_range, bus_bw_gbps=bus_bw,
-                             cache=cache, workers=workers, engine=engine, address=address, quiet=quiet, comm_kernels=comm_kernel)
+                             cache=cache, workers=workers, engine=engine, address=address, quiet=quiet, comm_kernels=patterns)
     if format is Format.json:
         with outputs.stream(output) as fh:
             fh.write(json_render.dumps(json_render.document(analysis)))

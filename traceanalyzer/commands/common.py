@@ -72,6 +72,39 @@ def analyse_paths(
     return analyse(paths, opts, engine=Engine(engine).value, workers=workers, address=address, quiet=quiet, console=err_console)
 
 
+#: the option every command that classifies kernels takes
+CommKernelOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--comm-kernel", help="Regex (case-insensitive) of kernel names that are communication, besides the known "
+                 "libraries (NCCL/RCCL, DeepEP, NVSHMEM, userbuffers, custom all-reduce, MSCCL++). Repeatable; "
+                 "also [trace] comm_kernels in the run configuration."),
+]
+
+
+def comm_patterns(cli: list[str] | None, config: Path | None = None, megatron_args: Path | None = None) -> list[str]:
+    """The communication-kernel regexes of a command: ``--comm-kernel`` and the run
+    configuration's ``[trace] comm_kernels``, each checked (exit 7 naming a bad one)."""
+    from traceanalyzer.classify.labels import check_comm_pattern
+
+    from traceanalyzer.errors import ConfigError
+
+    patterns = list(cli or [])
+    for p in patterns:
+        check_comm_pattern(p)
+    if config is not None or megatron_args is not None:
+        from traceanalyzer.model import load_config
+
+        cfg = load_config(config, megatron_args)
+        for p in cfg.trace.comm_kernels:
+            try:
+                check_comm_pattern(p)
+            except ConfigError as exc:
+                raise ConfigError(exc.message.replace("--comm-kernel", "[trace] comm_kernels", 1), cfg.source) from None
+            if p not in patterns:
+                patterns.append(p)
+    return patterns
+
+
 def warning_line(text: str) -> Text:
     """``warning: <text>`` with the label coloured and the text printed as it is (no markup)."""
     return Text.assemble(("warning:", "yellow"), " ", text)

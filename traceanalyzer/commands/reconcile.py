@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from traceanalyzer.commands.common import QuietOpt, WorkersOpt, analyse_paths, print_warnings
+from traceanalyzer.commands.common import CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, print_warnings
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import load_config
 from traceanalyzer.model.config import CONVENTIONS
@@ -25,13 +25,14 @@ def _public(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path], convention: Optional[str], step_range: str,
-               hfu: str = "forward", workers: Optional[int] = None, quiet: bool = False):
+               hfu: str = "forward", workers: Optional[int] = None, quiet: bool = False, comm_kernel: list[str] | None = None):
     if convention is not None and convention not in CONVENTIONS:
         raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
     if hfu not in HFU_CONVENTIONS:
         raise ConfigError(f"--hfu {hfu!r} is not one of {', '.join(HFU_CONVENTIONS)}")
     cfg = load_config(config, megatron_args)
-    analysis = analyse_paths([path], step_range, keep="events", workers=workers, quiet=quiet)
+    patterns = comm_patterns(comm_kernel, config, megatron_args)
+    analysis = analyse_paths([path], step_range, keep="events", workers=workers, quiet=quiet, comm_kernels=patterns)
     wf = waterfall(analysis, cfg, convention=convention, step_name=step_range, hfu=hfu)
     attach_overlapped(wf, analysis)
     return wf, [*analysis.warnings, *wf["warnings"]]
@@ -46,6 +47,7 @@ def reconcile(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
     hfu: Annotated[str, typer.Option("--hfu", help=f"How recompute counts in HFU: {', '.join(HFU_CONVENTIONS)}.")] = "forward",
+    comm_kernel: CommKernelOpt = None,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -53,7 +55,7 @@ def reconcile(
     outputs = Outputs([trace, config, megatron_args])
     if output is not None:
         outputs.check(output)
-    wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu, workers, quiet)
+    wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu, workers, quiet, comm_kernel)
     emit(waterfall_sections(wf), format, _public(wf), output, outputs)
     print_warnings(warnings)
 
@@ -68,6 +70,7 @@ def compare(
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    comm_kernel: CommKernelOpt = None,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -82,14 +85,15 @@ def compare(
     if output is not None:
         outputs.check(output)
     if ca is None:
-        an_a = analyse_paths([trace_a], step_range, workers=workers, quiet=quiet)
-        an_b = analyse_paths([trace_b], step_range, workers=workers, quiet=quiet)
+        patterns = comm_patterns(comm_kernel)
+        an_a = analyse_paths([trace_a], step_range, workers=workers, quiet=quiet, comm_kernels=patterns)
+        an_b = analyse_paths([trace_b], step_range, workers=workers, quiet=quiet, comm_kernels=patterns)
         cmp_t = compare_time(an_a, an_b)
         emit(time_comparison_sections(cmp_t), format, {"comparison": _public(cmp_t)}, output, outputs)
         print_warnings([*an_a.warnings, *an_b.warnings])
         return
-    wa, warn_a = _waterfall(trace_a, ca, None, convention, step_range, workers=workers, quiet=quiet)
-    wb, warn_b = _waterfall(trace_b, cb, None, convention, step_range, workers=workers, quiet=quiet)
+    wa, warn_a = _waterfall(trace_a, ca, None, convention, step_range, workers=workers, quiet=quiet, comm_kernel=comm_kernel)
+    wb, warn_b = _waterfall(trace_b, cb, None, convention, step_range, workers=workers, quiet=quiet, comm_kernel=comm_kernel)
     cmp = compare_waterfalls(wa, wb)
     sections = waterfall_sections(wa) + waterfall_sections(wb) + trace_comparison_sections(cmp)
     emit(sections, format, {"a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output, outputs)

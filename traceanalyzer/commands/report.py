@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands.common import AddressOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, analyse_paths, print_warnings
+from traceanalyzer.commands.common import (
+    AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, print_warnings,
+)
 from traceanalyzer.outputs import Outputs
 
 
@@ -47,6 +49,7 @@ def report(
     rank: Annotated[Optional[int], typer.Option("--rank", help="Rank whose per-step timeline is shown (default: the slowest).")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
     top: Annotated[int, typer.Option("--top", min=1, max=1000, help="Rows in the top-kernel and top-collective tables.")] = 10,
+    comm_kernel: CommKernelOpt = None,
     workers: WorkersOpt = None,
     engine: EngineOpt = Engine.local,
     address: AddressOpt = None,
@@ -57,10 +60,12 @@ def report(
 
     if output is None and format is not ReportFormat.json:
         raise typer.BadParameter(f"--format {format.value} writes files: give the report file with -o", param_hint="'-o'")
+    patterns = comm_patterns(comm_kernel, config)
     outputs = Outputs([*paths, config])
     if output is not None:
         outputs.check(output)
-    analysis = analyse_paths(paths, step_range, keep="report", workers=workers, engine=engine, address=address, quiet=quiet)
+    analysis = analyse_paths(paths, step_range, keep="report", workers=workers, engine=engine, address=address, quiet=quiet,
+                             comm_kernels=patterns)
     trace = analysis.trace
     if rank is not None and rank not in trace.ranks:
         raise typer.BadParameter(f"no rank {rank} in the trace (it has {len(trace.ranks)}: {trace.ranks[:16]})", param_hint="'--rank'")
@@ -68,7 +73,7 @@ def report(
 
     shown = rank if rank is not None else report_model.default_rank(analysis)
     if shown is not None:  # the timeline's rank: its GPU work again (the workers kept only tables)
-        analysis = with_rank_gpu(analysis, shown, Options(step_name=step_range))
+        analysis = with_rank_gpu(analysis, shown, Options(step_name=step_range, comm_kernels=tuple(patterns)))
     m = report_model.build(
         analysis, rank=rank, config=config, step_range=step_range, top=top,
         command=_command(paths, config, format, embed, output, rank, step_range, top),

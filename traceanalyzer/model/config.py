@@ -120,6 +120,14 @@ class Reported:
 
 
 @dataclass(frozen=True)
+class TraceConfig:
+    """How to read this run's traces (not part of the analytic model)."""
+
+    #: extra kernel-name regexes (case-insensitive) that are communication, like ``--comm-kernel``
+    comm_kernels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str = ""
     convention: str = "megatron"
@@ -129,6 +137,7 @@ class RunConfig:
     recompute: RecomputeConfig = field(default_factory=RecomputeConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     reported: Reported = field(default_factory=Reported)
+    trace: TraceConfig = field(default_factory=TraceConfig)
     source: str = ""
     #: what a reader of the inputs should know (on stderr, and in the JSON's ``warnings``)
     warnings: tuple[str, ...] = ()
@@ -241,7 +250,7 @@ _ALIASES: dict[str, dict[str, str]] = {
 }
 _SECTIONS = {
     "model": ModelConfig, "batch": BatchConfig, "parallel": ParallelConfig,
-    "recompute": RecomputeConfig, "hardware": HardwareConfig, "reported": Reported,
+    "recompute": RecomputeConfig, "hardware": HardwareConfig, "reported": Reported, "trace": TraceConfig,
 }
 
 
@@ -256,6 +265,12 @@ def _section(name: str, table: dict[str, Any], cls: type, source: str) -> dict[s
             raise ConfigError(f"unknown key {key!r} in [{name}] of {source}; known keys: {', '.join(known)}")
         if name == "model" and k == "activation" and isinstance(value, str):
             value = value.lower()
+        if name == "trace" and k == "comm_kernels":
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise ConfigError(f"[trace] comm_kernels = {value!r} in {source} must be a list of regular expressions (strings)")
+            value = tuple(value)
         out[k] = value
     return out
 
