@@ -406,7 +406,7 @@ def test_report_errors_are_one_line_with_exit_codes(tmp_path, capsys):
     from traceanalyzer.cli import main
 
     cases = [
-        (["--config", str(tmp_path / "missing.toml"), "-o", str(tmp_path / "r.html")], 7, "no such run configuration file"),
+        (["--config", str(tmp_path / "missing.toml"), "-o", str(tmp_path / "r.html")], 3, "configuration file not found"),
         (["--rank", "5", "-o", str(tmp_path / "r.html")], 2, "no rank 5"),
         ([], 2, "-o"),
     ]

@@ -44,7 +44,7 @@ def report(
     paths: Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces.", show_default=False)],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Report file to write (required for html and markdown; json goes to stdout without it).")] = None,
     format: Annotated[ReportFormat, typer.Option("--format", "-f", help="html: one self-contained file; markdown: GitHub-flavoured, PNGs beside it; json: the full report model.")] = ReportFormat.html,
-    config: Annotated[Optional[Path], typer.Option("--config", help="Run configuration (TOML) for achieved TFLOP/s, MFU and the waterfall.")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML) for achieved TFLOP/s, MFU and the waterfall; its [trace] section is applied.")] = None,
     embed: Annotated[bool, typer.Option("--embed", help="Markdown: embed the plots as data: URIs instead of PNG files beside it.")] = False,
     rank: Annotated[Optional[int], typer.Option("--rank", help="Rank whose per-step timeline is shown (default: the slowest).")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
