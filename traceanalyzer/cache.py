@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -49,6 +48,7 @@ import orjson
 import polars as pl
 
 from traceanalyzer import __version__
+from traceanalyzer.outputs import replace_atomically
 
 if TYPE_CHECKING:
     from traceanalyzer.schema import Trace
@@ -96,20 +96,6 @@ def _sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _atomic_write(target: Path, write) -> None:
-    """``write(tmp_path)``, then rename over ``target``; the temporary file never outlives it."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-
-
 def _digest(path: Path, directory: Path | None) -> tuple[str, tuple]:
     """(SHA-256 of the file's bytes, the identity it was computed for); remembered by identity."""
     ident = _ident(path)
@@ -133,7 +119,7 @@ def _digest(path: Path, directory: Path | None) -> tuple[str, tuple]:
     if memo is not None:
         try:
             memo.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(memo, lambda t: t.write_bytes(orjson.dumps({"ident": list(ident), "sha256": digest})))
+            replace_atomically(memo, lambda t: t.write_bytes(orjson.dumps({"ident": list(ident), "sha256": digest})))
         except OSError:
             pass
     return digest, ident
@@ -227,7 +213,7 @@ def put(path: str | Path, events: pl.DataFrame, meta: dict, warnings: list[str],
         }
         entry = _entry(digest, d)
         entry.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(entry, lambda t: _write_entry(events, orjson.dumps(info), t))
+        replace_atomically(entry, lambda t: _write_entry(events, orjson.dumps(info), t))
         return True
     except Exception:  # noqa: BLE001 - a cache that cannot be written is skipped
         return False

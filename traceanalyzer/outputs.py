@@ -196,6 +196,35 @@ class Outputs:
             yield fh
 
 
+def replace_atomically(target: str | Path, write, *, fsync: bool = False, before_replace=None) -> None:
+    """The shared safe writer for files the package keeps for itself (cache entries, store
+    tables): ``write(tmp_path)`` fills a temporary file beside ``target``, which then replaces
+    ``target`` (after ``before_replace()``, a test hook); on any failure or signal the temporary
+    file is removed and ``target`` is left as it was. OS errors propagate to the caller, which
+    decides what they mean (a cache skips the entry, the store reports the path)."""
+    target = Path(target)
+    with held_signals():
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:80]}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        _TEMPORARIES.add(tmp)
+    try:
+        write(Path(tmp))
+        if fsync:
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        os.chmod(tmp, _mode_for(str(target)))  # mkstemp's 0600 would hide the file from other users
+        if before_replace is not None:
+            before_replace()
+        os.replace(tmp, target)
+    finally:
+        with held_signals():
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:  # renamed into place
+                pass
+            _TEMPORARIES.discard(tmp)
+
+
 def _special(path: str | Path) -> bool:
     """An existing output that is not a regular file (a device such as /dev/null, a pipe): it is
     written in place, never replaced by a renamed file."""

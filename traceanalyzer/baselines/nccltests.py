@@ -34,7 +34,8 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.errors import InputNotFound, InvalidTrace
+from traceanalyzer.baselines.text import read_text
+from traceanalyzer.errors import InvalidTrace
 
 #: nccl-tests binary (without ``_perf``) -> collective type as :mod:`traceanalyzer.classify.comm` names it
 BINARIES = {
@@ -112,21 +113,7 @@ def read_nccl_tests(path: str | Path, collective: str | None = None, nranks: int
                     scope: str | None = None) -> pl.DataFrame:
     """Parse one nccl-tests output file. ``collective`` / ``nranks`` / ``scope`` fill in what the
     file does not say (they never override what it says)."""
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise InputNotFound("no such file", p) from None
-    except IsADirectoryError:
-        raise InputNotFound("is a directory, not an nccl-tests output file", p) from None
-    except PermissionError:
-        raise InputNotFound("permission denied", p) from None
-    if b"\x00" in raw[:65536]:
-        raise InvalidTrace("binary data, not nccl-tests text output", p)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidTrace(f"not UTF-8 text (byte {exc.start}): not nccl-tests output", p) from None
+    text, p = read_text(path, "nccl-tests output", binary="nccl-tests text output", directory="an nccl-tests output file")
     return parse_nccl_tests(text, source=str(p), collective=collective, nranks=nranks, scope=scope)
 
 

@@ -36,7 +36,8 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.errors import ConfigError, InputNotFound, InvalidTrace
+from traceanalyzer.baselines.text import read_text
+from traceanalyzer.errors import ConfigError, InvalidTrace
 
 _ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 _LINK = r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$"
@@ -67,21 +68,7 @@ class Topology:
 
 
 def read_topology(path: str | Path) -> Topology:
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise InputNotFound("no such file", p) from None
-    except IsADirectoryError:
-        raise InputNotFound("is a directory, not nvidia-smi topo -m output", p) from None
-    except PermissionError:
-        raise InputNotFound("permission denied", p) from None
-    if b"\x00" in raw[:65536]:
-        raise InvalidTrace("binary data, not nvidia-smi topo -m text output", p)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidTrace(f"not UTF-8 text (byte {exc.start}): not nvidia-smi topo -m output", p) from None
+    text, p = read_text(path, "nvidia-smi topo -m output", binary="nvidia-smi topo -m text output")
     return parse_topology(text, source=str(p))
 
 

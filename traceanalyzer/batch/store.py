@@ -44,6 +44,7 @@ import polars as pl
 
 from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, IDLE_FIELDS
 from traceanalyzer.errors import InputNotFound, InvalidTrace
+from traceanalyzer.outputs import replace_atomically
 
 TABLES = ("runs", "ranks", "steps")
 LOCK = ".lock"
@@ -327,19 +328,12 @@ class Store:
 
     def _write_file(self, frame: pl.DataFrame, target: Path, point: str) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            frame.drop("date", strict=False).write_parquet(tmp, compression="zstd", statistics=True)
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-            _fault(f"{point}-tmp")
-            os.replace(tmp, target)
-        except BaseException:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-            raise
+        replace_atomically(
+            target,
+            lambda tmp: frame.drop("date", strict=False).write_parquet(tmp, compression="zstd", statistics=True),
+            fsync=True,
+            before_replace=lambda: _fault(f"{point}-tmp"),
+        )
         _fault(point)
 
     def write_run(self, run: pl.DataFrame, ranks: pl.DataFrame, steps: pl.DataFrame) -> None:

@@ -13,7 +13,6 @@ would (the first file's parse error, "no GPU activity" before a per-rank invaria
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from contextlib import contextmanager
@@ -242,7 +241,9 @@ def analyse_rank_file(task: RankTask, progress: ProgressFn | None = None) -> Ran
         with _cache_dir(task.cache_dir if task.opts.cache else None):
             df, meta, warns, res.cache_hit = _parse(path, task.opts.cache, progress)
         if task.sha256:
-            res.sha256 = file_sha256(path)
+            from traceanalyzer.cache import file_sha256  # memoised by file identity: batch hashed it already
+
+            res.sha256 = file_sha256(path, task.cache_dir)
     except OSError as exc:
         res.error = InputNotFound(f"cannot read the file ({exc.strerror or exc})", path)
         return res
@@ -290,14 +291,6 @@ def _cache_dir(directory: str | None):
             os.environ.pop("TRACEANALYZER_CACHE", None)
         else:
             os.environ["TRACEANALYZER_CACHE"] = saved
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(4 * 2**20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def default_workers() -> int:
