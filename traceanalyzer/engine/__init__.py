@@ -25,7 +25,7 @@ from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
 from traceanalyzer.engine.pool import ENGINES, WorkerDied, run_tasks
 from traceanalyzer.engine.progress import JobProgress, json_bytes
 from traceanalyzer.engine.rank import KEEP, Options, RankResult, RankTask, classify_ranks, default_workers
-from traceanalyzer.errors import InputNotFound
+from traceanalyzer.errors import ConfigError, InputNotFound
 
 #: below this much JSON in all (inflated), the default is one process (starting worker
 #: processes, ~1 s each, would cost more than they save)
@@ -78,6 +78,8 @@ def analyse(
     Kineto rank files are mapped one per task; Nsight Systems inputs (several ranks per file)
     are loaded and mapped in this process. Returns the :class:`~traceanalyzer.classify.Analysis`.
     """
+    if engine == "local" and address:
+        raise ConfigError("--address is for --engine ray")  # as batch says
     opts = opts or Options()
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     kin, nsys = kineto_files(paths)
