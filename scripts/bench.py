@@ -217,6 +217,12 @@ print(json.dumps({"s": t2 - t1, "import_s": t1 - t0, "ranks": len(an.trace.meta)
 """
 
 
+#: HTA on a rank directory, with its worker processes' peak RSS too
+HTA_RANKS = HTA.replace('"rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}',
+                        '"rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, '
+                        '"worker_rss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}')
+
+
 def make_rank_dir(work: Path, n: int) -> Path:
     """``n`` copies of the real trace as plain JSON, the rank in ``distributedInfo`` changed per copy."""
     import gzip
@@ -234,9 +240,11 @@ def make_rank_dir(work: Path, n: int) -> Path:
     return out
 
 
-def bench_ranks(ns: list[int], workers: list[str], work: Path, keep: bool) -> list[dict]:
+def bench_ranks(ns: list[int], workers: list[str], work: Path, keep: bool, hta: str | None = None,
+                hta_max_ranks: int = 8) -> list[dict]:
     """The breakdown of an N-rank directory, per worker count: wall time, coordinator peak RSS
-    (``RUSAGE_SELF``) and the largest worker's (``RUSAGE_CHILDREN``)."""
+    (``RUSAGE_SELF``) and the largest worker's (``RUSAGE_CHILDREN``); with ``hta``, HTA's load +
+    temporal breakdown of the same directory (its own process pool) on up to ``hta_max_ranks``."""
     rows = []
     for n in ns:
         d = make_rank_dir(work, n)
@@ -245,6 +253,10 @@ def bench_ranks(ns: list[int], workers: list[str], work: Path, keep: bool) -> li
             print(f"benchmarking {n} ranks ({gb:.2f} GB), workers={w}", file=sys.stderr, flush=True)
             r = run_json([sys.executable, "-c", RANKS, str(d), w], env={**os.environ, "PYTHONPATH": str(ROOT)})
             rows.append({"ranks": n, "gb": gb, "workers": w, **r})
+        if hta and n <= hta_max_ranks:
+            print(f"benchmarking {n} ranks with HTA", file=sys.stderr, flush=True)
+            r = run_json([hta, "-c", HTA_RANKS, str(d)])
+            rows.append({"ranks": n, "gb": gb, "workers": "HTA (its pool)", **r})
         if not keep:
             shutil.rmtree(d)
     return rows
@@ -276,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     if args.ranks:
-        rows = bench_ranks([int(x) for x in args.ranks.split(",")], args.workers.split(","), args.work, args.keep)
+        hta = None if "hta" in {x for x in args.skip.split(",") if x} else hta_python()
+        rows = bench_ranks([int(x) for x in args.ranks.split(",")], args.workers.split(","), args.work, args.keep, hta)
         print(f"\nmachine: {json.dumps(machine())}\none run each, in a fresh process\n")
         print(ranks_table(rows))
         if args.json:
