@@ -2,14 +2,14 @@
 """Convert a real ``nsys export --type sqlite`` file into the other documented nsys export layouts,
 and cut real SQLite exports into small test fixtures.
 
-No real JSON / JSON Lines / Parquet / Arrow nsys exports are publicly available
-(``shared/traces/nsys/SOURCE.md``), so the test fixtures for those formats are made from real SQLite
-exports with this script, following ``shared/reference/nsys_formats.md``:
+No real JSON / JSON Lines / Parquet / Arrow nsys exports are publicly available, so the test
+fixtures for those formats are made from real SQLite exports with this script, following the
+layouts ``nsys export`` writes (Nsight Systems User Guide, "Export Formats"; docs/nsys.md):
 
-``jsonlines``   (§3.2) one JSON object per SQLite row, the SQLite column names as keys plus
+``jsonlines``   one JSON object per SQLite row, the SQLite column names as keys plus
                 ``"table": "<TABLE>"``; numbers stay JSON numbers. Every table of the file is written,
                 StringIds first.
-``json``        (§3.1, legacy protobuf-JSON) first line ``{"data": [...]}`` (array index = string id;
+``json``        (legacy protobuf-JSON) first line ``{"data": [...]}`` (array index = string id;
                 ids missing from a cut StringIds table are ""), then one event object per line, in
                 time order: ``{"Type":48|47,"TraceProcessEvent":{...}}`` for CUDA API calls,
                 ``{"Type":79,"CudaEvent":{...,"kernel":{...}}}`` kernels,
@@ -24,8 +24,8 @@ exports with this script, following ``shared/reference/nsys_formats.md``:
                 ``{"sizebytes","value","memKind"}``; CUDA graph launches as Type 130 with
                 ``"graph":{"graphId","graphExecId"}``. Unset fields are written as JSON null (protobuf
                 would omit them; the loader accepts both).
-``parquetdir``  (§4) ``<OUT>/<TABLE>.parquet``, one file per table, same columns as SQLite.
-``arrowdir``    (§4) ``<OUT>/<TABLE>.arrow``, Arrow IPC file per table, schema metadata ``table_name``.
+``parquetdir``  ``<OUT>/<TABLE>.parquet``, one file per table, same columns as SQLite.
+``arrowdir``    ``<OUT>/<TABLE>.arrow``, Arrow IPC file per table, schema metadata ``table_name``.
 
 Usage::
 

@@ -1,7 +1,7 @@
 """Activation recompute (checkpointing), marked on the host and carried to the GPU.
 
-A host op is **recomputed** when one of these signals holds (see
-``shared/reference/kineto_format.md`` section 2):
+A host op is **recomputed** when one of these signals holds (Kineto host events as PyTorch
+records them):
 
 1. *forward-style op inside backward*: a ``cpu_op`` with an autograd ``Sequence number``,
    ``Fwd thread id`` 0, not itself an autograd node (``autograd::*`` / ``*Backward*``), nested

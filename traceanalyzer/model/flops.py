@@ -4,7 +4,7 @@ Public surface: :func:`step_flops` -> :class:`StepFlops` (model and hardware FLO
 optimizer step, split by term, with the convention name attached), :func:`tflops_per_gpu`,
 :func:`utilization` and :data:`CONVENTION_NOTES`.
 
-Conventions (``shared/reference/analytic_model.md`` §1):
+Conventions (Narayanan et al. 2021 App. A; Megatron-LM ``num_floating_point_operations``; PaLM App. B):
 
 ``megatron``
     Megatron-LM ``num_floating_point_operations`` since commit 8873b55d (2025-03-06): per token

@@ -15,7 +15,7 @@ collective bus bandwidth used for time estimates defaults to ``BUS_EFFICIENCY`` 
 effective NVLink bandwidth of 370GB/s", nccl-tests#212). ``net_gbps`` is the scale-out NIC per GPU
 (400 Gb/s NDR = 50 GB/s on DGX H100-class; 200 Gb/s HDR = 25 GB/s on DGX A100).
 Sources: NVIDIA data sheets via https://glennklockwood.com/garden/processors/h100 and
-.../B200, AMD MI300X data sheet, ``shared/reference/analytic_model.md`` §3.6.
+.../B200, AMD MI300X data sheet.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Bubble (Narayanan et al. 2021 §2.2, arXiv:2104.04473): with p stages, m microba
 pipeline and v model chunks per GPU (interleaved 1F1B), the bubble time is
 ``(p−1)/(v·m)`` of the ideal (bubble-free) time, i.e. ``x/(1+x)`` of the step.
 
-Communication (``shared/reference/analytic_model.md`` §3; ring algorithms, nccl-tests
+Communication (ring algorithms, nccl-tests
 PERFORMANCE.md: all-reduce moves 2(n−1)/n·S per GPU, all-gather / reduce-scatter / all-to-all
 (n−1)/n·S). S = one activation [s/cp, b, h] in the activation dtype. Bytes are per GPU per
 optimizer step; time = bytes / bus bandwidth. Which part is *exposed* (on the critical path) is
