@@ -185,3 +185,41 @@ def test_ray_engine_gives_byte_identical_json(tmp_path):
     finally:
         ray.shutdown()
     assert remote == local
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_ray_address_is_refused_in_seconds():
+    """Ray retries an unreachable head for minutes; we probe the address first."""
+    import time
+
+    from traceanalyzer.engine.pool import check_ray_address
+    from traceanalyzer.errors import ConfigError
+
+    port = _closed_port()
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"cannot reach Ray at ray://127.0.0.1:{port}: "):
+        check_ray_address(f"ray://127.0.0.1:{port}", timeout=2)
+    assert time.monotonic() - t0 < 5  # a refused connection answers at once, not after retries
+    with pytest.raises(ConfigError, match="expected ray://HOST:PORT"):
+        check_ray_address("ray://head-without-port")
+    check_ray_address("auto")  # Ray finds the cluster itself
+
+
+def test_cli_unreachable_ray_address_is_one_line_exit_7():
+    pytest.importorskip("ray", reason="Ray is not installed (optional extra: pip install 'traceanalyzer[ray]')")
+    import subprocess
+    import sys
+
+    port = _closed_port()
+    done = subprocess.run([sys.executable, "-m", "traceanalyzer", "breakdown", str(DLRM), "--engine", "ray",
+                           "--address", f"ray://127.0.0.1:{port}", "-q"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 7
+    lines = [l for l in done.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and f"cannot reach Ray at ray://127.0.0.1:{port}" in lines[0], done.stderr

@@ -167,6 +167,31 @@ def ray_pip_requirements() -> list[str]:
     return reqs or ["polars>=1.0", "orjson>=3.8", "msgspec>=0.18"]
 
 
+#: seconds to wait for a TCP connection to a Ray address before giving up (Ray itself retries an
+#: unreachable head for minutes)
+RAY_CONNECT_TIMEOUT_S = 10.0
+
+
+def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse an address that does not accept a TCP connection, in seconds rather than after
+    Ray's own minutes of retries. ``auto`` / ``local`` (Ray finds the cluster itself) are let
+    through; ``ray://host:port`` and ``host:port`` are probed."""
+    import socket
+
+    if address in ("auto", "local"):
+        return
+    target = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"--address {address!r}: expected ray://HOST:PORT, HOST:PORT or auto")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, socket.timeout) else (exc.strerror or str(exc))
+        raise ConfigError(f"cannot reach Ray at {address}: {reason} (is the cluster up, and is this its client port?)") from exc
+
+
 def ray_session(workers: int | None, address: str | None):
     """``ray.init`` once (local with ``workers`` CPUs, or ``address``); returns (ray, started)."""
     try:
@@ -180,6 +205,7 @@ def ray_session(workers: int | None, address: str | None):
     kwargs: dict = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
     env = ray_runtime_env()
     if address:
+        check_ray_address(address)
         kwargs["address"] = address
     else:
         kwargs["num_cpus"] = workers or default_workers()
