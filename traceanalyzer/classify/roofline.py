@@ -66,6 +66,7 @@ def with_roofline(frame: pl.DataFrame, peaks: dict[str, float], hbm_gbps: float 
     else:
         intensity = pl.col("flops") / pl.col("bytes")  # FLOP/B
         attainable = pl.when(peak.is_not_null()).then(pl.min_horizontal(peak, intensity * hbm_gbps / 1e3))  # no bytes: the peak
+    peak = pl.when(pl.col("flops").is_not_null()).then(peak)  # a peak only beside a known FLOPs count
     return frame.with_columns(tflops.alias("tflops"), gbps.alias("gbps"), peak.alias("peak_tflops")).with_columns(
         (100 * pl.col("tflops") / attainable).alias("roofline_pct")
     )
