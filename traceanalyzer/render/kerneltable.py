@@ -83,3 +83,22 @@ def write_frame(frame: pl.DataFrame, fmt: str, fh: IO[bytes]) -> None:
         frame.write_parquet(fh)
     else:  # pragma: no cover - the command checks
         raise ValueError(fmt)
+
+
+def kernel_diff_sections(diff: dict, top: int = 15) -> list:
+    """``compare``'s kernel diff as sections (:class:`traceanalyzer.render.predictions.Section`):
+    the biggest contributions, and the per-bucket sums beside the bucket differences."""
+    from traceanalyzer.render.predictions import Section, label, num
+
+    s = Section(f"Kernels, B − A ({diff['unit']}): the {top} biggest changes",
+                ["kernel", "bucket", "status", "calls A", "calls B", "A ms", "B ms", "B − A ms"])
+    for r in diff["rows"][:top]:
+        if r["status"] == "same":
+            break
+        s.rows.append([_short(r["name"], 60), r["bucket"], r["status"], num(r["calls_a"], 1), num(r["calls_b"], 1),
+                       num(r["bucket_ms_a"], 3), num(r["bucket_ms_b"], 3), f"{r['contribution_ms']:+,.3f}"])
+    c = diff["counts"]
+    s.notes.append(f"{c['appeared']} appeared, {c['disappeared']} disappeared, {c['changed']} changed, {c['same']} unchanged. "
+                   "Time: each kernel's exact share of its bucket, so the kernels of a bucket sum to that bucket's difference:")
+    s.notes.append("; ".join(f"{label(b)} {v:+,.3f} ms" for b, v in diff["by_bucket"].items() if v != 0) or "no bucket changed")
+    return [s]
