@@ -209,6 +209,8 @@ def test_cli_formats(tmp_path):
     (["--sort", "nope"], 7, "--sort 'nope'"),
     (["--precision", "int4"], 7, "--precision 'int4'"),
     (["-f", "parquet"], 7, "-f parquet writes a file"),
+    (["--rank", "5"], 7, "--rank 5: no such rank with GPU work in the trace (ranks: 0)"),
+    (["--step", "3"], 7, "--step 3: no such step in the trace (steps: 15, 16, 17)"),
 ])
 def test_cli_bad_options(args, code, words):
     r = run_cli("kernels", str(DEMO), *args, "-q")

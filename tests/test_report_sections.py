@@ -102,3 +102,18 @@ def test_no_negative_zero_and_no_zero_waterfall_rows():
     assert num(model, "y", "{:.1f}").text == "-1.5"
     t = waterfall_table(model)
     assert [r[0].text for r in t.rows] == ["peak", "− idle", "= achieved"]
+
+
+def test_report_baseline_option(tmp_path):
+    from conftest import run_cli
+
+    bad = tmp_path / "not-nccl.txt"
+    bad.write_text("garbage\n")
+    r = run_cli("report", str(DEMO), "-f", "json", "-q", "--baseline", str(bad))
+    assert r.returncode == 4 and str(bad) in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run_cli("report", str(DEMO), "-f", "json", "-q", "--baseline", str(BASE))
+    import json
+
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["collective_efficiency"]["baseline"] is True
+    assert doc["reproduce"]["command"][-2:] == ["--baseline", str(BASE)]

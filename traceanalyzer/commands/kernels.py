@@ -59,6 +59,7 @@ def _run(what: str, paths, name, rank, step, sort, top, precision, format, outpu
         outputs.check(output)
     an = analysis_with_tables(paths, None if whole_trace else step_range, recompute_pattern=recompute_range, cache=cache,
                               comm_kernels=tuple(patterns), workers=workers, engine=Engine(engine).value, address=address, quiet=quiet)
+    _check_selection(an, rank, step)
     if top is None and format is TableFormat.table:
         top = DEFAULT_TOP
     verb = kernel_verb if what == "kernels" else op_verb
@@ -83,6 +84,21 @@ def _run(what: str, paths, name, rank, step, sort, top, precision, format, outpu
         with outputs.stream(output) as fh:
             render.write_frame(frame, format.value, fh)
     print_warnings(an.warnings)
+
+
+def _check_selection(an, rank: list[int] | None, step: list[int] | None) -> None:
+    """A --rank or --step that is not in the trace: one line naming what there is (exit 7)."""
+    def listing(xs: list[int]) -> str:
+        return ", ".join(map(str, xs[:16])) + (", ..." if len(xs) > 16 else "")
+
+    ranks = sorted(set(an.steps.get_column("rank").to_list()))
+    steps = sorted(set(an.steps.get_column("step").to_list()))
+    bad = [r for r in rank or [] if r not in ranks]
+    if bad:
+        raise ConfigError(f"--rank {bad[0]}: no such rank with GPU work in the trace (ranks: {listing(ranks)})")
+    bad = [x for x in step or [] if x not in steps]
+    if bad:
+        raise ConfigError(f"--step {bad[0]}: no such step in the trace (steps: {listing(steps)})")
 
 
 def kernels(
