@@ -265,7 +265,7 @@ def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
     for i in range(n_ranks):
         for b in BUCKETS:
             assert f"ranks.{i}.buckets.{b}.ms" in paths and f"ranks.{i}.buckets.{b}.pct" in paths
-    assert f"top_kernels.{len(doc['top_kernels']) - 1}.total_ms" in paths
+    assert f"kernels.rows.{len(doc['kernels']['rows']) - 1}.total_ms" in paths  # the kernels section replaced the top-kernel table
     assert "headline.step_ms" in paths
     for cell_path, text in p.cells:
         _assert_shown(_get(doc, cell_path), text)

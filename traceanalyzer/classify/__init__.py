@@ -40,6 +40,8 @@ class Analysis:
     outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns: GPU busy time in no step
     kernel_rows: pl.DataFrame | None = None  # per rank and kernel: calls, total_ns (classify.kernels.kernel_rows)
     exposed_kernels: pl.DataFrame | None = None  # comm kernels with exposed time (classify.kernels.exposed_rows)
+    kernel_stats: pl.DataFrame | None = None  # per rank, step, kernel (classify.kernelstats.kernel_stat_rows)
+    op_stats: pl.DataFrame | None = None  # per rank, step, host op and shapes (classify.opstats.op_stat_rows)
 
     def _fields(self) -> list[str]:
         return [f for f in [*FIELDS, *IDLE_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in self.steps.columns]

@@ -85,11 +85,19 @@ def compare(
     if output is not None:
         outputs.check(output)
     if ca is None:
-        patterns = comm_patterns(comm_kernel)
-        an_a = analyse_paths([trace_a], step_range, workers=workers, quiet=quiet, comm_kernels=patterns)
-        an_b = analyse_paths([trace_b], step_range, workers=workers, quiet=quiet, comm_kernels=patterns)
+        from traceanalyzer.classify.tables import analysis_with_tables
+        from traceanalyzer.reconcile.kerneldiff import bucket_gaps, kernel_diff
+        from traceanalyzer.render.kerneltable import kernel_diff_sections
+
+        patterns = tuple(comm_patterns(comm_kernel))
+        an_a = analysis_with_tables([trace_a], step_range, workers=workers, quiet=quiet, comm_kernels=patterns)
+        an_b = analysis_with_tables([trace_b], step_range, workers=workers, quiet=quiet, comm_kernels=patterns)
         cmp_t = compare_time(an_a, an_b)
-        emit(time_comparison_sections(cmp_t), format, {"comparison": _public(cmp_t)}, output, outputs)
+        diff = kernel_diff(an_a, an_b)
+        gaps = bucket_gaps(cmp_t)
+        assert all(diff["exact"][f"{b}_ns"] == gaps[b] for b in gaps), "kernel diff does not sum to the bucket differences"
+        doc = {"comparison": {**_public(cmp_t), "kernels": _public(diff)}}
+        emit(time_comparison_sections(cmp_t) + kernel_diff_sections(diff), format, doc, output, outputs)
         print_warnings([*an_a.warnings, *an_b.warnings])
         return
     wa, warn_a = _waterfall(trace_a, ca, None, convention, step_range, workers=workers, quiet=quiet, comm_kernel=comm_kernel)

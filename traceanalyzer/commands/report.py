@@ -21,7 +21,7 @@ class ReportFormat(str, Enum):
 
 
 def _command(paths: list[Path], config: Path | None, fmt: ReportFormat, embed: bool, output: Path | None,
-             rank: int | None, step_range: str, top: int) -> list[str]:
+             rank: int | None, step_range: str, top: int, baseline: list[Path] | None = None) -> list[str]:
     """The command line that reproduces this report (canonical form of the options given)."""
     cmd = ["traceanalyzer", "report", *map(str, paths)]
     if config is not None:
@@ -35,6 +35,8 @@ def _command(paths: list[Path], config: Path | None, fmt: ReportFormat, embed: b
         cmd += ["--step-range", step_range]
     if top != 10:
         cmd += ["--top", str(top)]
+    for b in baseline or []:
+        cmd += ["--baseline", str(b)]
     if output is not None:
         cmd += ["-o", str(output)]
     return cmd
@@ -49,6 +51,7 @@ def report(
     rank: Annotated[Optional[int], typer.Option("--rank", help="Rank whose per-step timeline is shown (default: the slowest).")] = None,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
     top: Annotated[int, typer.Option("--top", min=1, max=1000, help="Rows in the top-kernel and top-collective tables.")] = 10,
+    baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", help="nccl-tests output of this cluster (repeatable): the collective-efficiency section sets each collective's bus bandwidth against it (default: the hardware table).")] = None,
     comm_kernel: CommKernelOpt = None,
     workers: WorkersOpt = None,
     engine: EngineOpt = Engine.local,
@@ -61,9 +64,16 @@ def report(
     if output is None and format is not ReportFormat.json:
         raise typer.BadParameter(f"--format {format.value} writes files: give the report file with -o", param_hint="'-o'")
     patterns = comm_patterns(comm_kernel, config)
-    outputs = Outputs([*paths, config])
+    outputs = Outputs([*paths, config, *(baseline or [])])
     if output is not None:
         outputs.check(output)
+    base = None
+    if baseline:
+        import polars as pl
+
+        from traceanalyzer.baselines import read_nccl_tests
+
+        base = pl.concat([read_nccl_tests(f) for f in baseline])
     analysis = analyse_paths(paths, step_range, keep="report", workers=workers, engine=engine, address=address, quiet=quiet,
                              comm_kernels=patterns)
     trace = analysis.trace
@@ -75,8 +85,8 @@ def report(
     if shown is not None:  # the timeline's rank: its GPU work again (the workers kept only tables)
         analysis = with_rank_gpu(analysis, shown, Options(step_name=step_range, comm_kernels=tuple(patterns)))
     m = report_model.build(
-        analysis, rank=rank, config=config, step_range=step_range, top=top,
-        command=_command(paths, config, format, embed, output, rank, step_range, top),
+        analysis, rank=rank, config=config, step_range=step_range, top=top, baseline=base,
+        command=_command(paths, config, format, embed, output, rank, step_range, top, baseline),
     )
     _write(m, format, embed, output, outputs)
     print_warnings([*analysis.warnings, *m["notes"]])

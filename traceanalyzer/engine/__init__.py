@@ -46,7 +46,8 @@ def analyse_trace(trace, opts: Options):
         RankResult(index=i, file=row["file"] or "", rank=row["rank"], meta=row)
         for i, row in enumerate(trace.meta.iter_rows(named=True))  # one row per rank
     ]
-    classify_ranks(trace.events, trace.meta, Options(**{**opts.__dict__, "keep": "gpu"}), source, results)
+    tables = opts.tables or opts.keep == "report"  # the report's kernel section reads the kernel rows
+    classify_ranks(trace.events, trace.meta, Options(**{**opts.__dict__, "keep": "gpu", "tables": tables}), source, results)
     return reduce_job(results, trace, opts, source)
 
 

@@ -206,5 +206,7 @@ def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: s
         cross_rank=crossrank.cross_rank(steps, IDLE_FIELDS, coll),
         kernel_rows=_concat([r.kernel_rows for r in gpu_ranks]),
         exposed_kernels=_concat([r.exposed_kernels for r in gpu_ranks]),
+        kernel_stats=_concat([r.kernel_stats for r in gpu_ranks]),
+        op_stats=_concat([r.op_stats for r in gpu_ranks]),
         outside_steps=outside,
     )

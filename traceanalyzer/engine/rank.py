@@ -55,6 +55,7 @@ class Options:
     keep_gpu: bool = False  # with keep="report": the GPU work too (a one-file job's timeline)
     cache: bool = False
     comm_kernels: tuple[str, ...] = ()  # extra kernel-name regexes that are communication (--comm-kernel)
+    tables: bool = False  # the kernel and op tables' rows (classify.kernelstats, classify.opstats); also with keep="report"
 
 
 @dataclass
@@ -92,6 +93,8 @@ class RankResult:
     gpu: pl.DataFrame | None = None  # only with keep >= "gpu"
     kernel_rows: pl.DataFrame | None = None  # only with keep="report"
     exposed_kernels: pl.DataFrame | None = None  # only with keep="report"
+    kernel_stats: pl.DataFrame | None = None  # with tables or keep="report" (classify.kernelstats.kernel_stat_rows)
+    op_stats: pl.DataFrame | None = None  # with tables or keep="report" (classify.opstats.op_stat_rows)
     events: pl.DataFrame | None = None  # only with keep == "events"
 
     def relabel(self, rank: int) -> None:
@@ -100,7 +103,7 @@ class RankResult:
             return
         old = self.rank
         for name in ("step_starts", "steps", "windows", "instances", "exposure", "recompute_ops", "recomputed_by_name", "outside_steps", "gpu", "events",
-                     "kernel_rows", "exposed_kernels"):
+                     "kernel_rows", "exposed_kernels", "kernel_stats", "op_stats"):
             df = getattr(self, name)
             if df is not None and "rank" in df.columns:
                 setattr(self, name, df.with_columns(pl.lit(rank, pl.Int32).alias("rank")))
@@ -169,12 +172,16 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
     }
     if opts.keep in ("gpu", "events") or (opts.keep == "report" and opts.keep_gpu):
         frames["gpu"] = gpu
-    if opts.keep == "report":
-        from traceanalyzer.classify.partition import segment_frame
+    if opts.keep == "report" or opts.tables:
         from traceanalyzer.classify.kernels import exposed_rows, kernel_rows
+        from traceanalyzer.classify.kernelstats import kernel_stat_rows
+        from traceanalyzer.classify.opstats import op_stat_rows
+        from traceanalyzer.classify.partition import segment_frame
 
         seg = segment_frame(gpu, windows).sort("rank", "t0").collect()
-        frames["kernel_rows"], frames["exposed_kernels"] = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
+        if opts.keep == "report":
+            frames["kernel_rows"], frames["exposed_kernels"] = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
+        frames["kernel_stats"], frames["op_stats"] = kernel_stat_rows(events, gpu, windows, seg), op_stat_rows(events, gpu, windows)
     for name, df in frames.items():
         for rank, part in _split(df, ranks).items():
             setattr(by_rank[rank], name, part)

@@ -18,6 +18,12 @@ from traceanalyzer.render.sections import (
     Table,
     collectives_table,
     command_text,
+    comm_dims_table,
+    efficiency_table,
+    idle_causes_table,
+    kernel_section_table,
+    recomputed_table,
+    stragglers_table,
     headline_cells,
     inputs_table,
     kernels_table,
@@ -130,9 +136,20 @@ def render(model: dict[str, Any], images: dict[str, bytes] | None = None) -> str
     out.append(_img(images.get("heatmap"), "share of the step per rank and bucket"))
 
     out.append('<h2 id="kernels">Top kernels</h2>')
-    out.append(_table(kernels_table(model)))
+    out.append(_table(kernel_section_table(model) or kernels_table(model)))
+    causes = [(title, t) for title, t in (("Idle by cause", idle_causes_table(model)), ("Communication by dimension", comm_dims_table(model)),
+                                          ("Recomputed ops", recomputed_table(model)), ("Stragglers", stragglers_table(model))) if t is not None]
+    if causes:
+        out.append('<h2 id="causes">Causes</h2>')
+        for title, t in causes:
+            out.append(f"<h3>{escape(title)}</h3>")
+            out.append(_table(t))
     out.append('<h2 id="collectives">Top exposed collectives</h2>')
     out.append(_table(collectives_table(model)))
+    eff = efficiency_table(model)
+    if eff is not None:
+        out.append('<h2 id="collective-efficiency">Collective efficiency</h2>')
+        out.append(_table(eff))
 
     out.append('<h2 id="warnings">Warnings</h2>')
     if model["warnings"]:

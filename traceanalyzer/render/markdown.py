@@ -16,6 +16,12 @@ from traceanalyzer.render.sections import (
     Table,
     collectives_table,
     command_text,
+    comm_dims_table,
+    efficiency_table,
+    idle_causes_table,
+    kernel_section_table,
+    recomputed_table,
+    stragglers_table,
     headline_cells,
     inputs_table,
     kernels_table,
@@ -98,8 +104,15 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
         out += _table(waterfall_table(model))
     out += ["### Cross-rank heatmap (% of step)", ""]
     img("heatmap", "heatmap")
-    out += ["### Top kernels", ""] + _table(kernels_table(model))
+    out += ["### Top kernels", ""] + _table(kernel_section_table(model) or kernels_table(model))
+    for title, t in (("Idle by cause", idle_causes_table(model)), ("Communication by dimension", comm_dims_table(model)),
+                     ("Recomputed ops", recomputed_table(model)), ("Stragglers", stragglers_table(model))):
+        if t is not None:
+            out += [f"### {title}", ""] + _table(t)
     out += ["### Top exposed collectives", ""] + _table(collectives_table(model))
+    eff = efficiency_table(model)
+    if eff is not None:
+        out += ["### Collective efficiency", ""] + _table(eff)
     out += ["### Warnings", ""]
     out += [f"- {_esc(w)}" for w in model["warnings"]] or ["None."]
     out += ["", "<details><summary>Reproduce</summary>", "", "```sh", command_text(model), "```", ""]

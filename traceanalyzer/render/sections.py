@@ -36,11 +36,17 @@ class Table:
 
 
 def num(model: dict[str, Any], path: str, fmt: str) -> Cell:
-    """A cell showing the number at ``path`` in ``model`` with ``fmt``."""
+    """A cell showing the number at ``path`` in ``model`` with ``fmt`` (a value that rounds to
+    zero is shown without a sign: never "-0.0")."""
     v: Any = model
     for part in path.split("."):
         v = v[int(part)] if isinstance(v, list) else v[part]
-    return Cell("" if v is None else fmt.format(v), path)
+    if v is None:  # not known: an empty cell, not a number
+        return Cell("")
+    text = fmt.format(v)
+    if text.startswith("-") and not text.strip("-0.,"):
+        text = text[1:]
+    return Cell(text, path)
 
 
 def short(name: str, width: int = 90) -> Cell:
@@ -122,6 +128,8 @@ def waterfall_table(model: dict[str, Any]) -> Table | None:
     t = Table("waterfall", "Waterfall: peak to achieved TFLOP/s per GPU", ["term", "TFLOP/s per GPU"])
     t.rows.append([Cell("peak"), num(model, "waterfall.peak_tflops", TFLOPS)])
     for i, term in enumerate(wf["terms"]):
+        if num(model, f"waterfall.terms.{i}.tflops", TFLOPS).text.strip("-0.") == "":
+            continue  # a term that rounds to zero: no row
         t.rows.append([Cell(f"− {term['label']}"), num(model, f"waterfall.terms.{i}.tflops", TFLOPS)])
     t.rows.append([Cell("= achieved"), num(model, "waterfall.achieved_tflops", TFLOPS)])
     if wf.get("convention"):
@@ -136,6 +144,99 @@ def kernels_table(model: dict[str, Any]) -> Table:
         t.rows.append([short(k["name"]), Cell(k["class"]), num(model, f"{p}.calls", "{}"), num(model, f"{p}.total_ms", MS),
                        num(model, f"{p}.mean_us", US), num(model, f"{p}.pct_of_step_time", PCT)])
     t.note = "GPU work starting inside a step window, summed over all ranks and steps; % of the summed step time."
+    return t
+
+
+def kernel_section_table(model: dict[str, Any]) -> Table | None:
+    """The kernels section: top kernels by total time, with bucket, exact share and TFLOP/s."""
+    k = model.get("kernels")
+    if not k:
+        return None
+    t = Table("kernels", "Top kernels by total GPU time",
+              ["kernel", "bucket", "stream", "calls", "total ms", "mean µs", "p99 µs", "bucket ms", "% of step time", "TFLOP/s", "roofline %"])
+    for i, r in enumerate(k["rows"]):
+        p = f"kernels.rows.{i}"
+        t.rows.append([short(r["name"]), Cell(r["bucket"]), Cell(r["streams"] or ""), num(model, f"{p}.calls", "{}"),
+                       num(model, f"{p}.total_ms", MS), num(model, f"{p}.mean_us", US), num(model, f"{p}.p99_us", US),
+                       num(model, f"{p}.bucket_ms", MS), num(model, f"{p}.share_pct", PCT), num(model, f"{p}.tflops", TFLOPS),
+                       num(model, f"{p}.roofline_pct", PCT)])
+    t.note = ("Summed over all ranks and steps. bucket ms: the kernel's exact share of its bucket (time it alone accounts for; "
+              "the shares of a bucket sum to it); TFLOP/s where the launching op recorded shapes (GEMM, attention); "
+              "roofline % where the kernel name states its precision. All kernels: traceanalyzer kernels.")
+    return t
+
+
+def idle_causes_table(model: dict[str, Any]) -> Table | None:
+    rows = model["causes"]["idle"] if model.get("causes") else []
+    if not rows:
+        return None
+    t = Table("idle-causes", "Idle by cause (mean per step)", ["cause", "ms per step", "% of idle"])
+    for i, r in enumerate(rows):
+        t.rows.append([Cell(r["cause"].replace("_", " ")), num(model, f"causes.idle.{i}.ms", MS), num(model, f"causes.idle.{i}.pct_of_idle", PCT)])
+    return t
+
+
+def comm_dims_table(model: dict[str, Any]) -> Table | None:
+    rows = model["causes"]["comm_by_dimension"] if model.get("causes") else []
+    if not rows:
+        return None
+    t = Table("comm-dimensions", "Communication by parallelism dimension (mean per step)",
+              ["dimension", "kernels", "exposed ms", "overlapped ms", "kernel ms", "wait ms", "transfer ms"])
+    for i, r in enumerate(rows):
+        p = f"causes.comm_by_dimension.{i}"
+        t.rows.append([Cell(r["dimension"]), num(model, f"{p}.count", "{}"), num(model, f"{p}.exposed_ms", MS), num(model, f"{p}.overlapped_ms", MS),
+                       num(model, f"{p}.kernel_ms", MS), num(model, f"{p}.wait_ms", MS), num(model, f"{p}.transfer_ms", MS)])
+    if any(r["transfer_estimated"] for r in rows):
+        t.note = "Wait and transfer are estimated (bytes over an assumed bus bandwidth) where not all ranks of a group are loaded."
+    return t
+
+
+def recomputed_table(model: dict[str, Any]) -> Table | None:
+    rows = model["causes"]["recomputed_ops"] if model.get("causes") else []
+    if not rows:
+        return None
+    t = Table("recomputed-ops", "Recomputed ops (GPU time, mean per step)", ["op", "calls", "ranks", "GPU ms per step"])
+    for i, r in enumerate(rows):
+        p = f"causes.recomputed_ops.{i}"
+        t.rows.append([short(r["name"]), num(model, f"{p}.count", "{}"), num(model, f"{p}.ranks", "{}"), num(model, f"{p}.gpu_ms", MS)])
+    return t
+
+
+def stragglers_table(model: dict[str, Any]) -> Table | None:
+    rows = model["causes"]["stragglers"] if model.get("causes") else []
+    if not rows:
+        return None
+    t = Table("stragglers", "Stragglers: the slowest rank of each step, and the rank the others waited on",
+              ["step", "slowest rank", "step ms", "median ms", "skew ms", "why (bucket)", "excess ms", "waited on rank", "its wait ms"])
+    for i, r in enumerate(rows):
+        p = f"causes.stragglers.{i}"
+        t.rows.append([num(model, f"{p}.step", "{}"), num(model, f"{p}.slowest_rank", "{}"), num(model, f"{p}.step_ms", MS),
+                       num(model, f"{p}.median_step_ms", MS), num(model, f"{p}.skew_ms", MS), Cell((r["straggler_bucket"] or "").replace("_", " ")),
+                       num(model, f"{p}.excess_ms", MS), num(model, f"{p}.waited_on_rank", "{}"), num(model, f"{p}.waited_on_wait_ms", MS)])
+    t.note = ("Skew: slowest minus median step time. Waited on: the rank with the least collective wait in the step, "
+              "i.e. the late arriver the others waited for.")
+    return t
+
+
+def efficiency_table(model: dict[str, Any]) -> Table | None:
+    ce = model.get("collective_efficiency")
+    if not ce:
+        return None
+    t = Table("collective-efficiency", "Collective efficiency: achieved bus bandwidth against the reference",
+              ["collective", "group", "ranks", "count", "bytes", "time ms", "busbw GB/s", "reference GB/s", "efficiency"])
+    for i, r in enumerate(ce["rows"]):
+        p = f"collective_efficiency.rows.{i}"
+        t.rows.append([Cell(r["collective"]), Cell(r["group"] or "", code=True), num(model, f"{p}.group_size", "{}"), num(model, f"{p}.count", "{}"),
+                       Cell(human_bytes(r["bytes"])), num(model, f"{p}.time_ms", MS), num(model, f"{p}.busbw_gbps", TFLOPS),
+                       num(model, f"{p}.reference_gbps", TFLOPS), num(model, f"{p}.efficiency", "{:.2f}")])
+    refs = sorted({r["reference"] for r in ce["rows"] if r["reference"]})
+    note = "Summed over all ranks and steps (bus bandwidth: total bus bytes over total time; efficiency: median over the kernels). "
+    note += "Reference: " + "; ".join(refs) + "." if refs else ""
+    ex = ce.get("exposed_split")
+    if ex:
+        note += (f" Exposed communication {ex['exposed_ms']:.3f} ms in all = wait for peers {ex['wait_ms']:.3f} + link speed "
+                 f"{ex['link_speed_ms']:.3f} + below the reference {ex['below_reference_ms']:.3f} ms.")
+    t.note = note.strip() or None
     return t
 
 

@@ -102,12 +102,15 @@ def build(
     step_range: str = "ProfilerStep",
     top: int = 10,
     generated_utc: str | None = None,
+    baseline: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The report model of ``analysis`` (see ``docs/report-schema.md``).
 
     ``rank``: the rank whose per-step timeline is shown (default: the slowest rank).
     ``config``: run configuration for the reconciler (TFLOP/s, MFU, waterfall), when available.
     ``command``: the command line that produced the report (recorded for reproduction).
+    ``baseline``: the cluster's nccl-tests frame (:func:`traceanalyzer.baselines.read_nccl_tests`)
+    for the collective-efficiency section (without it: the hardware table's figure).
     """
     notes: list[str] = []
     totals = analysis.totals()
@@ -150,6 +153,9 @@ def build(
         "waterfall": wf,
         "top_kernels": _top_kernels(analysis, totals, top),
         "top_exposed_collectives": _top_exposed(analysis, seg, totals, top),
+        "kernels": _kernels(analysis, top),
+        "causes": _causes(analysis, totals, top),
+        "collective_efficiency": _collective_efficiency(analysis, baseline, top),
         "warnings": list(analysis.warnings),
         "notes": notes,
     }
@@ -340,6 +346,119 @@ def _top_exposed(analysis: Analysis, seg: pl.DataFrame, totals: pl.DataFrame, to
     return agg.select(
         "name", "calls", "ranks", "exposed_ms", "total_ms", "exposed_pct_of_kernel", "pct_of_exposed_comm", "pct_of_step_time"
     ).to_dicts()
+
+
+def _kernels(analysis: Analysis, top: int) -> dict[str, Any] | None:
+    """The kernel table's first ``top`` rows by total time (:func:`~traceanalyzer.classify.kernelstats.kernel_table`):
+    bucket, exact share of the bucket, achieved TFLOP/s where the launching op's shapes are known."""
+    if analysis.kernel_stats is None:
+        return None
+    from traceanalyzer.classify.kernelstats import kernel_table
+
+    names = analysis.trace.meta.get_column("device_name").drop_nulls()
+    t = kernel_table(analysis.kernel_stats, analysis.steps, names[0] if names.len() else None, top=top)
+    rows = t.select(
+        "name", "bucket", "kind", "streams", "ranks", "calls",
+        (pl.col("total_ns") / _MS).alias("total_ms"), (pl.col("mean_ns") / 1000).alias("mean_us"),
+        (pl.col("p50_ns") / 1000).alias("p50_us"), (pl.col("p99_ns") / 1000).alias("p99_us"),
+        (pl.col("bucket_ns") / _MS).alias("bucket_ms"), "share_pct", "flops_calls", "tflops", "precision", "roofline_pct",
+    ).to_dicts()
+    return {"rows": rows, "wall_ms": int(analysis.steps.get_column("duration_ns").sum()) / _MS}
+
+
+def _causes(analysis: Analysis, totals: pl.DataFrame, top: int) -> dict[str, Any]:
+    """The causes behind the buckets, zero rows left out: idle by cause, exposed communication
+    by parallelism dimension with its wait and transfer, the recomputed ops, the stragglers."""
+    from traceanalyzer.classify import IDLE_FIELDS
+
+    n = int(totals.get_column("steps").sum())
+    idle_total = int(totals.get_column("idle_ns").sum())
+    idle = []
+    for f in IDLE_FIELDS:
+        v = int(totals.get_column(f"{f}_ns").sum()) if f"{f}_ns" in totals.columns else 0
+        if v:
+            idle.append({"cause": f.removeprefix("idle_"), "ms": v / n / _MS, "pct_of_idle": 100 * v / idle_total})
+    idle.sort(key=lambda r: -r["ms"])
+    dims = []
+    comm = analysis.comm
+    if comm is not None and comm.height:
+        d = (
+            comm.filter(pl.col("by") == "dim")
+            .group_by("key")
+            .agg(
+                pl.col("count").sum(),
+                pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()).alias("bytes"),
+                pl.col("time_ns").sum(), pl.col("exposed_ns").sum(), pl.col("overlapped_ns").sum(),
+                pl.when(pl.col("wait_ns").is_not_null().any()).then(pl.col("wait_ns").sum()).alias("wait_ns"),
+                pl.when(pl.col("transfer_ns").is_not_null().any()).then(pl.col("transfer_ns").sum()).alias("transfer_ns"),
+                pl.col("transfer_estimated").any(),
+            )
+            .filter((pl.col("exposed_ns") > 0) | (pl.col("time_ns") > 0))
+            .sort(["exposed_ns", "key"], descending=[True, False])
+        )
+        for r in d.iter_rows(named=True):  # one row per dimension
+            dims.append({
+                "dimension": r["key"], "count": r["count"], "bytes": r["bytes"],
+                "exposed_ms": r["exposed_ns"] / n / _MS, "overlapped_ms": r["overlapped_ns"] / n / _MS,
+                "kernel_ms": r["time_ns"] / n / _MS,
+                "wait_ms": None if r["wait_ns"] is None else r["wait_ns"] / n / _MS,
+                "transfer_ms": None if r["transfer_ns"] is None else r["transfer_ns"] / n / _MS,
+                "transfer_estimated": bool(r["transfer_estimated"]),
+            })
+    recomputed = []
+    if analysis.recomputed_by_name is not None and analysis.recomputed_by_name.height:
+        rc = (
+            analysis.recomputed_by_name.group_by("name")
+            .agg(pl.col("count").sum(), pl.col("gpu_ns").sum(), pl.len().alias("ranks"))
+            .filter(pl.col("gpu_ns") > 0)
+            .sort(["gpu_ns", "name"], descending=[True, False])
+            .head(top)
+        )
+        recomputed = [{"name": r["name"], "count": r["count"], "ranks": r["ranks"], "gpu_ms": r["gpu_ns"] / n / _MS}
+                      for r in rc.iter_rows(named=True)]
+    stragglers = []
+    cr = analysis.cross_rank
+    if cr is not None and cr.height:
+        cols = [c for c in ("waited_on_rank", "waited_on_wait_ns") if c in cr.columns]
+        worst = cr.filter(pl.col("skew_ns") > 0).sort(["skew_ns", "step"], descending=[True, False]).head(top)
+        for r in worst.iter_rows(named=True):  # at most ``top`` steps
+            stragglers.append({
+                "step": r["step"], "ranks": r["ranks"], "slowest_rank": r["slowest_rank"],
+                "step_ms": r["max_ns"] / _MS, "median_step_ms": r["median_ns"] / _MS, "skew_ms": r["skew_ns"] / _MS,
+                "straggler_bucket": r["straggler_bucket"], "excess_ms": r["straggler_excess_ns"] / _MS,
+                "waited_on_rank": r["waited_on_rank"] if "waited_on_rank" in cols else None,
+                "waited_on_wait_ms": None if "waited_on_wait_ns" not in cols or r["waited_on_wait_ns"] is None else r["waited_on_wait_ns"] / _MS,
+            })
+    return {"idle": idle, "comm_by_dimension": dims, "recomputed_ops": recomputed, "stragglers": stragglers}
+
+
+def _collective_efficiency(analysis: Analysis, baseline: pl.DataFrame | None, top: int) -> dict[str, Any] | None:
+    """Achieved bus bandwidth per collective type and group against the cluster's nccl-tests
+    baseline (or the hardware table), and the exposed communication split into wait, link speed
+    and below the reference (:mod:`traceanalyzer.classify.busbw`). None without a collective
+    that carries a byte count."""
+    if analysis.collectives is None or not analysis.collectives.height:
+        return None
+    from traceanalyzer.classify.busbw import achieved_busbw, busbw_summary, exposed_split
+
+    names = analysis.trace.meta.get_column("device_name").drop_nulls()
+    per = achieved_busbw(analysis.collectives, baseline=baseline, gpu=names[0] if names.len() else None)
+    if not per.height:
+        return None
+    summ = busbw_summary(per).head(top)
+    rows = [{
+        "collective": r["coll_type"], "group": r["pg_name"], "group_size": r["group_size"], "count": r["count"], "bytes": r["bytes"],
+        "time_ms": r["time_ns"] / _MS, "busbw_gbps": r["busbw_gbps"], "reference_gbps": r["reference_gbps_median"],
+        "efficiency": r["efficiency_median"], "reference": r["reference"], "time_basis": r["time_basis"],
+    } for r in summ.iter_rows(named=True)]
+    split = exposed_split(per, analysis.comm) if analysis.comm is not None else None
+    exposed = None
+    if split is not None and split.height:
+        s = split.select(pl.col("exposed_ns", "exposed_wait_ns", "exposed_link_speed_ns", "exposed_below_reference_ns").sum()).row(0, named=True)
+        exposed = {"exposed_ms": s["exposed_ns"] / _MS, "wait_ms": s["exposed_wait_ns"] / _MS,
+                   "link_speed_ms": s["exposed_link_speed_ns"] / _MS, "below_reference_ms": s["exposed_below_reference_ns"] / _MS,
+                   "basis": split.get_column("split_basis").unique().sort().to_list()}
+    return {"baseline": baseline is not None, "rows": rows, "exposed_split": exposed}
 
 
 def _file_info(path: Path, role: str) -> dict[str, Any]:

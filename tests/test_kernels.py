@@ -1,0 +1,230 @@
+"""The kernel and op tables (``traceanalyzer kernels`` / ``ops``): exact shares against the
+breakdown, per-kernel times against HTA, FLOPs and achieved TFLOP/s by hand."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import orjson
+import polars as pl
+import pytest
+
+from traceanalyzer.classify.kernelstats import nearest_rank
+from traceanalyzer.classify.shapes import op_cost
+from traceanalyzer.classify.tables import analysis_with_tables, kernels, ops
+
+from conftest import DEMO, DLRM, TRACES, needs_shared, run_cli
+
+B200 = TRACES / "kineto-public" / "tracelens-amd" / "b200_eager_trace_rank0.json.gz"
+CONTROL = TRACES / "hta" / "trace_diff" / "control" / "control.json.gz"
+BUCKET_OF = {"compute": "compute_ns", "recompute": "recompute_ns", "comm": "exposed_comm_ns", "other": "other_ns"}
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes -> FLOPs (each by hand)
+
+
+def test_gemm_flops_by_hand():
+    assert op_cost("aten::mm", "[[128,256],[256,64]]").flops == 2 * 128 * 256 * 64
+    assert op_cost("aten::mm", "[[128,256],[256,64]]").elements == 128 * 256 + 256 * 64 + 128 * 64
+    c = op_cost("aten::addmm", "[[640],[888,2880],[2880,640],[],[]]")
+    assert (c.flops, c.elements) == (2 * 888 * 2880 * 640, 888 * 2880 + 2880 * 640 + 888 * 640 + 640)
+    assert op_cost("aten::bmm", "[[8,32,16],[8,16,4]]").flops == 2 * 8 * 32 * 16 * 4
+    assert op_cost("aten::baddbmm", "[[8,32,4],[8,32,16],[8,16,4],[],[]]").flops == 2 * 8 * 32 * 16 * 4
+    # linear: x [4, 32, 64], W [128, 64] -> 2 * (4*32) * 64 * 128
+    assert op_cost("aten::linear", "[[4,32,64],[128,64],[128]]").flops == 2 * 128 * 64 * 128
+    assert op_cost("aten::matmul", "[[4,32,64],[64,16]]").flops == 2 * 128 * 64 * 16
+    assert op_cost("aten::matmul", "[[4,1,32,64],[1,3,64,16]]").flops == 2 * 12 * 32 * 64 * 16
+    # attention forward: q,k,v [B=2,H=4,L=128,D=64]: QK^T and PV, 2*B*H*L*L*D each
+    assert op_cost("aten::_scaled_dot_product_flash_attention", "[[2,4,128,64],[2,4,128,64],[2,4,128,64],[],[]]").flops == 4 * 2 * 4 * 128 * 128 * 64
+    bwd = op_cost("aten::_scaled_dot_product_flash_attention_backward", "[[2,4,128,64],[2,4,128,64],[2,4,128,64],[2,4,128,64]]")
+    assert bwd.flops == 10 * 2 * 4 * 128 * 128 * 64
+
+
+@pytest.mark.parametrize("name,dims", [
+    ("aten::mm", "[[128,256],[255,64]]"),  # inner dimensions differ
+    ("aten::mm", "[[128,256]]"),
+    ("aten::conv2d", "[[10,256,14,14],[512,256,3,3],[512],[],[],[],[]]"),  # stride/padding unknown
+    ("aten::add", "[[4,4],[4,4]]"),
+    ("aten::mm", "not json"),
+    ("aten::mm", None),
+])
+def test_no_formula_gives_none(name, dims):
+    assert op_cost(name, dims) is None
+
+
+def test_nearest_rank_percentiles_by_hand():
+    df = pl.DataFrame({"d": [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [7], []]}, schema={"d": pl.List(pl.Int64)})
+    out = df.select(nearest_rank(pl.col("d"), 50).alias("p50"), nearest_rank(pl.col("d"), 99).alias("p99"))
+    # n=10: p50 = 5th value, p99 = ceil(9.9) = 10th value; n=1: the value; empty: null
+    assert out.to_dicts() == [{"p50": 5, "p99": 10}, {"p50": 7, "p99": 7}, {"p50": None, "p99": None}]
+
+
+# ---------------------------------------------------------------------------------------------
+# exact: kernel shares sum to the breakdown's buckets
+
+
+def _bucket_sums_match(an) -> None:
+    rows = an.kernel_stats.group_by("rank", "step", "cls").agg(pl.col("bucket_ns").sum())
+    got = rows.pivot(on="cls", index=["rank", "step"], values="bucket_ns")
+    steps = an.steps.select("rank", "step", *BUCKET_OF.values())
+    j = steps.join(got, on=["rank", "step"], how="left")
+    for cls, col in BUCKET_OF.items():
+        mine = j.get_column(cls).fill_null(0) if cls in j.columns else pl.Series([0] * j.height)
+        assert mine.to_list() == j.get_column(col).to_list(), (cls, col)
+    # and calls: every kernel starting in a step window is counted once
+    assert an.kernel_stats.get_column("calls").sum() == an.kernel_stats.get_column("durations").list.len().sum()
+
+
+@needs_shared()
+@pytest.mark.parametrize("path", [B200, CONTROL, DEMO, DLRM], ids=["b200", "hta-control", "mi300x-recompute", "dlrm-8-ranks"])
+def test_kernel_shares_sum_to_buckets_exactly(path):
+    _bucket_sums_match(analysis_with_tables(path))
+
+
+@needs_shared()
+def test_kernel_shares_whole_trace_and_table_totals():
+    an = analysis_with_tables(CONTROL, None)
+    _bucket_sums_match(an)
+    table = kernels(an)
+    by = dict(table.group_by("bucket").agg(pl.col("bucket_ns").sum()).iter_rows())
+    tot = an.steps.select(*[pl.col(c).sum() for c in BUCKET_OF.values()]).row(0, named=True)
+    assert {b: by.get(b, 0) for b in BUCKET_OF} == {b: tot[c] for b, c in BUCKET_OF.items()}
+    # shares of the wall time: the four buckets plus idle make 100 %
+    idle = int(an.steps["idle_ns"].sum())
+    assert table["share_pct"].sum() + 100 * idle / int(an.steps["duration_ns"].sum()) == pytest.approx(100.0, abs=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# against HTA
+
+# HTA 0.5.0 (the hta venv), run once offline on the B200 trace alone in a directory:
+#   HTA_DISABLE_NS_ROUNDING=1 python -c "from hta.trace_analysis import TraceAnalysis;
+#     ta = TraceAnalysis(trace_dir=DIR); _, k = ta.get_gpu_kernel_breakdown(visualize=False,
+#     include_memory_kernels=True, num_kernels=10000, duration_ratio=1.0)"
+# -> per kernel: sum (us), max (us), min (us), mean (us); count = sum / mean. Without
+# HTA_DISABLE_NS_ROUNDING HTA rounds every ns-resolution event to whole µs (ts up, end down),
+# see docs/validation.md. The trace has no ProfilerStep, so HTA keeps every kernel.
+HTA_B200 = {  # name prefix: (count, sum us, max us, min us)
+    "bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3": (36, 3181.785, 104.032, 75.328),
+    "void (anonymous namespace)::multimem_all_reduce_kernel": (73, 2119.548, 223.2, 24.704),
+    "bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3": (36, 2033.052, 62.272, 51.552),
+    "Memcpy DtoD (Device -> Device)": (146, 781.5, 10.016, 2.976),
+    "std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists": (72, 452.068, 6.976, 5.696),
+    "void at::native::vectorized_gather_kernel<16, long>": (1, 4.576, 4.576, 4.576),
+}
+HTA_B200_ROWS, HTA_B200_TOTAL_US = 32, 11740.151  # HTA's row count and summed "sum (us)"
+
+
+@needs_shared()
+def test_per_kernel_times_match_hta():
+    k = kernels(B200, step_name=None)
+    for prefix, (count, sum_us, max_us, min_us) in HTA_B200.items():
+        row = k.filter(pl.col("name").str.starts_with(prefix))
+        assert row.height == 1, prefix
+        r = row.row(0, named=True)
+        assert (r["calls"], r["total_ns"], r["max_ns"], r["min_ns"]) == (count, round(sum_us * 1000), round(max_us * 1000), round(min_us * 1000))
+    # the same 32 names; HTA counts one more call: the host op of the inductor kernel
+    # triton_poi_fused_add_..._0 (74.391 us), which carries a "stream" argument, beside the
+    # 1.984 us kernel of that name on the GPU (HTA: 2 calls, 76.375 us; ours: 1, 1.984 us)
+    assert k.height == HTA_B200_ROWS
+    tri = k.filter(pl.col("name").str.starts_with("triton_poi_fused_add_bitwise_and")).row(0, named=True)
+    assert (tri["calls"], tri["total_ns"]) == (1, 1984)
+    assert int(k["total_ns"].sum()) == round(HTA_B200_TOTAL_US * 1000) - 74391
+
+
+# ---------------------------------------------------------------------------------------------
+# achieved TFLOP/s of a GEMM, by hand from the raw JSON
+
+
+@needs_shared()
+def test_gemm_tflops_by_hand():
+    raw = json.loads(gzip.decompress(B200.read_bytes()))["traceEvents"]
+    dims = [[640], [888, 2880], [2880, 640], [], []]
+    ext = {e["args"]["External id"] for e in raw if e.get("cat") == "cpu_op" and e["name"] == "aten::addmm" and e["args"].get("Input Dims") == dims}
+    kern = [e for e in raw if e.get("cat") == "kernel" and e["args"].get("External id") in ext]
+    assert len(ext) == len(kern) == 36  # one GEMM kernel per call
+    gpu_ns = sum(round(e["dur"] * 1000) for e in kern)
+    flops = 36 * 2 * 888 * 2880 * 640  # addmm(bias, [M,K], [K,N]): 2*M*K*N per call
+    by_hand = flops / (gpu_ns * 1e-9) / 1e12
+
+    o = ops(B200, name=r"^aten::addmm$", precision="bf16")
+    r = o.filter(pl.col("input_dims") == orjson.dumps(dims).decode()).row(0, named=True)
+    assert (r["calls"], r["kernels"], r["gpu_ns"], r["flops"]) == (36, 36, gpu_ns, flops)
+    assert r["tflops"] == pytest.approx(by_hand, rel=1e-12)
+    assert r["tflops"] == pytest.approx(410.0118, abs=1e-3)
+    # bytes: bf16, (M*K + K*N + M*N + bias) elements per call
+    assert r["bytes"] == 36 * 2 * (888 * 2880 + 2880 * 640 + 888 * 640 + 640)
+    # roofline on B200 (bf16 2250 TFLOP/s dense, 8000 GB/s): intensity = flops / bytes FLOP/B
+    attainable = min(2250.0, flops / r["bytes"] * 8000 / 1e3)
+    assert r["roofline_pct"] == pytest.approx(100 * by_hand / attainable, rel=1e-12)
+    # the kernel table carries the same FLOPs on the one kernel each call launched
+    kr = kernels(B200, name="nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT").row(0, named=True)
+    assert (kr["flops_calls"], kr["flops"], kr["total_ns"]) == (36, flops, gpu_ns)
+    assert kr["tflops"] == pytest.approx(by_hand, rel=1e-12)
+    assert kr["precision"] is None and kr["roofline_pct"] is None  # the name states no precision
+
+
+# ---------------------------------------------------------------------------------------------
+# filters and the command line
+
+
+@needs_shared()
+def test_filters_rank_step_name_top():
+    an = analysis_with_tables(DLRM)
+    full = kernels(an)
+    one = kernels(an, rank=3)
+    assert one["calls"].sum() == an.kernel_stats.filter(pl.col("rank") == 3)["calls"].sum()
+    assert one["ranks"].max() == 1 and full["ranks"].max() == 8
+    nccl = kernels(an, name="^nccl", sort="calls", top=1)
+    assert nccl.height == 1 and nccl["name"][0].startswith("nccl")
+    assert nccl["calls"][0] == full.filter(pl.col("name").str.contains("^nccl"))["calls"].max()
+    steps = an.steps["step"].unique().to_list()
+    assert kernels(an, step=steps)["total_ns"].sum() == full["total_ns"].sum()
+    assert kernels(an, step=[10**9]).height == 0
+
+
+@needs_shared()
+def test_cli_formats(tmp_path):
+    out = tmp_path / "k.parquet"
+    r = run_cli("kernels", str(DEMO), "-f", "parquet", "-o", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    pq = pl.read_parquet(out)
+    assert pq["total_ns"].dtype == pl.Int64 and pq.height > 20
+    r = run_cli("kernels", str(DEMO), "-f", "json", "--top", "3", "-q")
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "traceanalyzer.kernels" and len(doc["rows"]) == 3
+    assert [x["total_ns"] for x in doc["rows"]] == pq.sort(["total_ns", "name"], descending=[True, False])["total_ns"].head(3).to_list()
+    r = run_cli("ops", str(DEMO), "-f", "csv", "--name", "^aten::mm$", "-q")
+    csv = pl.read_csv(r.stdout.encode())
+    assert r.returncode == 0 and set(csv["name"]) == {"aten::mm"}
+    r = run_cli("kernels", str(DEMO), "--top", "4", "-q")
+    assert r.returncode == 0 and "Kernels by total (top 4)" in r.stdout
+
+
+@needs_shared()
+@pytest.mark.parametrize("args,code,words", [
+    (["--name", "("], 7, "--name is not a valid regex"),
+    (["--sort", "nope"], 7, "--sort 'nope'"),
+    (["--precision", "int4"], 7, "--precision 'int4'"),
+    (["-f", "parquet"], 7, "-f parquet writes a file"),
+    (["--rank", "5"], 7, "--rank 5: no such rank with GPU work in the trace (ranks: 0)"),
+    (["--step", "3"], 7, "--step 3: no such step in the trace (steps: 15, 16, 17)"),
+])
+def test_cli_bad_options(args, code, words):
+    r = run_cli("kernels", str(DEMO), *args, "-q")
+    assert r.returncode == code and words in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@needs_shared()
+def test_cli_never_overwrites_an_input(tmp_path):
+    r = run_cli("kernels", str(DEMO), "-f", "csv", "-o", str(DEMO), "-q")
+    assert r.returncode == 3 and "refusing to overwrite an input" in r.stderr
+
+
+@needs_shared()
+def test_cpu_only_trace_exits_5():
+    r = run_cli("kernels", str(TRACES / "torch-cpu" / "cpu_no_ckpt.pt.trace.json.gz"), "-q")
+    assert r.returncode == 5 and "no GPU activity" in r.stderr

@@ -1,0 +1,187 @@
+"""The kernel and op tables as Python verbs: :func:`kernels` and :func:`ops` (polars frames).
+
+Both take trace files / a directory of rank traces, a loaded :class:`~traceanalyzer.schema.Trace`,
+or an :class:`~traceanalyzer.classify.Analysis` that already holds the per-kernel rows (from
+:func:`analysis_with_tables`), and run the same rank engine as the command line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable, Union
+
+import polars as pl
+
+from traceanalyzer.classify.kernelstats import SORT_KEYS, kernel_table
+from traceanalyzer.classify.opstats import op_table
+from traceanalyzer.classify.roofline import ELEMENT_BYTES
+from traceanalyzer.classify.steps import DEFAULT_STEP
+from traceanalyzer.errors import ConfigError
+
+Source = Union[str, Path, Iterable[Union[str, Path]], "Trace", "Analysis"]  # noqa: F821
+
+
+def check_filters(name: str | None, sort: str, precision: str | None, top: int | None) -> None:
+    """Exit-7 errors for a bad ``--name`` regex, ``--sort`` key, ``--precision`` or ``--top``."""
+    if name is not None:
+        try:
+            re.compile(name)
+        except re.error as exc:
+            raise ConfigError(f"--name is not a valid regex: {exc}") from None
+    if sort not in SORT_KEYS:
+        raise ConfigError(f"--sort {sort!r} is not one of {', '.join(SORT_KEYS)}")
+    if precision is not None and precision not in ELEMENT_BYTES:
+        raise ConfigError(f"--precision {precision!r} is not one of {', '.join(ELEMENT_BYTES)}")
+    if top is not None and top < 1:
+        raise ConfigError(f"--top must be at least 1, got {top}")
+
+
+def analysis_with_tables(source: Source, step_name: str | None = DEFAULT_STEP, **options):
+    """The :class:`~traceanalyzer.classify.Analysis` of ``source`` with the per-kernel and
+    per-op rows (``kernel_stats``, ``op_stats``). ``options``: the other fields of
+    :class:`traceanalyzer.engine.Options` (``recompute_pattern``, ``comm_kernels``...), and for
+    files ``workers``, ``engine``, ``quiet``."""
+    from traceanalyzer.classify import Analysis
+    from traceanalyzer.engine import Options, analyse, analyse_trace
+    from traceanalyzer.schema import Trace
+
+    if isinstance(source, Analysis):
+        if source.kernel_stats is None or source.op_stats is None:
+            raise ConfigError("this analysis has no per-kernel rows: pass the trace (or files) instead")
+        return source
+    run = {k: options.pop(k) for k in ("workers", "engine", "address", "quiet") if k in options}
+    opts = Options(step_name=step_name, tables=True, **options)
+    if isinstance(source, Trace):
+        return analyse_trace(source, opts)
+    paths = [source] if isinstance(source, (str, Path)) else list(source)
+    run.setdefault("quiet", True)
+    return analyse([Path(p) for p in paths], opts, **run)
+
+
+def _device(analysis, rank: list[int] | None) -> str | None:
+    meta = analysis.trace.meta
+    if rank:
+        meta = meta.filter(pl.col("rank").is_in(rank))
+    names = meta.get_column("device_name").drop_nulls()
+    return names[0] if names.len() else None
+
+
+def _ranks(rank: int | Iterable[int] | None) -> list[int] | None:
+    if rank is None:
+        return None
+    return [int(rank)] if isinstance(rank, int) else [int(r) for r in rank]
+
+
+def kernels(
+    source: Source,
+    *,
+    name: str | None = None,
+    rank: int | Iterable[int] | None = None,
+    step: int | Iterable[int] | None = None,
+    sort: str = "total",
+    top: int | None = None,
+    precision: str | None = None,
+    step_name: str | None = DEFAULT_STEP,
+    **options,
+) -> pl.DataFrame:
+    """Every GPU kernel (and memcpy / memset) by name: calls, time statistics, its exact share
+    of the breakdown, and achieved TFLOP/s where its launching op recorded shapes.
+
+    Parameters
+    ----------
+    source:
+        Trace file(s) or a directory of rank traces (``.json``, ``.json.gz``, Nsight Systems
+        ``.sqlite``), a loaded :class:`~traceanalyzer.schema.Trace`, or an Analysis from
+        :func:`analysis_with_tables`.
+    name:
+        Regex (Python ``re`` syntax, searched anywhere in the name) the kernel name must match.
+    rank, step:
+        Only these ranks / step numbers (``ProfilerStep#N``: ``N``; one int or several).
+    sort:
+        ``total`` (summed duration, default), ``bucket`` (share of the breakdown), ``calls``,
+        ``mean``, ``p50``, ``p99``, ``max``, ``tflops`` or ``name``; biggest first.
+    top:
+        Keep the first ``top`` rows after sorting.
+    precision:
+        ``bf16``, ``fp16``, ``fp8``, ``tf32`` or ``fp32``: the precision of kernels whose name
+        states none (bytes and the roofline need it; a name such as ``..._bf16_...`` wins).
+    step_name:
+        The step range's name (default ``ProfilerStep``); ``None``: each rank's whole GPU span
+        is step 0.
+    options:
+        ``recompute_pattern``, ``comm_kernels``, ``bus_bw_gbps`` (classification, as for
+        ``breakdown``), ``workers``, ``engine``, ``quiet`` (loading files).
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per kernel name and class, times in integer nanoseconds:
+        ``name``, ``bucket`` (compute / recompute / comm / other), ``kind`` (kernel, memcpy,
+        memset, gpu_other), ``streams`` (e.g. ``"7,20"``), ``ranks``, ``calls``, ``total_ns``,
+        ``mean_ns`` (float), ``p50_ns``, ``p99_ns`` (nearest-rank percentiles: one of the
+        durations), ``min_ns``, ``max_ns``, ``bucket_ns`` (the kernel's exact share of its
+        bucket of the breakdown: over the kernels of a class these sum exactly to
+        compute / recompute / exposed_comm / other), ``share_pct`` (``bucket_ns`` in percent of
+        the selected rank-steps' wall time), ``precision``, ``flops_calls`` (calls with known
+        FLOPs), ``flops``, ``bytes`` (of those calls), ``tflops`` (achieved TFLOP/s over those
+        calls' time), ``gbps`` (achieved GB/s), ``peak_tflops`` (dense peak of the device at
+        that precision), ``roofline_pct`` (achieved over the roofline's attainable rate, %).
+
+    Example
+    -------
+    >>> import traceanalyzer.classify.tables as tables
+    >>> k = tables.kernels("rank0.json.gz", top=5)            # doctest: +SKIP
+    >>> k.select("name", "bucket", "calls", "total_ns", "share_pct")  # doctest: +SKIP
+    """
+    check_filters(name, sort, precision, top)
+    an = analysis_with_tables(source, step_name, **options)
+    ranks = _ranks(rank)
+    return kernel_table(an.kernel_stats, an.steps, _device(an, ranks), name=name, rank=ranks, step=_ranks(step),
+                        precision=precision, sort=sort, top=top)
+
+
+def ops(
+    source: Source,
+    *,
+    name: str | None = None,
+    rank: int | Iterable[int] | None = None,
+    step: int | Iterable[int] | None = None,
+    sort: str = "total",
+    top: int | None = None,
+    precision: str | None = None,
+    step_name: str | None = DEFAULT_STEP,
+    **options,
+) -> pl.DataFrame:
+    """Every host (CPU) op by name and input shapes: calls, host-time statistics, the GPU time
+    of the kernels it launched, and FLOPs / achieved TFLOP/s / roofline where the shapes have a
+    formula (GEMMs: ``aten::mm``, ``addmm``, ``bmm``, ``baddbmm``, ``matmul``, ``linear``; scaled
+    dot-product / flash attention). Shapes need ``record_shapes=True`` in the profiler.
+
+    Parameters are those of :func:`kernels` (``name`` matches the op name; ``sort`` also takes
+    ``gpu``: the GPU time of its kernels).
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per op name and ``input_dims`` (JSON text of Kineto's ``Input Dims``; null
+        without shapes), times in integer nanoseconds: ``name``, ``input_dims``, ``bucket`` (the
+        class with most of its kernels' GPU time; null when it launched none), ``ranks``,
+        ``calls``, ``total_ns`` (host time), ``mean_ns`` (float), ``p50_ns``, ``p99_ns``,
+        ``min_ns``, ``max_ns`` (host), ``kernels`` (GPU work it launched itself: a parent op
+        such as ``aten::linear`` shows none, its child ``aten::addmm`` shows them), ``gpu_ns``
+        (their summed durations), ``gpu_share_pct`` (of the selected rank-steps' wall time),
+        ``op_kind`` (gemm / attention / null), ``precision``, ``flops``, ``bytes`` (all calls),
+        ``tflops`` and ``gbps`` (achieved, over ``gpu_ns``), ``peak_tflops``, ``roofline_pct``.
+
+    Example
+    -------
+    >>> import traceanalyzer.classify.tables as tables
+    >>> o = tables.ops("rank0.json.gz", name=r"^aten::(mm|addmm)$", sort="gpu", precision="bf16")  # doctest: +SKIP
+    >>> o.select("name", "input_dims", "calls", "gpu_ns", "tflops", "roofline_pct")  # doctest: +SKIP
+    """
+    check_filters(name, sort, precision, top)
+    an = analysis_with_tables(source, step_name, **options)
+    ranks = _ranks(rank)
+    return op_table(an.op_stats, an.steps, _device(an, ranks), name=name, rank=ranks, step=_ranks(step),
+                    precision=precision, sort=sort, top=top)

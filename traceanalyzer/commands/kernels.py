@@ -1,0 +1,158 @@
+"""``traceanalyzer kernels`` and ``traceanalyzer ops``: the kernel and op tables."""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from traceanalyzer.commands.common import (
+    AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, comm_patterns, out_console, print_warnings,
+)
+from traceanalyzer.errors import ConfigError
+from traceanalyzer.outputs import Outputs
+
+
+class TableFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    parquet = "parquet"
+
+
+PathsArg = Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite).", show_default=False)]
+NameOpt = Annotated[Optional[str], typer.Option("--name", help="Only names matching this regex (searched anywhere in the name).")]
+RankOpt = Annotated[Optional[list[int]], typer.Option("--rank", help="Only this rank (repeatable).")]
+StepOpt = Annotated[Optional[list[int]], typer.Option("--step", help="Only this step number, N of ProfilerStep#N (repeatable).")]
+TopOpt = Annotated[Optional[int], typer.Option("--top", help="Show the first N rows after sorting (table default: 20; other formats: all).")]
+PrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="Precision of kernels whose name states none (bf16, fp16, fp8, tf32, fp32): needed for bytes and the roofline.")]
+FormatOpt = Annotated[TableFormat, typer.Option("--format", "-f", help="Output format (csv and parquet: integer-ns columns as they are).")]
+OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")]
+StepRangeOpt = Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")]
+WholeOpt = Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: each rank's whole GPU span is one step.")]
+RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute-range", help="Regex of extra host/NVTX ranges whose contents are recompute.")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML): its [trace] section (comm_kernels) is applied.")]
+CacheOpt = Annotated[bool, typer.Option("--cache/--no-cache", help="Reuse parsed traces from the parse cache ($TRACEANALYZER_CACHE).")]
+
+DEFAULT_TOP = 20
+
+
+def _run(what: str, paths, name, rank, step, sort, top, precision, format, output, step_range, whole_trace, recompute_range,
+         comm_kernel, config, cache, workers, engine, address, quiet) -> None:
+    from traceanalyzer.classify.tables import analysis_with_tables, check_filters, kernels as kernel_verb, ops as op_verb
+    from traceanalyzer.render import kerneltable as render
+
+    check_filters(name, sort, precision, top)
+    if recompute_range is not None:
+        try:
+            re.compile(recompute_range)
+        except re.error as exc:
+            raise ConfigError(f"--recompute-range is not a valid regex: {exc}") from None
+    if format is TableFormat.parquet and output is None:
+        raise ConfigError("-f parquet writes a file: give -o FILE")
+    patterns = comm_patterns(comm_kernel, config)
+    outputs = Outputs([*paths, config])
+    if output is not None:
+        outputs.check(output)
+    an = analysis_with_tables(paths, None if whole_trace else step_range, recompute_pattern=recompute_range, cache=cache,
+                              comm_kernels=tuple(patterns), workers=workers, engine=Engine(engine).value, address=address, quiet=quiet)
+    _check_selection(an, rank, step)
+    if top is None and format is TableFormat.table:
+        top = DEFAULT_TOP
+    verb = kernel_verb if what == "kernels" else op_verb
+    frame = verb(an, name=name, rank=rank, step=step, sort=sort, top=top, precision=precision)
+    if format is TableFormat.table:
+        devices = sorted({str(d) for d in an.trace.meta.get_column("device_name").drop_nulls().to_list()})
+        caption = ("device: " + ", ".join(devices) + "; " if devices else "") + (
+            "share: of the selected rank-steps' GPU wall time; roofline: achieved / attainable at the kernel's arithmetic intensity"
+        )
+        with outputs.stream(output, "w") as fh:
+            console = out_console(None if output is None else fh, 200)
+            if what == "kernels":
+                console.print(render.kernel_rich_table(frame, f"Kernels by {sort} (top {top})", caption))
+            else:
+                console.print(render.op_rich_table(frame, f"Host ops by {sort} (top {top})", caption))
+    elif format is TableFormat.json:
+        context = {"sources": [str(s) for s in an.trace.sources], "filters": {"name": name, "rank": rank, "step": step},
+                   "sort": sort, "top": top, "precision": precision}
+        with outputs.stream(output) as fh:
+            fh.write(render.json_document(frame, what, context))
+    else:
+        with outputs.stream(output) as fh:
+            render.write_frame(frame, format.value, fh)
+    print_warnings(an.warnings)
+
+
+def _check_selection(an, rank: list[int] | None, step: list[int] | None) -> None:
+    """A --rank or --step that is not in the trace: one line naming what there is (exit 7)."""
+    def listing(xs: list[int]) -> str:
+        return ", ".join(map(str, xs[:16])) + (", ..." if len(xs) > 16 else "")
+
+    ranks = sorted(set(an.steps.get_column("rank").to_list()))
+    steps = sorted(set(an.steps.get_column("step").to_list()))
+    bad = [r for r in rank or [] if r not in ranks]
+    if bad:
+        raise ConfigError(f"--rank {bad[0]}: no such rank with GPU work in the trace (ranks: {listing(ranks)})")
+    bad = [x for x in step or [] if x not in steps]
+    if bad:
+        raise ConfigError(f"--step {bad[0]}: no such step in the trace (steps: {listing(steps)})")
+
+
+def kernels(
+    paths: PathsArg,
+    name: NameOpt = None,
+    rank: RankOpt = None,
+    step: StepOpt = None,
+    sort: Annotated[str, typer.Option("--sort", help="total, bucket, calls, mean, p50, p99, max, tflops or name.")] = "total",
+    top: TopOpt = None,
+    precision: PrecisionOpt = None,
+    format: FormatOpt = TableFormat.table,
+    output: OutputOpt = None,
+    step_range: StepRangeOpt = "ProfilerStep",
+    whole_trace: WholeOpt = False,
+    recompute_range: RecomputeOpt = None,
+    comm_kernel: CommKernelOpt = None,
+    config: ConfigOpt = None,
+    cache: CacheOpt = False,
+    workers: WorkersOpt = None,
+    engine: EngineOpt = Engine.local,
+    address: AddressOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Every GPU kernel: calls, total/mean/p50/p99 time, its exact share of the breakdown, bucket, stream, achieved TFLOP/s."""
+    _run("kernels", paths, name, rank, step, sort, top, precision, format, output, step_range, whole_trace, recompute_range,
+         comm_kernel, config, cache, workers, engine, address, quiet)
+
+
+def ops(
+    paths: PathsArg,
+    name: NameOpt = None,
+    rank: RankOpt = None,
+    step: StepOpt = None,
+    sort: Annotated[str, typer.Option("--sort", help="total (host time), gpu, bucket, calls, mean, p50, p99, max, tflops or name.")] = "total",
+    top: TopOpt = None,
+    precision: PrecisionOpt = None,
+    format: FormatOpt = TableFormat.table,
+    output: OutputOpt = None,
+    step_range: StepRangeOpt = "ProfilerStep",
+    whole_trace: WholeOpt = False,
+    recompute_range: RecomputeOpt = None,
+    comm_kernel: CommKernelOpt = None,
+    config: ConfigOpt = None,
+    cache: CacheOpt = False,
+    workers: WorkersOpt = None,
+    engine: EngineOpt = Engine.local,
+    address: AddressOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Every host op by name and input shapes: host time, GPU time of its kernels, FLOPs and achieved TFLOP/s (GEMM, attention)."""
+    _run("ops", paths, name, rank, step, sort, top, precision, format, output, step_range, whole_trace, recompute_range,
+         comm_kernel, config, cache, workers, engine, address, quiet)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(kernels)
+    app.command()(ops)
