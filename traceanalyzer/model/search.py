@@ -117,8 +117,8 @@ def _layout_cfg(cfg: RunConfig, row: dict[str, Any]) -> RunConfig:
                    warnings=())
 
 
-def search_layouts(anchor: Anchor, *, fixed: dict[str, Any] | None = None, capacity_gb: float | None = None,
-                   reserve_gb: float = 0.0) -> pl.DataFrame:
+def search_layouts(anchor: Anchor, *, base: RunConfig | None = None, fixed: dict[str, Any] | None = None,
+                   capacity_gb: float | None = None, reserve_gb: float = 0.0) -> pl.DataFrame:
     """Rank every valid layout of the anchor run's model by predicted TFLOP/s/GPU.
 
     Parameters
@@ -127,8 +127,11 @@ def search_layouts(anchor: Anchor, *, fixed: dict[str, Any] | None = None, capac
         The run the predictions start from (:func:`traceanalyzer.model.whatif.anchor_from_analysis`
         for a trace, :func:`~traceanalyzer.model.whatif.anchor_from_config` without one). The GPU
         count, global batch and model stay those of ``anchor.cfg``.
+    base:
+        The configuration whose model, GPU count and global batch are searched (default:
+        ``anchor.cfg``), e.g. the anchor with another global batch.
     fixed:
-        Knobs pinned to one value, e.g. ``{"pp": 2}`` (keys: :data:`KNOBS`).
+        Knobs pinned to one value, e.g. ``{"pp": 2}`` (keys: :data:`KNOBS` and ``dp``).
     capacity_gb, reserve_gb:
         Memory of one GPU (default: the GPU table's) and the part kept free (allocator
         fragmentation, CUDA context, NCCL buffers).
@@ -143,11 +146,15 @@ def search_layouts(anchor: Anchor, *, fixed: dict[str, Any] | None = None, capac
         (1 = fastest among the layouts that fit, or among all when memory is unknown; null for a
         layout that does not fit). Sorted by ``rank`` then predicted TFLOP/s.
     """
-    cfg = anchor.cfg
+    cfg = base or anchor.cfg
+    fixed = dict(fixed or {})
+    dp = fixed.pop("dp", None)
     layouts = enumerate_layouts(cfg, fixed)
+    if dp is not None:
+        layouts = layouts.filter(pl.col("dp") == dp)
     cap = capacity_gb if capacity_gb is not None else _capacity_gb(cfg)
     recs = []
-    a = cfg.parallel
+    a, ac = anchor.cfg.parallel, anchor.cfg
     for row in layouts.iter_rows(named=True):  # one analytic projection per layout (not per event)
         new = _layout_cfg(cfg, row)
         res = project(anchor, new, memory=False)
@@ -163,8 +170,8 @@ def search_layouts(anchor: Anchor, *, fixed: dict[str, Any] | None = None, capac
             "fits": mem.get("fits") if mem else None,
             "is_anchor": (row["tp"], row["pp"], row["vp"], row["cp"], row["ep"], row["dp"], row["micro_batch"], row["recompute"],
                           row["sequence_parallel"], row["distributed_optimizer"])
-            == (a.tp, a.pp, a.vp, a.cp, a.ep, cfg.dp, cfg.batch.micro_batch, cfg.recompute.granularity, a.sequence_parallel,
-                a.distributed_optimizer),
+            == (a.tp, a.pp, a.vp, a.cp, a.ep, ac.dp, ac.batch.micro_batch, ac.recompute.granularity, a.sequence_parallel,
+                a.distributed_optimizer) and cfg.batch.global_batch == ac.batch.global_batch,
         })
     schema = {**dict(layouts.schema), "step_time_s": pl.Float64, "tflops_per_gpu": pl.Float64, "mfu": pl.Float64,
               "bubble_ms": pl.Float64, "recompute_ms": pl.Float64, "exposed_comm_ms": pl.Float64, "memory_gb": pl.Float64,

@@ -271,9 +271,7 @@ def anchor_from_analysis(analysis: Any, cfg: RunConfig, *, convention: str | Non
     if n == 0 or int(steps["duration_ns"].sum()) <= 0:
         raise ConfigError("the trace has no measured step to anchor a what-if on")
     b = {k: v / n / 1e9 for k, v in loss_columns(steps).items()}
-    conv = convention or cfg.reported.convention or cfg.convention
-    if not _is_transformer(cfg):
-        conv = cfg.convention
+    conv = step_flops(cfg, convention or cfg.reported.convention or cfg.convention).convention
     terms = _split_compute(cfg, conv, b.pop("compute", 0.0))
     terms["recompute"] = b.pop("recompute", 0.0)
     bubble = b.pop(_IDLE_BUBBLE, 0.0)
@@ -357,7 +355,7 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True) -> dict[str,
     changes, exactly) and ``notes``.
     """
     old = anchor.cfg
-    conv = anchor.convention
+    conv = anchor.convention if anchor.convention != "per-sample" else old.convention
     a = anchor.terms
     ff_old, ff_new = _family_flops(old, conv), _family_flops(new, conv)
     model_old = sum(v for k, v in ff_old.items() if k != "recompute")
