@@ -271,7 +271,7 @@ def anchor_from_analysis(analysis: Any, cfg: RunConfig, *, convention: str | Non
     if n == 0 or int(steps["duration_ns"].sum()) <= 0:
         raise ConfigError("the trace has no measured step to anchor a what-if on")
     b = {k: v / n / 1e9 for k, v in loss_columns(steps).items()}
-    conv = step_flops(cfg, convention or cfg.reported.convention or cfg.convention).convention
+    conv = convention or cfg.reported.convention or cfg.convention
     terms = _split_compute(cfg, conv, b.pop("compute", 0.0))
     terms["recompute"] = b.pop("recompute", 0.0)
     bubble = b.pop(_IDLE_BUBBLE, 0.0)
@@ -355,7 +355,7 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True) -> dict[str,
     changes, exactly) and ``notes``.
     """
     old = anchor.cfg
-    conv = anchor.convention if anchor.convention != "per-sample" else old.convention
+    conv = anchor.convention
     a = anchor.terms
     ff_old, ff_new = _family_flops(old, conv), _family_flops(new, conv)
     model_old = sum(v for k, v in ff_old.items() if k != "recompute")
@@ -468,7 +468,8 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True) -> dict[str,
         if abs(r["delta_s"]) > 0:
             wf.append({"term": r["term"], "tflops": share})
     return {
-        "anchor_source": anchor.source, "anchor": anchor.description, "convention": conv, "peak_tflops": peak,
+        "anchor_source": anchor.source, "anchor": anchor.description,
+        "convention": conv if _is_transformer(old) else "per-sample", "peak_tflops": peak,
         "anchor_summary": s_old, "predicted": s_new, "terms": rows, "waterfall": wf,
         "notes": list(dict.fromkeys(notes)),
     }
