@@ -28,8 +28,8 @@ def whatif(
     search: Annotated[bool, typer.Option("--search", help="Rank every valid layout on the same GPUs and global batch by predicted "
                                                           "TFLOP/s/GPU; layouts that do not fit in memory are dropped.")] = False,
     top: Annotated[int, typer.Option("--top", min=0, help="Layouts shown by --search (0: all).")] = 10,
-    capacity_gb: Annotated[Optional[float], typer.Option("--capacity-gb", help="Memory of one GPU in GB (default: the GPU table's).")] = None,
-    reserve_gb: Annotated[float, typer.Option("--reserve-gb", help="Memory kept free per GPU (CUDA context, NCCL, fragmentation), GB.")] = 0.0,
+    capacity_gb: Annotated[Optional[float], typer.Option("--capacity-gb", help="Memory of one GPU in GiB (default: [hardware] memory_gb, else the GPU table's).")] = None,
+    reserve_gb: Annotated[Optional[float], typer.Option("--reserve-gb", help="Memory kept free per GPU in GiB (CUDA context, NCCL buffers, fragmentation; default 4).")] = None,
     baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", help="nccl-tests output: bandwidth by message size and scope instead of the hardware table's.")] = None,
     convention: Annotated[Optional[str], typer.Option("--convention", help=f"FLOPs convention: {', '.join(CONVENTIONS)}.")] = None,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
@@ -46,7 +46,7 @@ def whatif(
     if convention is not None and convention not in CONVENTIONS:
         raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
     check_positive("--capacity-gb", capacity_gb)
-    if reserve_gb < 0:
+    if reserve_gb is not None and reserve_gb < 0:
         raise ConfigError(f"--reserve-gb {reserve_gb} must not be negative")
     if not set_ and not search:
         raise typer.BadParameter("give the change with --set KEY=VALUE, or --search", param_hint="'--set'")
@@ -81,23 +81,26 @@ def whatif(
 
         keys = {_parse_one(s)[0] for s in set_ or []}
         fixed = {k: _knob_value(new, k) for k in keys if k in KNOBS or k == "dp"}
-        df = search_layouts(anchor, base=new, fixed=fixed, capacity_gb=capacity_gb, reserve_gb=reserve_gb)
+        df = search_layouts(anchor, base=new, fixed=fixed, capacity_gib=capacity_gb, reserve_gib=reserve_gb,
+                            top=top)
         shown = df if top == 0 else df.head(top)
         notes = [f"anchor: {anchor.description}", f"FLOPs convention: {anchor.convention}"]
         if df["fits"].null_count() == df.height and df.height:
-            warnings.append("no memory model is available: no layout was dropped for memory")
+            warnings.append("the memory model cannot size this configuration: no layout was dropped for memory")
         if fixed:
             notes.append("pinned: " + ", ".join(f"{k}={v}" for k, v in fixed.items()))
         title = (f"Layouts of {new.num_gpus} GPUs at global batch {new.batch.global_batch}, ranked by predicted TFLOP/s/GPU"
                  + (" (those that fit in memory)" if df["fits"].null_count() < df.height else ""))
-        sections = search_sections(shown, top or df.height, title, notes)
+        sections = search_sections(df, top or df.height, title, notes)
+        sized = df.height - df["fits"].null_count()
         doc = {"anchor": anchor.description, "anchor_source": anchor.source, "convention": anchor.convention,
-               "valid_layouts": df.height, "fitting_layouts": None if df["fits"].null_count() == df.height else int(df["fits"].sum()),
+               "valid_layouts": df.height, "sized_layouts": sized, "fitting_layouts": int(df["fits"].sum() or 0),
+               "not_fitting_layouts": sized - int(df["fits"].sum() or 0),
                "pinned": fixed, "layouts": shown.to_dicts()}
     else:
-        res = project(anchor, new)
+        res = project(anchor, new, capacity_gib=capacity_gb, reserve_gib=reserve_gb)
         if res["predicted"]["memory"] is None:
-            warnings.append("no memory model is available: memory per GPU is not predicted")
+            warnings.append("the memory model cannot size this configuration: memory per GPU is not predicted")
         sections = whatif_sections(res)
         doc = res
     warnings = list(dict.fromkeys(warnings))

@@ -30,7 +30,7 @@ import polars as pl
 
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model.config import RunConfig
-from traceanalyzer.model.whatif import Anchor, _capacity_gb, memory_summary, project
+from traceanalyzer.model.whatif import Anchor, memory_summary, project
 
 KNOBS = ("tp", "pp", "vp", "cp", "ep", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer")
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -118,7 +118,7 @@ def _layout_cfg(cfg: RunConfig, row: dict[str, Any]) -> RunConfig:
 
 
 def search_layouts(anchor: Anchor, *, base: RunConfig | None = None, fixed: dict[str, Any] | None = None,
-                   capacity_gb: float | None = None, reserve_gb: float = 0.0) -> pl.DataFrame:
+                   capacity_gib: float | None = None, reserve_gib: float | None = None, top: int | None = None) -> pl.DataFrame:
     """Rank every valid layout of the anchor run's model by predicted TFLOP/s/GPU.
 
     Parameters
@@ -132,19 +132,25 @@ def search_layouts(anchor: Anchor, *, base: RunConfig | None = None, fixed: dict
         ``anchor.cfg``), e.g. the anchor with another global batch.
     fixed:
         Knobs pinned to one value, e.g. ``{"pp": 2}`` (keys: :data:`KNOBS` and ``dp``).
-    capacity_gb, reserve_gb:
-        Memory of one GPU (default: the GPU table's) and the part kept free (allocator
-        fragmentation, CUDA context, NCCL buffers).
+    capacity_gib, reserve_gib:
+        Memory of one GPU in GiB (default: the GPU table's, or ``[hardware] memory_gb``) and the
+        part kept free (CUDA context, NCCL buffers, fragmentation; default: the memory model's
+        :data:`~traceanalyzer.model.memory.DEFAULT_RESERVE_GIB`).
+    top:
+        Size the memory of layouts in order of predicted TFLOP/s only until ``top`` of them fit
+        (sizing one layout's memory costs about 25 times its time prediction); the others keep
+        ``fits`` null (``memory_gib`` null: not sized). None or 0: size every layout.
 
     Returns
     -------
     polars.DataFrame
         One row per layout: the knobs, ``dp``, ``microbatches``, ``step_time_s``,
         ``tflops_per_gpu`` (model FLOPs, the anchor's convention), ``mfu``, ``bubble_ms``,
-        ``recompute_ms``, ``exposed_comm_ms``, ``memory_gb``, ``margin_gb`` (capacity − reserve −
-        memory), ``fits`` (null when no memory model is available), ``is_anchor`` and ``rank``
-        (1 = fastest among the layouts that fit, or among all when memory is unknown; null for a
-        layout that does not fit). Sorted by ``rank`` then predicted TFLOP/s.
+        ``recompute_ms``, ``exposed_comm_ms``, ``memory_gib`` (most loaded stage,
+        :func:`traceanalyzer.model.memory.estimate_memory`), ``margin_gib`` (capacity − reserve −
+        memory), ``fits`` (null when the memory was not sized, see ``top``, or cannot be),
+        ``is_anchor`` and ``rank`` (1 = fastest among the layouts that fit; layouts whose memory
+        was not sized rank after them, a layout that does not fit has none). Sorted by ``rank`` then predicted TFLOP/s.
     """
     cfg = base or anchor.cfg
     fixed = dict(fixed or {})
@@ -152,36 +158,46 @@ def search_layouts(anchor: Anchor, *, base: RunConfig | None = None, fixed: dict
     layouts = enumerate_layouts(cfg, fixed)
     if dp is not None:
         layouts = layouts.filter(pl.col("dp") == dp)
-    cap = capacity_gb if capacity_gb is not None else _capacity_gb(cfg)
     recs = []
+    cfgs = []
     a, ac = anchor.cfg.parallel, anchor.cfg
     for row in layouts.iter_rows(named=True):  # one analytic projection per layout (not per event)
         new = _layout_cfg(cfg, row)
         res = project(anchor, new, memory=False)
         terms = {t["term"]: t["predicted_s"] for t in res["terms"]}
-        mem = memory_summary(new, cap, reserve_gb)
+        cfgs.append(new)
         recs.append({
             **row,
             "step_time_s": res["predicted"]["step_time_s"], "tflops_per_gpu": res["predicted"]["tflops_per_gpu"],
             "mfu": res["predicted"]["mfu"], "bubble_ms": 1e3 * terms.get("bubble", 0.0),
             "recompute_ms": 1e3 * terms.get("recompute", 0.0),
             "exposed_comm_ms": 1e3 * sum(v for k, v in terms.items() if k.startswith("exposed_comm")),
-            "memory_gb": mem["total_gb"] if mem else None, "margin_gb": mem.get("margin_gb") if mem else None,
-            "fits": mem.get("fits") if mem else None,
+            "memory_gib": None, "margin_gib": None, "fits": None,
             "is_anchor": (row["tp"], row["pp"], row["vp"], row["cp"], row["ep"], row["dp"], row["micro_batch"], row["recompute"],
                           row["sequence_parallel"], row["distributed_optimizer"])
             == (a.tp, a.pp, a.vp, a.cp, a.ep, ac.dp, ac.batch.micro_batch, ac.recompute.granularity, a.sequence_parallel,
                 a.distributed_optimizer) and cfg.batch.global_batch == ac.batch.global_batch,
         })
+    # memory, fastest first: all layouts, or (``top``) until ``top`` of them fit
+    order = sorted(range(len(recs)), key=lambda i: -recs[i]["tflops_per_gpu"])
+    fitting = 0
+    for i in order:
+        if top and fitting >= top and not recs[i]["is_anchor"]:
+            continue
+        mem = memory_summary(cfgs[i], capacity_gib, reserve_gib)
+        if mem is None:
+            continue
+        recs[i].update(memory_gib=mem["total_gib"], margin_gib=mem["margin_gib"], fits=mem["fits"])
+        fitting += bool(mem["fits"])
     schema = {**dict(layouts.schema), "step_time_s": pl.Float64, "tflops_per_gpu": pl.Float64, "mfu": pl.Float64,
-              "bubble_ms": pl.Float64, "recompute_ms": pl.Float64, "exposed_comm_ms": pl.Float64, "memory_gb": pl.Float64,
-              "margin_gb": pl.Float64, "fits": pl.Boolean, "is_anchor": pl.Boolean}
+              "bubble_ms": pl.Float64, "recompute_ms": pl.Float64, "exposed_comm_ms": pl.Float64, "memory_gib": pl.Float64,
+              "margin_gib": pl.Float64, "fits": pl.Boolean, "is_anchor": pl.Boolean}
     df = pl.DataFrame(recs, schema=schema)
-    eligible = pl.col("fits").fill_null(True)
+    # rank: the fitting layouts first, then the unsized ones, each by predicted TFLOP/s
+    key = pl.when(pl.col("fits")).then(0).when(pl.col("fits").is_null()).then(1).otherwise(2)
     return (
-        df.with_columns(
-            pl.when(eligible).then(pl.col("tflops_per_gpu")).otherwise(None)
-            .rank(method="ordinal", descending=True).cast(pl.Int64).alias("rank")
-        )
-        .sort(["rank", "tflops_per_gpu"], descending=[False, True], nulls_last=True)
+        df.with_columns(key.alias("__k"))
+        .sort(["__k", "tflops_per_gpu"], descending=[False, True])
+        .with_columns(pl.when(pl.col("__k") < 2).then(pl.int_range(1, pl.len() + 1)).otherwise(None).cast(pl.Int64).alias("rank"))
+        .drop("__k")
     )

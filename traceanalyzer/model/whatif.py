@@ -38,7 +38,9 @@ Each term is carried to the new layout by its own rule, always scaling the *meas
   share and in bandwidth (group scope, or the nccl-tests curve at the new message size when a
   baseline is given). When the model puts no exposure on the anchor's dimension but the trace
   measured some, the measured share of the modelled *total* time is kept. A dimension the anchor
-  did not have gets the analytic time;
+  did not have gets the analytic time. Context parallelism's ring attention is modelled as
+  hidden under the attention core's compute only: its exposed time is what its KV transfers
+  take beyond that;
 * bubble: the new busy time × (p−1)/(v·m) × (the anchor's measured bubble over its own
   (p−1)/(v·m) × busy time; 1 when the anchor had no pipeline);
 * other and idle_<cause>: × (microbatches × layers per GPU, new / anchor) — they follow the
@@ -346,12 +348,13 @@ def _dp_ring(cfg: RunConfig) -> float:
     return (d - 1) / d if d > 1 else 0.0
 
 
-def project(anchor: Anchor, new: RunConfig, *, memory: bool = True) -> dict[str, Any]:
+def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib: float | None = None,
+            reserve_gib: float | None = None) -> dict[str, Any]:
     """Carry every term of ``anchor`` to the layout ``new`` (see the module docstring for the rules).
 
     Returns a plain dict: ``terms`` (list of {term, anchor_s, predicted_s, delta_s, rule}),
     ``anchor`` / ``predicted`` summaries (layout, step_time_s, tflops_per_gpu, hw_tflops_per_gpu,
-    mfu, hfu, memory), ``waterfall`` (the change of TFLOP/s/GPU split into the terms' time
+    mfu, hfu, memory: :func:`memory_summary` unless ``memory`` is false), ``waterfall`` (the change of TFLOP/s/GPU split into the terms' time
     changes, exactly) and ``notes``.
     """
     old = anchor.cfg
@@ -387,6 +390,13 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True) -> dict[str,
     add("pipeline_imbalance", t_c_new * (imb_new - 1), f"compute × (last stage / mean stage − 1) = {imb_new - 1:.4f}")
 
     cm_old, cm_new = _comm_model(old, anchor.baseline), _comm_model(new, anchor.baseline)
+    # ring attention (CP) hides its KV transfers under the attention computation only: what is
+    # longer than the attention core is exposed
+    core_new = next((r["predicted_s"] for r in rows if r["term"] == "compute_attn_core"), 0.0)
+    for cm, core in ((cm_old, a.get("compute_attn_core", 0.0)), (cm_new, core_new)):
+        if "cp" in cm:
+            cm["cp"]["exposed_s"] = max(0.0, cm["cp"]["time_s"] - core)
+            cm["cp"]["exposed_bytes"] = cm["cp"]["exposed_s"] * cm["cp"]["gbps"] * 1e9
     for d in DIMS:
         key = f"exposed_comm_{d}"
         meas = a.get(key, 0.0)
@@ -448,7 +458,7 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True) -> dict[str,
                        "sequence_parallel": p.sequence_parallel, "distributed_optimizer": p.distributed_optimizer},
             "step_time_s": step, "tflops_per_gpu": tf, "hw_tflops_per_gpu": (model_gpu + rec_gpu) / step / 1e12,
             "mfu": tf / pk, "hfu": (model_gpu + rec_gpu) / step / 1e12 / pk,
-            "memory": memory_summary(cfg) if memory else None,
+            "memory": memory_summary(cfg, capacity_gib, reserve_gib) if memory else None,
         }
 
     s_old = summary(old, step_old, model_old, r_old, peak)
@@ -482,44 +492,26 @@ def _scope_bw(cfg: RunConfig, dim: str) -> float:
 
 
 # ------------------------------------------------------------------------------------ memory
-def memory_summary(cfg: RunConfig, capacity_gb: float | None = None, reserve_gb: float | None = None) -> dict[str, Any] | None:
-    """Per-GPU memory of ``cfg`` from :mod:`traceanalyzer.model.memory` (None when that model is
-    not available or cannot size this configuration)."""
-    try:
-        from traceanalyzer.model import memory as mem  # noqa: PLC0415
-    except ImportError:
-        return None
-    try:
-        est = mem.estimate_memory(cfg)
-    except (ConfigError, ValueError):
-        return None
-    return _memory_dict(est, cfg, capacity_gb, reserve_gb)
+def memory_summary(cfg: RunConfig, capacity_gib: float | None = None, reserve_gib: float | None = None) -> dict[str, Any] | None:
+    """Per-GPU memory of ``cfg`` (:func:`traceanalyzer.model.memory.estimate_memory`, the most
+    loaded pipeline stage) in GiB, against ``capacity_gib`` (default: the GPU's, ``[hardware]
+    memory_gb``) less ``reserve_gib`` (default: the memory model's reserve). None when the memory
+    model cannot size this configuration (e.g. a model given as FLOPs per sample)."""
+    from traceanalyzer.model.memory import DEFAULT_RESERVE_GIB, GIB, estimate_memory  # noqa: PLC0415
 
-
-def _memory_dict(est: Any, cfg: RunConfig, capacity_gb: float | None, reserve_gb: float | None) -> dict[str, Any]:
-    total = float(getattr(est, "total_bytes", None) or getattr(est, "total", 0.0))
-    comps = getattr(est, "components", None)
-    if hasattr(comps, "items"):
-        comps = {str(k): float(v) for k, v in comps.items()}
-    cap = capacity_gb if capacity_gb is not None else _capacity_gb(cfg)
-    out: dict[str, Any] = {"total_gb": total / 1e9, "components_gb": {k: v / 1e9 for k, v in (comps or {}).items()},
-                           "capacity_gb": cap}
+    try:
+        est = estimate_memory(cfg)
+    except (ConfigError, ValueError, TypeError, ZeroDivisionError):
+        return None
+    res = DEFAULT_RESERVE_GIB if reserve_gib is None else reserve_gib
+    cap = capacity_gib if capacity_gib is not None else (est.capacity_bytes / GIB if est.capacity_bytes else None)
+    out: dict[str, Any] = {"total_gib": est.total_bytes / GIB, "stage": est.stage,
+                           "components_gib": {k: v / GIB for k, v in est.components.items()},
+                           "capacity_gib": cap, "reserve_gib": res, "margin_gib": None, "fits": None}
     if cap is not None:
-        res = reserve_gb if reserve_gb is not None else 0.0
-        out["reserve_gb"] = res
-        out["margin_gb"] = cap - res - total / 1e9
-        out["fits"] = out["margin_gb"] >= 0
+        out["margin_gib"] = cap - res - est.total_bytes / GIB
+        out["fits"] = out["margin_gib"] >= 0
     return out
-
-
-def _capacity_gb(cfg: RunConfig) -> float | None:
-    from traceanalyzer.model.hardware import GPUS, detect_gpu  # noqa: PLC0415
-
-    spec = GPUS.get(detect_gpu(cfg.hardware.gpu) or "")
-    cap = getattr(spec, "memory_gb", None) if spec else None
-    if cap is None and spec is not None:
-        cap = {"a100": 80.0, "h100_sxm": 80.0, "h100_pcie": 80.0, "h800": 80.0, "h200": 141.0}.get(spec.key)
-    return cap
 
 
 # ------------------------------------------------------------------------------------ Python verb
@@ -550,7 +542,8 @@ def whatif(cfg: RunConfig, sets: list[str] | dict[str, Any] | RunConfig, *, anal
         Two rows, ``scenario`` = ``"anchor"`` and ``"predicted"``: the layout (``gpus tp pp vp dp
         cp ep micro_batch global_batch recompute sequence_parallel distributed_optimizer``),
         ``step_time_s``, ``tflops_per_gpu`` (model FLOPs), ``hw_tflops_per_gpu``, ``mfu``,
-        ``hfu``, ``memory_gb`` (null without the memory model) and one ``<term>_ms`` column per
+        ``hfu``, ``memory_gib`` / ``margin_gib`` / ``fits`` (the most loaded stage against the
+        GPU's memory less the reserve; null when the memory model cannot size it) and one ``<term>_ms`` column per
         term of the step (compute by family, recompute, imbalance, exposed communication by
         dimension, bubble, other, idle by cause). ``anchor_source`` says what the anchor was:
         ``trace``, ``reported`` or ``analytic``. The rules that moved each term are in
@@ -577,10 +570,11 @@ def result_frame(res: dict[str, Any]) -> pl.DataFrame:
         rec = {"scenario": scen, "anchor_source": res["anchor_source"], **s["layout"],
                "step_time_s": s["step_time_s"], "tflops_per_gpu": s["tflops_per_gpu"],
                "hw_tflops_per_gpu": s["hw_tflops_per_gpu"], "mfu": s["mfu"], "hfu": s["hfu"],
-               "memory_gb": mem.get("total_gb")}
+               "memory_gib": mem.get("total_gib"), "margin_gib": mem.get("margin_gib"), "fits": mem.get("fits")}
         rec.update({f"{r['term']}_ms": 1e3 * r[col] for r in res["terms"]})
         recs.append(rec)
-    return pl.DataFrame(recs, infer_schema_length=None).with_columns(pl.col("memory_gb").cast(pl.Float64))
+    return pl.DataFrame(recs, infer_schema_length=None).with_columns(
+        pl.col("memory_gib", "margin_gib").cast(pl.Float64), pl.col("fits").cast(pl.Boolean))
 
 
 def finite(x: float) -> bool:

@@ -29,10 +29,11 @@ def _layout(lay: dict[str, Any]) -> str:
 
 def _mem(m: dict[str, Any] | None) -> str:
     if not m:
-        return "— (no memory model)"
-    s = f"{num(m['total_gb'], 1)} GB"
-    if m.get("capacity_gb") is not None and "margin_gb" in m:
-        s += f" of {num(m['capacity_gb'], 0)} ({'fits' if m['fits'] else 'does NOT fit'}, margin {num(m['margin_gb'], 1)} GB)"
+        return "— (not modelled for this configuration)"
+    s = f"{num(m['total_gib'], 1)} GiB"
+    if m.get("margin_gib") is not None:
+        s += (f" of {num(m['capacity_gib'], 0)} − {num(m['reserve_gib'], 0)} reserve: "
+              f"{'fits' if m['fits'] else 'does NOT fit'}, margin {num(m['margin_gib'], 1)} GiB")
     return s
 
 
@@ -72,19 +73,19 @@ def whatif_sections(res: dict[str, Any]) -> list[Section]:
 
 def search_sections(df: pl.DataFrame, top: int, title: str, notes: list[str]) -> list[Section]:
     fits = df["fits"]
-    known = fits.null_count() < df.height
-    n_fit = int(fits.sum()) if known else None
+    sized = df.height - fits.null_count()
+    n_fit = int(fits.sum() or 0)
     s = Section(title, ["rank", "layout", "micro", "m", "recompute", "dist. opt.", "TFLOP/s/GPU", "MFU", "step s",
-                        "memory GB", "margin GB", "fits"], notes=list(notes))
-    if known:
-        s.notes.insert(0, f"{df.height} valid layouts, {n_fit} fit, {df.height - n_fit} do not")
-    else:
-        s.notes.insert(0, f"{df.height} valid layouts; memory not modelled: none dropped")
+                        "memory GiB", "margin GiB", "fits"], notes=list(notes))
+    line = f"{df.height} valid layouts; memory sized for {sized} (fastest first): {n_fit} fit, {sized - n_fit} do not"
+    if sized < df.height:
+        line += f"; {df.height - sized} slower ones not sized (--top 0 sizes all)"
+    s.notes.insert(0, line)
     for r in df.head(top).iter_rows(named=True):
         s.rows.append([
             "—" if r["rank"] is None else str(r["rank"]), _layout(r) + (" (anchor)" if r["is_anchor"] else ""),
             str(r["micro_batch"]), str(r["microbatches"]), r["recompute"], "yes" if r["distributed_optimizer"] else "no",
-            num(r["tflops_per_gpu"]), pct(r["mfu"]), num(r["step_time_s"], 3), num(r["memory_gb"], 1),
-            num(r["margin_gb"], 1), "—" if r["fits"] is None else ("yes" if r["fits"] else "no"),
+            num(r["tflops_per_gpu"]), pct(r["mfu"]), num(r["step_time_s"], 3), num(r["memory_gib"], 1),
+            num(r["margin_gib"], 1), "—" if r["fits"] is None else ("yes" if r["fits"] else "no"),
         ])
     return [s]
