@@ -415,7 +415,8 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib
         elif o is not None and o["exposed_s"] > 0:
             f = n_["exposed_s"] / o["exposed_s"]
             bw = o["exposed_bytes"] / meas / 1e9 if meas > 0 else None
-            add(key, meas * f, (f"measured at {bw:.0f} GB/s effective" if bw else "measured 0 (all hidden)")
+            who = "measured" if anchor.source == "trace" else "anchor"
+            add(key, meas * f, (f"{who} at {bw:.0f} GB/s effective" if bw else f"{who}: 0 exposed (all hidden)")
                 + f"; × modelled exposed time {f:.4g}× ({n_['scope']}, {n_['gbps']:.0f} GB/s)")
         elif o is not None and o["time_s"] > 0 and meas > 0:
             frac = meas / o["time_s"]
