@@ -54,7 +54,6 @@ else the peak; the result says so (``anchor_source``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -577,6 +576,3 @@ def result_frame(res: dict[str, Any]) -> pl.DataFrame:
     return pl.DataFrame(recs, infer_schema_length=None).with_columns(
         pl.col("memory_gib", "margin_gib").cast(pl.Float64), pl.col("fits").cast(pl.Boolean))
 
-
-def finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
