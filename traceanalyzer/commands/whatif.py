@@ -65,7 +65,7 @@ def whatif(
     warnings: list[str] = []
     if trace is not None:
         patterns = comm_patterns(comm_kernel, config, megatron_args)
-        analysis = analyse_paths([trace], step_range, workers=workers, quiet=quiet, comm_kernels=patterns)
+        analysis = analyse_paths([trace], step_range, keep="events", workers=workers, quiet=quiet, comm_kernels=patterns)
         warnings += analysis.warnings
         anchor = anchor_from_analysis(analysis, cfg, convention=convention, baseline=base)
     else:

@@ -261,7 +261,9 @@ def anchor_from_analysis(analysis: Any, cfg: RunConfig, *, convention: str | Non
 
     Every bucket of the exact partition (:func:`traceanalyzer.reconcile.loss_columns`) is
     divided by the number of (rank, step) rows: the mean per-GPU step. The compute bucket is split
-    into GEMM families by the configuration's FLOPs of each; with a pipeline, the last stage's
+    into GEMM families by the configuration's FLOPs of each (when the trace recorded shapes, its
+    matmul FLOPs are checked against the configuration's first,
+    :func:`traceanalyzer.reconcile.gemm_check`, and a disagreement is noted); with a pipeline, the last stage's
     extra work (:func:`pipeline_imbalance`) is taken out of the bubble idle (the other stages
     wait for it there), at most all of it.
     """
@@ -302,10 +304,22 @@ def anchor_from_analysis(analysis: Any, cfg: RunConfig, *, convention: str | Non
     terms["other"] = b.pop("other", 0.0)
     for k, v in b.items():  # idle causes (or one "idle")
         terms[k if k.startswith("idle") else f"idle_{k}"] = v
+    gemm = None
+    events = getattr(analysis.trace, "events", None)
+    if events is not None and events.height:
+        from traceanalyzer.reconcile.gemm import gemm_check  # noqa: PLC0415
+
+        try:
+            gemm = gemm_check(analysis.trace, cfg, conv)
+        except ConfigError:
+            gemm = None
+    if gemm is not None and not gemm["ok"]:
+        notes.append(f"{gemm['verdict']}: the compute split by GEMM family follows the configuration and may be wrong")
     src = ", ".join(str(s) for s in analysis.trace.sources[:2]) or "trace"
     ranks = steps["rank"].n_unique()
     peak = _peak(cfg)
-    return Anchor(cfg, terms, "trace", f"measured: {src} ({ranks} rank(s), {n // max(ranks, 1)} step(s) each)", conv, peak,
+    shapes = f"; matmul FLOPs of its recorded shapes {gemm['ratio']:.2f}× the configuration's" if gemm else ""
+    return Anchor(cfg, terms, "trace", f"measured: {src} ({ranks} rank(s), {n // max(ranks, 1)} step(s) each{shapes})", conv, peak,
                   tuple(notes), baseline)
 
 
