@@ -230,3 +230,25 @@ def test_bad_sharding_values_name_the_key(parallel, key):
 def test_bad_memory_gb_names_the_key():
     with pytest.raises(ConfigError, match=r"\[hardware\] memory_gb"):
         cfg_of(LLAMA2_7B, {}, hardware={"memory_gb": -1})
+
+
+def test_activations_with_sp_and_selective_match_megatron_estimate():
+    # Megatron-LM compute_activation_memory (its SP + selective path), pp > 1, no VP, m >= p:
+    # [s·b·h·(18 + 4f/h)·L + 8·s·b·p + s·b·h·p] / t  — GPT-3 175B, TP8 PP8, b = 1
+    s, b, h, f, L, p, t = 2048, 1, 12288, 49152, 96, 8, 8
+    megatron = (s * b * h * (18 + 4 * f / h) * L + 8 * s * b * p + s * b * h * p) / t
+    est = estimate_memory(cfg_of(GPT3_175B, {"tp": t, "pp": p, "dp": 1, "sequence_parallel": True}, gb=64,
+                                 recompute="selective"))
+    ours = est.stages[0]["activations"] + est.stages[0]["embedding_activations"]
+    # the one difference: we keep the token ids whole on every TP rank (Megatron divides them by t)
+    assert ours == pytest.approx(megatron + 8 * s * b * p * (1 - 1 / t), rel=1e-12)
+
+
+def test_megatron_no_sp_path_ignores_recompute_ours_does_not():
+    # Megatron's path without SP charges s·b·h·(10 + 24/t) per layer whatever the recompute;
+    # with full recompute only the layer input 2·s·b·h is kept (Korthikanti Table 2).
+    s, b, h, L, p, t = 2048, 1, 12288, 96, 8, 8
+    megatron_layers = s * b * h * (10 + 24 / t) * L  # × min(1, m/p) = 1, before its 5 % overhead
+    est = estimate_memory(cfg_of(GPT3_175B, {"tp": t, "pp": p, "dp": 1}, gb=64, recompute="full"))
+    assert est.stages[0]["activations"] == pytest.approx(2 * s * b * h * L, rel=1e-12)
+    assert megatron_layers / est.stages[0]["activations"] == pytest.approx(6.5)  # (10 + 3) / 2
