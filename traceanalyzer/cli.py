@@ -14,7 +14,9 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer import __version__
-from traceanalyzer.commands import annotate, baseline, batch, breakdown, gate, plan, predict, reconcile, report, trend, whatif
+from traceanalyzer.commands import annotate, baseline, batch, breakdown, gate, plan, predict, reconcile, report, trend
+from traceanalyzer.commands import memory
+from traceanalyzer.commands import whatif
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
 from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals
 from traceanalyzer.outputs import remove_temporaries
@@ -31,7 +33,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-for _module in (breakdown, predict, reconcile, report, annotate, batch, trend, gate, baseline, plan, whatif):
+for _module in (breakdown, predict, reconcile, report, annotate, batch, trend, gate, baseline, plan, memory, whatif):
     _module.register(app)
 
 
