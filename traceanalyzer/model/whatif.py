@@ -169,7 +169,8 @@ def apply_sets(cfg: RunConfig, sets: list[str] | dict[str, Any]) -> RunConfig:
         if vals:
             new = replace(new, **{sec: replace(getattr(new, sec), **vals)})
     new = replace(new, reported=type(cfg.reported)(), logged=None, warnings=(),
-                  name=f"{cfg.name or cfg.source} with " + ", ".join(f"{k}={r}" for k, r, _ in parsed))
+                  name=f"{cfg.name or cfg.source} with " + ", ".join(f"{k}={r}" for k, r, _ in parsed) if parsed
+                  else cfg.name)
     what = ", ".join(f"{k}={r}" for k, r, _ in parsed)
     try:
         new = new.validate()
