@@ -4,8 +4,10 @@ its message size, the message sizes checked by hand."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
+import polars as pl
 import pytest
 
 from traceanalyzer.baselines import parse_nccl_tests, read_nccl_tests
@@ -35,10 +37,15 @@ def test_message_sizes_by_hand():
     assert (coll, size) == ("reduce_scatter", pytest.approx(psi * 4))
 
 
+def intra(df):
+    """The same measured curve labelled as taken inside one node (as an 8-GPU run's would be)."""
+    return df.with_columns(pl.lit("intra").alias("scope"))
+
+
 def test_predict_reads_bandwidth_off_the_baseline():
     cfg = load_config(CFG)
     plain = {c["what"]: c for c in predict(cfg)["comm"]}
-    got = {c["what"]: c for c in predict(cfg, baseline=read_nccl_tests(BASE))["comm"]}
+    got = {c["what"]: c for c in predict(cfg, baseline=intra(read_nccl_tests(BASE)))["comm"]}
     tp = got["all-reduce (no SP)"]
     assert plain["all-reduce (no SP)"]["gbps"] == pytest.approx(450 * 0.82)
     assert tp["gbps"] == 99.74  # the baseline's all-reduce at exactly 64 MiB
@@ -50,12 +57,33 @@ def test_predict_reads_bandwidth_off_the_baseline():
 
 def test_sizes_outside_the_baseline_keep_the_table():
     small = parse_nccl_tests((BASE).read_text().split("  67108864")[0], source="all_reduce_perf.txt")  # up to 32 MiB
-    tp = {c["what"]: c for c in predict(load_config(CFG), baseline=small)["comm"]}["all-reduce (no SP)"]
+    tp = {c["what"]: c for c in predict(load_config(CFG), baseline=intra(small))["comm"]}["all-reduce (no SP)"]
     assert tp["gbps"] == pytest.approx(369.0) and "outside the baseline's measured sizes" in tp["note"]
+
+
+def test_baseline_curve_is_chosen_by_scope():
+    # The fixture is a 2-node (inter-node) all-reduce: the TP8 group inside one node must not read
+    # it, the DP group (TP8 x DP2 = 16 GPUs, two nodes) must.
+    cfg = load_config(CFG)
+    cfg = replace(cfg, parallel=replace(cfg.parallel, distributed_optimizer=False))  # DP: one all-reduce
+    base = read_nccl_tests(BASE)
+    got = {c["what"]: c for c in predict(cfg, baseline=base)["comm"]}
+    tp, dp = got["all-reduce (no SP)"], got["all-reduce grads"]
+    assert tp["gbps"] == pytest.approx(369.0) and "only inter-node all_reduce curves" in tp["note"]
+    assert dp["scope"] == "inter-node"
+    # by hand: bucket of 40e6 fp32 gradients = 160e6 B, between the measured 128 MiB and 256 MiB
+    pts = dict(base.filter(pl.col("placement") == "out_of_place").select("size_bytes", "busbw_gbps").iter_rows())
+    lo, hi = pts[2**27], pts[2**28]
+    want = lo + (hi - lo) * (math.log2(160e6) - 27)
+    assert dp["gbps"] == pytest.approx(want, rel=1e-9) and "all_reduce" in dp["note"]
+    # an intra-node curve serves the TP group and not the DP group
+    got = {c["what"]: c for c in predict(cfg, baseline=intra(base))["comm"]}
+    assert got["all-reduce (no SP)"]["gbps"] == 99.74
+    assert got["all-reduce grads"]["gbps"] == pytest.approx(50.0) and "only intra-node" in got["all-reduce grads"]["note"]
 
 
 def test_cli_predict_with_baseline():
     r = run_cli("predict", "-c", CFG, "--baseline", BASE, "-f", "json")
     assert r.returncode == 0, r.stderr
     comm = {c["what"]: c for c in json.loads(r.stdout)["prediction"]["comm"]}
-    assert comm["all-reduce (no SP)"]["gbps"] == 99.74
+    assert comm["all-reduce (no SP)"]["gbps"] == pytest.approx(369.0)  # an inter-node curve does not serve TP

@@ -7,9 +7,12 @@ Between two measured sizes the bus bandwidth is interpolated linearly in log2(si
 are smooth in that axis); outside the measured range the nearest end is used and the row says
 ``extrapolated``. Sizes of 0 bytes are dropped (they time the launch only).
 
-Which curve: the same collective, out-of-place (what frameworks call), and — when the
-baseline holds several tests of it — the one whose rank count equals the trace group's, else
-the one with the most ranks (the result names the curve's rank count and scope).
+Which curve: the same collective, out-of-place (what frameworks call); when a ``scope`` is asked
+for (``intra``: a group inside one node, ``inter``: a group across nodes) only curves measured in
+that scope, or of unknown scope, are used — an intra-node group never reads an inter-node curve,
+nor the reverse; then — when several tests remain — the one whose rank count equals the trace
+group's, else the one with the most ranks (the result names the curve's rank count and scope),
+preferring a curve of the asked scope over one of unknown scope.
 """
 
 from __future__ import annotations
@@ -17,21 +20,26 @@ from __future__ import annotations
 import polars as pl
 
 
-def pick_curve(baseline: pl.DataFrame, collective: str, nranks: int | None = None) -> pl.DataFrame:
-    """The measured points (size_bytes, busbw_gbps, nranks, scope, source) used for ``collective``."""
+def pick_curve(baseline: pl.DataFrame, collective: str, nranks: int | None = None, scope: str | None = None) -> pl.DataFrame:
+    """The measured points (size_bytes, busbw_gbps, nranks, scope, source) used for ``collective``
+    (``scope``: ``intra`` / ``inter``, see the module docstring; empty when no curve qualifies)."""
     b = baseline.filter(
         (pl.col("collective") == collective) & (pl.col("placement") == "out_of_place") & (pl.col("size_bytes") > 0)
     )
+    if scope is not None:
+        b = b.filter(pl.col("scope").is_in([scope, "unknown"]) | pl.col("scope").is_null())
     if not b.height:
         return b.select("size_bytes", "busbw_gbps", "nranks", "scope", "source", "test")
-    keys = b.select("source", "test", "nranks", "scope").unique().sort("source", "test")
+    keys = b.select("source", "test", "nranks", "scope").unique().with_columns(
+        (pl.col("scope") == (scope or "")).fill_null(False).alias("__same_scope")
+    ).sort(["__same_scope", "source", "test"], descending=[True, False, False])
     chosen = None
     if nranks is not None:
         same = keys.filter(pl.col("nranks") == nranks)
         if same.height:
             chosen = same.row(0, named=True)
     if chosen is None:
-        chosen = keys.sort(pl.col("nranks").fill_null(-1), descending=True).row(0, named=True)
+        chosen = keys.sort([pl.col("__same_scope"), pl.col("nranks").fill_null(-1)], descending=True).row(0, named=True)
     return (
         b.filter((pl.col("source") == chosen["source"]) & (pl.col("test") == chosen["test"]))
         .group_by("size_bytes").agg(pl.col("busbw_gbps").mean(), pl.col("nranks").first(), pl.col("scope").first(),
@@ -40,14 +48,16 @@ def pick_curve(baseline: pl.DataFrame, collective: str, nranks: int | None = Non
     )
 
 
-def busbw_at(baseline: pl.DataFrame, collective: str, sizes: pl.Series | list[int], nranks: int | None = None) -> pl.DataFrame:
-    """Interpolated baseline bus bandwidth at ``sizes`` (bytes) for ``collective``.
+def busbw_at(baseline: pl.DataFrame, collective: str, sizes: pl.Series | list[int], nranks: int | None = None,
+             scope: str | None = None) -> pl.DataFrame:
+    """Interpolated baseline bus bandwidth at ``sizes`` (bytes) for ``collective`` (a curve of
+    ``scope`` when given: ``intra`` or ``inter``).
 
     Returns ``size_bytes``, ``baseline_gbps`` (null if the baseline has no such collective),
     ``extrapolated`` (bool), ``baseline_nranks``, ``baseline_scope``; one row per input size, in order.
     """
     q = pl.DataFrame({"size_bytes": pl.Series(list(sizes), dtype=pl.Int64)}).with_row_index("__i")
-    curve = pick_curve(baseline, collective, nranks)
+    curve = pick_curve(baseline, collective, nranks, scope)
     if not curve.height:
         return q.drop("__i").with_columns(
             pl.lit(None, pl.Float64).alias("baseline_gbps"), pl.lit(None, pl.Boolean).alias("extrapolated"),

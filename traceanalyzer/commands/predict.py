@@ -86,11 +86,28 @@ def predict(
             sections += comparison_sections(c)
         doc["vs"] = ref_pred
         doc["comparison"] = cmps[0] if len(cmps) == 1 else cmps
+    doc["memory"] = _memory(cfg, sections, warnings)
     warnings += [w for p in preds + ([ref_pred] if ref_pred else []) for w in p["warnings"]]
     warnings = list(dict.fromkeys(warnings))
     doc["warnings"] = warnings
     emit(sections, format, doc, output, outputs)
     print_warnings(warnings)
+
+
+def _memory(cfg, sections: list, warnings: list[str]) -> dict[str, Any] | None:
+    """Memory per GPU by component (:func:`traceanalyzer.model.memory.estimate_memory`): its
+    section is added to ``sections``; None (with a warning) when the configuration cannot say."""
+    from traceanalyzer.model.memory import estimate_memory
+    from traceanalyzer.render.memory import estimate_sections
+
+    try:
+        est = estimate_memory(cfg)
+    except ConfigError as exc:
+        warnings.append(f"memory per GPU not estimated: {exc.message}")
+        return None
+    doc = est.as_dict()
+    sections += estimate_sections(est, doc)
+    return doc
 
 
 def register(app: typer.Typer) -> None:

@@ -25,7 +25,8 @@ def _public(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path], convention: Optional[str], step_range: str,
-               hfu: str = "forward", workers: Optional[int] = None, quiet: bool = False, comm_kernel: list[str] | None = None):
+               hfu: str = "forward", workers: Optional[int] = None, quiet: bool = False, comm_kernel: list[str] | None = None,
+               baseline: list[Path] | None = None):
     if convention is not None and convention not in CONVENTIONS:
         raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
     if hfu not in HFU_CONVENTIONS:
@@ -33,7 +34,14 @@ def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path]
     cfg = load_config(config, megatron_args)
     patterns = comm_patterns(comm_kernel, config, megatron_args)
     analysis = analyse_paths([path], step_range, keep="events", workers=workers, quiet=quiet, comm_kernels=patterns)
-    wf = waterfall(analysis, cfg, convention=convention, step_name=step_range, hfu=hfu)
+    base = None
+    if baseline:
+        import polars as pl
+
+        from traceanalyzer.baselines import read_nccl_tests
+
+        base = pl.concat([read_nccl_tests(f) for f in baseline], how="diagonal_relaxed")
+    wf = waterfall(analysis, cfg, convention=convention, step_name=step_range, hfu=hfu, baseline=base)
     attach_overlapped(wf, analysis)
     return wf, [*analysis.warnings, *wf["warnings"]]
 
@@ -50,12 +58,13 @@ def reconcile(
     comm_kernel: CommKernelOpt = None,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,
+    baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", help="nccl-tests output: predicted communication at the bandwidth of its message size and scope.")] = None,
 ) -> None:
     """Waterfall from peak to achieved TFLOP/s/GPU: every measured loss in TFLOP/s, beside the analytic prediction."""
-    outputs = Outputs([trace, config, megatron_args])
+    outputs = Outputs([trace, config, megatron_args, *(baseline or [])])
     if output is not None:
         outputs.check(output)
-    wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu, workers, quiet, comm_kernel)
+    wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu, workers, quiet, comm_kernel, baseline)
     emit(waterfall_sections(wf), format, _public(wf), output, outputs)
     print_warnings(warnings)
 

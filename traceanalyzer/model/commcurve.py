@@ -17,10 +17,15 @@ Message sizes (nccl-tests' "size": the whole buffer of one call), with S = one a
   parameters when it is off (``DistributedDataParallelConfig.bucket_size``); gradients in the
   reduction dtype (fp32 by default), parameters gathered in bf16.
 
+Scope: a group inside one node (TP within a node, CP/EP/DP groups that fit in a node) reads
+only intra-node curves, a group across nodes (DP and PP across nodes) only inter-node ones;
+curves of unknown scope (an nccl-tests output without its ``Rank`` lines) serve both, said in
+the note.
+
 Bytes per step and the exposed share are unchanged; only the bandwidth (and so the time) moves.
-A family whose collective is missing from the baseline, or whose message size lies outside the
-sizes the baseline measured (no extrapolation), keeps the hardware-table figure, and its note
-says so.
+A family whose collective is missing from the baseline in its scope, or whose message size lies
+outside the sizes the baseline measured (no extrapolation), keeps the hardware-table figure, and
+its note says so.
 """
 
 from __future__ import annotations
@@ -68,18 +73,23 @@ def with_baseline(comms: list[Comm], cfg: RunConfig, baseline: pl.DataFrame) -> 
     out = []
     for c in comms:  # a handful of communication families
         calls, n = message_sizes(cfg, c)
+        scope = "intra" if c.scope == "intra-node" else "inter"
         bws, labels = [], []
         for coll, size in calls:
-            at = busbw_at(baseline, coll, [int(size)], nranks=n).row(0, named=True)
+            at = busbw_at(baseline, coll, [int(size)], nranks=n, scope=scope).row(0, named=True)
             if at["baseline_gbps"] is None or at["baseline_gbps"] <= 0:
-                bws, labels = [], [f"no {coll} in the baseline: hardware-table {c.gbps:g} GB/s kept"]
+                other = baseline.filter(pl.col("collective") == coll).height > 0
+                why = (f"only {'inter' if scope == 'intra' else 'intra'}-node {coll} curves in the baseline, this group is "
+                       f"{c.scope}" if other else f"no {coll} in the baseline")
+                bws, labels = [], [f"{why}: hardware-table {c.gbps:g} GB/s kept"]
                 break
             if at["extrapolated"]:
                 bws, labels = [], [f"{coll} of {size / 2**20:.3g} MiB is outside the baseline's measured sizes: "
                                    f"hardware-table {c.gbps:g} GB/s kept"]
                 break
             bws.append(at["baseline_gbps"])
-            labels.append(f"{coll} {at['baseline_gbps']:.1f} GB/s at {size / 2**20:.3g} MiB")
+            where = "" if at["baseline_scope"] == scope else " (curve of unknown scope)"
+            labels.append(f"{coll} {at['baseline_gbps']:.1f} GB/s at {size / 2**20:.3g} MiB{where}")
         if not bws:
             out.append(replace(c, note=f"{c.note}; {labels[0]}"))
             continue

@@ -18,14 +18,16 @@ accepted as aliases of the short ones)::
 
     [model]   layers, hidden, ffn, heads, kv_heads, head_dim, vocab, seq_length,
               activation = "gelu" | "swiglu", experts, top_k, moe_ffn, moe_layer_freq,
-              fwd_flops_per_sample (non-transformer models: forward FLOPs of one sample)
+              fwd_flops_per_sample (non-transformer models: forward FLOPs of one sample),
+              untie_embeddings, flash_attention (memory model)
     [batch]   global_batch, micro_batch
     [parallel] tp, pp, dp, cp, ep, vp, sequence_parallel, distributed_optimizer,
-              tp_comm_overlap, overlap_grad_reduce, overlap_param_gather, grad_reduce_dtype
+              tp_comm_overlap, overlap_grad_reduce, overlap_param_gather, grad_reduce_dtype,
+              zero_stage (0-3; FSDP full shard = 3)
     [recompute] granularity = "none" | "selective" | "full", method = "uniform" | "block",
               num_layers
     [hardware] gpu, num_gpus, precision, gpus_per_node, peak_tflops, intra_node_gbps,
-              inter_node_gbps
+              inter_node_gbps, memory_gb (GiB)
     [reported] tflops_per_gpu, convention, step_time_s     # what the run itself logged
 
 Values that are missing are only an error when something needs them:
@@ -64,6 +66,11 @@ class ModelConfig:
     # Non-transformer models (CNNs, DLRM): forward FLOPs of one sample (2 per multiply-add).
     # When set, model FLOPs per step = 3 × this × global_batch and the transformer keys are unused.
     fwd_flops_per_sample: float | None = None
+    # Memory model only: separate input embedding and output layer weights (Megatron
+    # --untie-embeddings-and-output-weights; Llama-style models), and whether attention keeps
+    # no s×s score matrix (flash / fused attention; false = Korthikanti et al.'s materialised softmax).
+    untie_embeddings: bool = False
+    flash_attention: bool = True
 
     @property
     def swiglu(self) -> bool:
@@ -90,6 +97,10 @@ class ParallelConfig:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     grad_reduce_dtype: str = "fp32"  # Megatron reduces bf16 grads in fp32 unless --grad-reduce-in-bf16
+    # ZeRO stage of the data-parallel sharding (memory model): 0 none, 1 optimizer states
+    # (= Megatron's distributed optimizer), 2 + gradients, 3 + weights (FSDP FULL_SHARD).
+    # None: 1 with distributed_optimizer, else 0.
+    zero_stage: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,7 @@ class HardwareConfig:
     peak_tflops: float | None = None  # override of the table's dense peak
     intra_node_gbps: float | None = None  # effective collective bus bandwidth, GB/s
     inter_node_gbps: float | None = None  # per GPU, per direction, GB/s
+    memory_gb: float | None = None  # device memory in GiB (override of the table, memory model)
 
 
 @dataclass(frozen=True)
@@ -234,6 +246,7 @@ _ALIASES: dict[str, dict[str, str]] = {
         "num_attention_heads": "heads", "num_query_groups": "kv_heads", "kv_channels": "head_dim",
         "vocab_size": "vocab", "padded_vocab_size": "vocab", "seq_len": "seq_length",
         "num_experts": "experts", "moe_router_topk": "top_k", "moe_ffn_hidden_size": "moe_ffn",
+        "untie_embeddings_and_output_weights": "untie_embeddings",
     },
     "batch": {"global_batch_size": "global_batch", "micro_batch_size": "micro_batch"},
     "parallel": {
@@ -241,6 +254,7 @@ _ALIASES: dict[str, dict[str, str]] = {
         "virtual_stages": "vp", "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
         "data_parallel_size": "dp", "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
         "virtual_pipeline_model_parallel_size": "vp", "use_distributed_optimizer": "distributed_optimizer",
+        "zero": "zero_stage",
     },
     "recompute": {"recompute_granularity": "granularity", "recompute_method": "method",
                   "recompute_num_layers": "num_layers"},

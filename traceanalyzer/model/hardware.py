@@ -134,3 +134,33 @@ def bandwidths(gpu: str | None, intra_override: float | None = None, inter_overr
         raise ConfigError("[hardware] gpu is missing or unknown: it is needed for the communication time "
                           "(or give [hardware] intra_node_gbps and inter_node_gbps)")
     return float(intra), float(inter)
+
+
+# --------------------------------------------------------------------------- device memory
+#: Device memory per GPU key, GiB (2**30 bytes), the nominal size of the part. A size written in
+#: the device name ("A100-SXM4-40GB", "V100-SXM2-16GB") wins over this table.
+MEMORY_GIB: dict[str, float] = {
+    "v100_sxm": 32, "v100_pcie": 32, "a100": 80, "h100_sxm": 80, "h100_pcie": 80, "h800": 80,
+    "h200": 141, "b200": 180, "gb200": 186, "mi300x": 192, "mi250x": 64, "mi250": 64,
+}
+_SIZE_IN_NAME = re.compile(r"(\d{2,3})\s*gb\b", re.I)
+
+
+def memory_bytes(gpu: str | None, override_gib: float | None = None) -> int:
+    """Device memory of one GPU in bytes: ``override_gib`` (``[hardware] memory_gb``), else the
+    size written in the device name, else :data:`MEMORY_GIB`.
+
+    >>> memory_bytes("NVIDIA A100-SXM4-40GB") // 2**30, memory_bytes("H100 SXM") // 2**30
+    (40, 80)
+    """
+    if override_gib is not None:
+        return int(override_gib * 2**30)
+    if gpu:
+        m = _SIZE_IN_NAME.search(gpu)
+        if m:
+            return int(m.group(1)) * 2**30
+    key = detect_gpu(gpu)
+    if key is None:
+        raise ConfigError("[hardware] gpu is missing or unknown: it is needed for the device memory "
+                          "(or give [hardware] memory_gb)")
+    return int(MEMORY_GIB[key] * 2**30)

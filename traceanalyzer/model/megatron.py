@@ -66,6 +66,7 @@ ARGS: dict[str, tuple[str, str | None]] = {
     "world_size": (INT, "hardware.num_gpus"),
     "group_query_attention": (FLAG, None),
     "swiglu": (FLAG, "model.activation"),
+    "untie_embeddings_and_output_weights": (FLAG, "model.untie_embeddings"),
     "sequence_parallel": (FLAG, "parallel.sequence_parallel"),
     "use_distributed_optimizer": (FLAG, "parallel.distributed_optimizer"),
     "tp_comm_overlap": (FLAG, "parallel.tp_comm_overlap"),
@@ -386,7 +387,7 @@ def read_megatron(text: str, source: str = "megatron arguments") -> RunConfig:
         vocab=g("padded_vocab_size", "vocab_size"), seq_length=g("seq_length", "encoder_seq_length"),
         activation="swiglu" if a.get("swiglu") else "gelu", experts=experts,
         top_k=g("moe_router_topk", default=2 if experts else 1), moe_ffn=g("moe_ffn_hidden_size"),
-        moe_layer_freq=freq,
+        moe_layer_freq=freq, untie_embeddings=bool(a.get("untie_embeddings_and_output_weights")),
     )
     batch = BatchConfig(global_batch=g("global_batch_size"), micro_batch=g("micro_batch_size", default=1))
     parallel = ParallelConfig(

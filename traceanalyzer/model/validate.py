@@ -27,14 +27,15 @@ LIMITS: dict[str, int] = {
     "head_dim": 1 << 16, "vocab": 1 << 27, "seq_length": 1 << 27, "experts": 1 << 16, "top_k": 1 << 16,
     "moe_ffn": 1 << 24, "moe_layer_freq": 100_000, "global_batch": 1 << 32, "micro_batch": 1 << 24,
     "tp": 1 << 20, "pp": 1 << 20, "dp": 1 << 24, "cp": 1 << 20, "ep": 1 << 20, "vp": 1 << 16,
-    "num_layers": 100_000, "num_gpus": 1 << 24, "gpus_per_node": 1 << 10,
+    "num_layers": 100_000, "num_gpus": 1 << 24, "gpus_per_node": 1 << 10, "zero_stage": 3,
 }
 _FLOAT_LIMITS = {"peak_tflops": 1e6, "intra_node_gbps": 1e6, "inter_node_gbps": 1e6, "tflops_per_gpu": 1e6,
-                 "step_time_s": 1e7, "fwd_flops_per_sample": 1e21}
-_MIN = {"experts": 0}
+                 "step_time_s": 1e7, "fwd_flops_per_sample": 1e21, "memory_gb": 1e5}
+_MIN = {"experts": 0, "zero_stage": 0}
 _FLOAT_MIN = {"peak_tflops": 1e-3, "intra_node_gbps": 1e-3, "inter_node_gbps": 1e-3, "tflops_per_gpu": 1e-3,
-              "step_time_s": 1e-6, "fwd_flops_per_sample": 1.0}
-_BOOLS = {"sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather"}
+              "step_time_s": 1e-6, "fwd_flops_per_sample": 1.0, "memory_gb": 1e-3}
+_BOOLS = {"sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
+          "untie_embeddings", "flash_attention"}
 _CHOICES = {
     "activation": ("gelu", "swiglu"), "granularity": ("none", "selective", "full"), "method": ("uniform", "block"),
     "precision": ("bf16", "fp16", "fp8", "tf32", "fp32"), "grad_reduce_dtype": ("fp32", "bf16"),
@@ -177,6 +178,9 @@ def check(cfg) -> list[str]:
             and r.num_layers > m.layers // (p.pp * p.vp):
         raise ConfigError(f"[recompute] num_layers = {r.num_layers}{where} exceeds the layers of one pipeline stage "
                           f"({m.layers}/(pp·vp) = {m.layers // (p.pp * p.vp)})")
+    if p.zero_stage == 0 and p.distributed_optimizer:
+        raise ConfigError(f"[parallel] zero_stage = 0{where} contradicts distributed_optimizer = true "
+                          "(the distributed optimizer shards the optimizer states: ZeRO stage 1)")
     # ---------------------------------------------------------------- plausibility
     if p.sequence_parallel and p.tp == 1:
         warnings.append(f"[parallel] sequence_parallel{where} has no effect with tp = 1 (Megatron turns it off)")

@@ -56,10 +56,13 @@ def _ms(ns: int | float, n: int) -> float:
 
 
 def waterfall(analysis: Analysis, cfg: RunConfig, *, convention: str | None = None,
-              step_name: str = "ProfilerStep", hfu: str = "forward") -> dict[str, Any]:
+              step_name: str = "ProfilerStep", hfu: str = "forward", baseline: Any = None) -> dict[str, Any]:
     """Waterfall of one trace with its run configuration (see the module docstring).
 
     ``hfu``: how recompute counts in the HFU (:data:`traceanalyzer.model.flops.HFU_CONVENTIONS`).
+    ``baseline``: an nccl-tests frame; the predicted communication beside each measured term is
+    then at the baseline's bandwidth for its message size and scope
+    (:func:`traceanalyzer.model.commcurve.with_baseline`).
     FP8 runs: MFU is over the FP8 dense peak; ``mfu_vs_bf16_peak`` gives it over the BF16 one."""
     steps = analysis.steps
     n = steps.height
@@ -107,7 +110,7 @@ def waterfall(analysis: Analysis, cfg: RunConfig, *, convention: str | None = No
     if rep.step_time_s is not None and abs(step_s / rep.step_time_s - 1) > 0.10:
         warnings.append(f"the trace's mean step ({step_s:.4g} s) differs from the logged/reported {rep.step_time_s:.4g} s "
                         f"by {100 * (step_s / rep.step_time_s - 1):+.0f} % (profiler overhead? another run or batch?)")
-    preds = _predictions(cfg, conv_in, buckets, n, warnings)
+    preds = _predictions(cfg, conv_in, buckets, n, warnings, baseline)
     terms = []
     for k, v in exact.items():
         t_ns = buckets.get(k) if k != "achieved" and k != "kernel_efficiency" else (buckets["compute"] if k == "kernel_efficiency" else None)
@@ -152,7 +155,8 @@ def waterfall(analysis: Analysis, cfg: RunConfig, *, convention: str | None = No
     }
 
 
-def _predictions(cfg: RunConfig, conv: str, b: dict[str, int], n: int, warnings: list[str]) -> dict[str, dict[str, str]]:
+def _predictions(cfg: RunConfig, conv: str, b: dict[str, int], n: int, warnings: list[str],
+                 baseline: Any = None) -> dict[str, dict[str, str]]:
     """Analytic prediction beside each measured loss (strings for the report, numbers in keys)."""
     out: dict[str, dict[str, Any]] = {}
     compute = b["compute"] / n / 1e6  # ms per step
@@ -185,13 +189,17 @@ def _predictions(cfg: RunConfig, conv: str, b: dict[str, int], n: int, warnings:
         return out  # no transformer shape: no communication model
     try:
         comms = comm_volumes(cfg)
+        if baseline is not None:
+            from traceanalyzer.model.commcurve import with_baseline
+
+            comms = with_baseline(comms, cfg, baseline)
         comm_keys = [k for k in b if k == "exposed_comm" or k.startswith("exposed_comm_")]
         meas_exp = sum(b[k] for k in comm_keys) / n / 1e6
         for k in comm_keys:
             dim = k[len("exposed_comm_"):] if k != "exposed_comm" else None
             sel = [c for c in comms if dim is None or c.dim == dim]
             out[k] = {
-                "predicted": f"{sum(c.time_s for c in sel) * 1e3:.3f} ms at configured bandwidth, {sum(c.exposed_s for c in sel) * 1e3:.3f} exposed"
+                "predicted": f"{sum(c.time_s for c in sel) * 1e3:.3f} ms at {'the nccl-tests baseline' if baseline is not None else 'configured'} bandwidth, {sum(c.exposed_s for c in sel) * 1e3:.3f} exposed"
                 if sel else ("no communication predicted" if dim else "0 ms (no parallelism)"),
                 "predicted_ms": sum(c.time_s for c in sel) * 1e3,
             }

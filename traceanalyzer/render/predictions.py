@@ -242,7 +242,8 @@ def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None,
     for s in sections:
         t = Table(title=escape(s.title), title_justify="left", caption=escape("\n".join(s.notes)) or None, caption_justify="left")
         for i, c in enumerate(s.columns):
-            t.add_column(c, justify="left" if i == 0 or c in ("assumption", "collective", "value", "predicted", "measured") else "right")
+            t.add_column(c, justify="left" if i == 0 or c in ("assumption", "collective", "value", "predicted", "measured", "what", "name",
+                                                               "source", "rule", "layout") else "right")
         for r in s.rows:
             t.add_row(*map(escape, r))
         console.print(t)

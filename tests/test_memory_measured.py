@@ -1,0 +1,182 @@
+"""Measured memory: allocator events, peaks, copies, the memory command and predict's JSON.
+
+Every expected value is recomputed here from the raw JSON with plain Python (gzip + json),
+independently of the msgspec reader and the polars pipeline.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import FIXTURES, TRACES, needs_shared, run_cli
+from traceanalyzer.classify.allocations import REBUILT, RECORDED, allocation_timeline, copy_bandwidth, memory_peaks
+from traceanalyzer.model.memory import COMPONENTS, GIB
+from traceanalyzer.parsers import load
+from traceanalyzer.parsers.kineto_memory import read_memory_events
+from traceanalyzer.reconcile.footprint import memory
+
+LEGACY = FIXTURES / "kineto" / "v100_resnet50_legacy2021.json.gz"
+HTA_MEMORY = TRACES / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
+CONFIG_70B = Path(__file__).resolve().parents[1] / "docs" / "examples" / "issue1031-70b.toml"
+
+
+def raw_events(path: Path) -> dict:
+    with gzip.open(path, "rt") as fh:
+        return json.load(fh)
+
+
+def plain_memory(doc: dict, device_type: int = 1) -> list[dict]:
+    """The [memory] events of one device type in time order (stable), as plain dicts."""
+    evs = [e for e in doc["traceEvents"] if e.get("name") == "[memory]" and e["args"].get("Device Type") == device_type]
+    return sorted(evs, key=lambda e: e["ts"])  # sorted() is stable: file order among equal times
+
+
+def plain_steps(doc: dict) -> list[tuple[int, float, float]]:
+    out = []
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"):
+            out.append((int(e["name"].split("#")[1]), e["ts"], e["ts"] + e["dur"]))
+    return sorted(set(out))
+
+
+@needs_shared()
+def test_peaks_equal_the_allocator_counters_of_a_real_trace():
+    doc = raw_events(HTA_MEMORY)
+    evs = plain_memory(doc)
+    peak = max(e["args"]["Total Allocated"] for e in evs)
+    peak_ts = min(e["ts"] for e in evs if e["args"]["Total Allocated"] == peak)
+    reserved = max(e["args"]["Total Reserved"] for e in evs)
+    step = next(n for n, a, b in plain_steps(doc) if a <= peak_ts < b)
+    assert (peak, reserved, step) == (6629508096, 12782141440, 2)  # by hand from the raw JSON, as above
+
+    r = memory(HTA_MEMORY)
+    row = r.measured.row(0, named=True)
+    assert (row["rank"], row["device"]) == (1, "cuda:1")  # distributedInfo rank 1, device 1
+    assert row["peak_allocated"] == peak and row["peak_reserved"] == reserved and row["peak_step"] == step
+    assert row["peak_allocated_ns"] == int(peak_ts) * 1000  # integer epoch µs -> ns
+    assert row["events"] == len(evs) and row["source"] == RECORDED
+    assert r.fit.item(0, "measured_peak_allocated") == peak
+    # in time order the counters are consistent: allocated[i] = allocated[i-1] + bytes[i]
+    tl = r.timeline
+    assert tl.select((pl.col("allocated").diff() == pl.col("bytes")).slice(1).all()).item()
+
+
+def test_rebuilt_allocation_of_a_legacy_trace_is_the_running_sum():
+    doc = raw_events(LEGACY)
+    evs = plain_memory(doc)
+    run, peak, low = 0, 0, 0
+    for e in evs:
+        run += e["args"]["Bytes"]
+        peak, low = max(peak, run), min(low, run)
+    assert (peak - low, len(evs)) == (2791636480, 8220)
+    trace = load(LEGACY)
+    mem = read_memory_events(LEGACY, trace.meta.item(0, "base_time_ns") or 0).with_columns(pl.lit(0, dtype=pl.Int32).alias("rank"))
+    tl = allocation_timeline(mem)
+    peaks = memory_peaks(tl, trace.events)
+    assert peaks.item(0, "peak_allocated") == peak - low
+    assert peaks.item(0, "source") == REBUILT and peaks.item(0, "peak_reserved") is None
+    # the host allocator's events are left out unless asked for
+    assert allocation_timeline(mem, gpu_only=False).filter(pl.col("device") == "cpu").height == \
+        len(plain_memory(doc, device_type=0))
+
+
+def test_copy_bandwidth_matches_plain_sums():
+    doc = raw_events(LEGACY)
+    sums: dict[str, list[int]] = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") in ("Memcpy", "Memset"):
+            s = sums.setdefault(e["name"], [0, 0, 0])
+            s[0] += 1
+            s[1] += e["args"].get("bytes", 0)
+            s[2] += e["dur"] * 1000
+    got = copy_bandwidth(load(LEGACY).events)
+    assert {r["name"]: [r["count"], r["bytes"], r["busy_ns"]] for r in got.iter_rows(named=True)} == sums
+    htod = got.filter(pl.col("name").str.starts_with("Memcpy HtoD")).row(0, named=True)
+    assert htod["gb_per_s"] == pytest.approx(sums[htod["name"]][1] / sums[htod["name"]][2])
+
+
+def test_reader_takes_odd_values_and_bare_arrays(tmp_path):
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"stream": 7}},
+        {"ph": "i", "name": "[memory]", "ts": 11.5, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 1024,
+                                                             "Total Allocated": 1024, "Total Reserved": 2097152}},
+        {"ph": "i", "name": "[memory]", "ts": 12, "args": {"Device Type": 1, "Device Id": 0, "Bytes": "0x0",
+                                                           "Total Allocated": 1024, "Total Reserved": 2097152}},
+        {"ph": "i", "name": "[memory]", "ts": 13, "args": {"Device Type": 1, "Device Id": 0, "Bytes": -1024,
+                                                           "Total Allocated": 0, "Total Reserved": 2097152}},
+    ]
+    doc = tmp_path / "t.json"
+    doc.write_text(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 1_000_000_000}))
+    df = read_memory_events(doc)
+    assert df.get_column("ts_ns").to_list() == [1_000_011_500, 1_000_012_000, 1_000_013_000]
+    assert df.get_column("bytes").to_list() == [1024, None, -1024]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(events))
+    assert read_memory_events(bare).get_column("ts_ns").to_list() == [11_500, 12_000, 13_000]
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"traceEvents": [{"name": "[memory]", "ts": 1}')
+    r = run_cli("memory", broken)
+    assert r.returncode == 4 and len(r.stderr.strip().splitlines()) == 1 and str(broken) in r.stderr
+
+
+def test_memory_command_prediction_and_verdict_json():
+    r = run_cli("memory", "-c", CONFIG_70B, "-f", "json", "--reserve", "10")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    pred = doc["predicted"]
+    assert list(pred["components_bytes"]) == list(COMPONENTS)
+    assert pred["total_bytes"] == pytest.approx(sum(pred["components_bytes"].values()))
+    assert pred["reserve_bytes"] == 10 * GIB and pred["capacity_bytes"] == 80 * GIB
+    assert pred["headroom_bytes"] == pytest.approx(80 * GIB - 10 * GIB - pred["total_bytes"])
+    assert doc["fit"]["fits"] is True and doc["measured"] == []
+    # a reserve that leaves less than the total: does not fit
+    small = json.loads(run_cli("memory", "-c", CONFIG_70B, "-f", "json", "--reserve", "70").stdout)
+    assert small["fit"]["fits"] is False
+
+
+@needs_shared()
+def test_memory_command_measured_beside_prediction_table_and_csv():
+    r = run_cli("memory", HTA_MEMORY, "-c", CONFIG_70B)
+    assert r.returncode == 0, r.stderr
+    assert "Predicted memory per GPU" in r.stdout and "Measured memory" in r.stdout and "6.17" in r.stdout
+    c = run_cli("memory", HTA_MEMORY, "-f", "csv")
+    rows = list(csv.DictReader(io.StringIO(c.stdout)))
+    assert len(rows) == 26770 and max(int(x["allocated"]) for x in rows) == 6629508096
+
+
+@pytest.mark.parametrize("args,code,key", [
+    (["--reserve", "-1"], 7, "--reserve"),
+    (["--reserve", "nan"], 7, "--reserve"),
+    (["--reserve", "x"], 2, "--reserve"),
+    ([], 2, "TRACE"),
+])
+def test_memory_command_bad_values(args, code, key):
+    base = ["-c", str(CONFIG_70B)] if args else []
+    r = run_cli("memory", *base, *args)
+    assert r.returncode == code and key in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_memory_command_bad_config_key_names_it(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(CONFIG_70B.read_text().replace("[parallel]\n", "[parallel]\nzero_stage = 5\n"))
+    r = run_cli("memory", "-c", cfg)
+    assert r.returncode == 7 and "[parallel] zero_stage" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_predict_json_carries_memory_by_component():
+    r = run_cli("predict", "-c", CONFIG_70B, "-f", "json")
+    assert r.returncode == 0, r.stderr
+    mem = json.loads(r.stdout)["memory"]
+    assert list(mem["components_bytes"]) == list(COMPONENTS) and mem["stage"] == 0
+    # TP8 PP8 DP2, distributed optimizer: 2 + 4 + 12/2 bytes per parameter on the first stage
+    c = mem["components_bytes"]
+    assert c["weights"] / 2 == pytest.approx(mem["params_per_gpu"])
+    assert c["optimizer_states"] == pytest.approx(mem["params_per_gpu"] * 12 / 2)

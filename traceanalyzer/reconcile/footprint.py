@@ -1,0 +1,202 @@
+"""Predicted memory per GPU beside the memory a trace measured.
+
+Public surface: :func:`memory` (the Python verb: a trace and/or a run configuration -> polars
+frames), :class:`MemoryResult`, :func:`measured_memory` (loaded trace -> timeline, peaks,
+copies), :func:`predicted_frames` (:class:`~traceanalyzer.model.memory.MemoryEstimate` ->
+components and verdict frames).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import polars as pl
+
+from traceanalyzer.classify.allocations import (
+    COPY_SCHEMA, PEAKS_SCHEMA, TIMELINE_SCHEMA, allocation_timeline, copy_bandwidth, memory_peaks,
+)
+from traceanalyzer.classify.steps import DEFAULT_STEP
+from traceanalyzer.errors import ConfigError
+from traceanalyzer.model.config import RunConfig
+from traceanalyzer.model.memory import COMPONENT_NOTES, COMPONENTS, DEFAULT_RESERVE_GIB, GIB, MemoryEstimate, estimate_memory
+
+COMPONENT_FRAME = {"component": pl.String, "bytes": pl.Float64, "gib": pl.Float64, "share": pl.Float64, "what": pl.String}
+FIT_FRAME = {"stage": pl.Int64, "stages": pl.Int64, "total_bytes": pl.Float64, "capacity_bytes": pl.Int64,
+             "reserve_bytes": pl.Float64, "headroom_bytes": pl.Float64, "fits": pl.Boolean,
+             "measured_peak_allocated": pl.Int64, "measured_peak_reserved": pl.Int64}
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    """What :func:`memory` returns. Frames are empty (with their schema) when their input was not given."""
+
+    #: ``component, bytes, gib, share, what``: predicted bytes per GPU on the most loaded pipeline stage
+    predicted: pl.DataFrame
+    #: one row: ``stage, stages, total_bytes, capacity_bytes, reserve_bytes, headroom_bytes, fits``,
+    #: and the largest measured peak allocated / reserved over the trace's ranks (null without a trace)
+    fit: pl.DataFrame
+    #: per rank and device: peak allocated / reserved bytes, when (ns, trace time base), in which step
+    measured: pl.DataFrame
+    #: allocated / reserved bytes after every allocator event, per rank and device
+    timeline: pl.DataFrame
+    #: memcpy / memset per rank and kind: count, bytes, busy ns, GB/s
+    copies: pl.DataFrame
+    #: the model's estimate itself (None without a configuration)
+    estimate: MemoryEstimate | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        total = self.fit.item(0, "total_bytes") if self.fit.height else None
+        pred = f"predicted {total / GIB:.1f} GiB" if total is not None and total == total else "no prediction"
+        return (f"MemoryResult({pred}, measured: {self.measured.height} rank/device peaks, "
+                f"timeline: {self.timeline.height} events, copies: {self.copies.height} kinds)")
+
+
+def predicted_frames(est: MemoryEstimate, reserve_bytes: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(components frame, one-row verdict frame without the measured columns filled)."""
+    total = est.total_bytes
+    comp = pl.DataFrame(
+        [{"component": k, "bytes": float(est.components[k]), "gib": est.components[k] / GIB,
+          "share": est.components[k] / total if total else 0.0, "what": COMPONENT_NOTES[k]} for k in COMPONENTS],
+        schema=COMPONENT_FRAME,
+    )
+    head = est.headroom_bytes(None, reserve_bytes) if est.capacity_bytes is not None else None
+    fit = pl.DataFrame([{
+        "stage": est.stage, "stages": len(est.stages), "total_bytes": total, "capacity_bytes": est.capacity_bytes,
+        "reserve_bytes": float(reserve_bytes), "headroom_bytes": head, "fits": None if head is None else head >= 0,
+        "measured_peak_allocated": None, "measured_peak_reserved": None,
+    }], schema=FIT_FRAME)
+    return comp, fit
+
+
+def measured_memory(trace, step_range: str = DEFAULT_STEP, gpu_only: bool = True) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list[str]]:
+    """(timeline, peaks, copies, warnings) of a loaded :class:`~traceanalyzer.schema.Trace`.
+
+    The allocator events are read from each Kineto rank file
+    (:func:`~traceanalyzer.parsers.kineto_memory.read_memory_events`) on the time base and
+    with the rank the trace's parser gave that file."""
+    from traceanalyzer.parsers.kineto_memory import MEMORY_SCHEMA, read_memory_events
+
+    frames = []
+    warnings: list[str] = []
+    kineto = trace.meta.filter(pl.col("format") == "kineto")
+    for row in kineto.select("rank", "file", "base_time_ns").iter_rows(named=True):  # one per rank file
+        mem = read_memory_events(row["file"], row["base_time_ns"] or 0)
+        frames.append(mem.with_columns(pl.lit(row["rank"], dtype=pl.Int32).alias("rank")))
+    mem = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema={**MEMORY_SCHEMA, "rank": pl.Int32})
+    timeline = allocation_timeline(mem, gpu_only=gpu_only)
+    peaks = memory_peaks(timeline, trace.events, step_range)
+    copies = copy_bandwidth(trace.events)
+    if timeline.height == 0:
+        other = trace.meta.height - kineto.height
+        warnings.append("the trace has no GPU allocator events: record with torch.profiler.profile(profile_memory=True)"
+                        + (" (Nsight Systems exports: not read for memory yet)" if other else ""))
+    elif (peaks.get_column("source") != "allocator counters").any():
+        warnings.append("the trace's memory events carry no allocator totals (PyTorch ≤ 1.9): allocated is the running "
+                        "sum of the recorded allocations, a lower bound; reserved is unknown")
+    return timeline, peaks, copies, warnings
+
+
+def memory(
+    trace: str | Path | Iterable[str | Path] | object | None = None,
+    config: str | Path | RunConfig | None = None,
+    *,
+    megatron_args: str | Path | None = None,
+    reserve_gb: float = DEFAULT_RESERVE_GIB,
+    step_range: str = DEFAULT_STEP,
+    gpu_only: bool = True,
+    cache: bool | str | Path = False,
+) -> MemoryResult:
+    """Memory per GPU: the analytic prediction for a run configuration, and what a trace measured.
+
+    Parameters
+    ----------
+    trace:
+        A trace file, a directory of rank files, a list of files, or a loaded
+        :class:`traceanalyzer.schema.Trace`. Its Kineto ``[memory]`` events (recorded with
+        ``torch.profiler.profile(profile_memory=True)``) give the allocated and reserved bytes
+        over time per rank; its memcpy/memset events the copy bandwidth. None: prediction only.
+    config:
+        A run configuration (TOML path or :class:`~traceanalyzer.model.config.RunConfig`).
+        None (and no ``megatron_args``): measurement only.
+    megatron_args:
+        Megatron-LM launch script, arguments or training log (with or instead of ``config``).
+    reserve_gb:
+        GiB (2^30 bytes) kept free for what the model does not count (CUDA context, NCCL and
+        cuBLAS buffers, fragmentation); the verdict is ``total + reserve <= device memory``.
+    step_range:
+        Name of the host range that marks a training step (for the step of the peak).
+    gpu_only:
+        Keep the GPU allocator only (not the host's ``[memory]`` events).
+    cache:
+        Use the parse cache (True, or a directory), as :func:`traceanalyzer.parsers.load`.
+
+    Returns
+    -------
+    MemoryResult
+        ``predicted`` (component, bytes, gib, share, what), ``fit`` (one row: most loaded stage,
+        total, device memory, reserve, headroom, fits, and the measured peaks beside them),
+        ``measured`` (per rank/device: peak_allocated, peak_allocated_ns, peak_step,
+        peak_reserved, peak_reserved_ns, source), ``timeline`` (rank, device, ts_ns, bytes,
+        allocated, reserved, source), ``copies`` (rank, kind, name, count, bytes, busy_ns,
+        gb_per_s). Bytes are bytes; times integer ns on the trace's time base.
+
+    Raises
+    ------
+    traceanalyzer.errors.ConfigError
+        A bad reserve or configuration value (exit code 7 on the command line), naming it.
+
+    Example
+    -------
+    >>> from traceanalyzer.reconcile.footprint import memory
+    >>> r = memory(config="docs/examples/megatron-readme-70b.toml")      # doctest: +SKIP
+    >>> r.predicted.select("component", "gib"), r.fit["fits"].item()    # doctest: +SKIP
+    """
+    if not isinstance(reserve_gb, (int, float)) or isinstance(reserve_gb, bool) or not math.isfinite(reserve_gb) \
+            or reserve_gb < 0:
+        raise ConfigError(f"--reserve = {reserve_gb} must be a finite number of GiB, zero or more")
+    if trace is None and config is None and megatron_args is None:
+        raise ConfigError("nothing to do: give a trace, a run configuration (--config) or both")
+    reserve = reserve_gb * GIB
+    warnings: list[str] = []
+    est = None
+    comp = pl.DataFrame(schema=COMPONENT_FRAME)
+    fit = pl.DataFrame(schema=FIT_FRAME)
+    if config is not None or megatron_args is not None:
+        if isinstance(config, RunConfig):
+            cfg = config
+        else:
+            from traceanalyzer.model.config import load_config
+
+            cfg = load_config(config, megatron_args)
+        warnings += list(cfg.warnings)
+        est = estimate_memory(cfg)
+        warnings += [f"memory model: {n}" for n in est.notes if not n.startswith("flash attention")]
+        comp, fit = predicted_frames(est, reserve)
+        if est.capacity_bytes is None:
+            warnings.append("the device memory is unknown: give [hardware] gpu or memory_gb for the verdict")
+    timeline = pl.DataFrame(schema=TIMELINE_SCHEMA)
+    peaks = pl.DataFrame(schema=PEAKS_SCHEMA)
+    copies = pl.DataFrame(schema=COPY_SCHEMA)
+    if trace is not None:
+        if hasattr(trace, "events") and hasattr(trace, "meta"):
+            loaded = trace
+        else:
+            from traceanalyzer.parsers import load
+
+            loaded = load(trace, cache=cache)
+        warnings += list(loaded.warnings)
+        timeline, peaks, copies, more = measured_memory(loaded, step_range, gpu_only)
+        warnings += more
+        if fit.height == 0:
+            fit = pl.DataFrame([{k: None for k in FIT_FRAME}], schema=FIT_FRAME)
+        if peaks.height:
+            fit = fit.with_columns(
+                pl.lit(peaks.get_column("peak_allocated").max(), dtype=pl.Int64).alias("measured_peak_allocated"),
+                pl.lit(peaks.get_column("peak_reserved").max(), dtype=pl.Int64).alias("measured_peak_reserved"),
+            )
+    return MemoryResult(predicted=comp, fit=fit, measured=peaks, timeline=timeline, copies=copies, estimate=est,
+                        warnings=list(dict.fromkeys(warnings)))
