@@ -15,6 +15,7 @@ import typer
 
 from traceanalyzer import __version__
 from traceanalyzer.commands import annotate, baseline, batch, breakdown, gate, plan, predict, reconcile, report, trend
+from traceanalyzer.commands import launch_stats, user_annotations
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
 from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals
 from traceanalyzer.outputs import remove_temporaries
@@ -32,6 +33,8 @@ app = typer.Typer(
 )
 
 for _module in (breakdown, predict, reconcile, report, annotate, batch, trend, gate, baseline, plan):
+    _module.register(app)
+for _module in (user_annotations, launch_stats):
     _module.register(app)
 
 

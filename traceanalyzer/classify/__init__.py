@@ -40,6 +40,7 @@ class Analysis:
     outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns: GPU busy time in no step
     kernel_rows: pl.DataFrame | None = None  # per rank and kernel: calls, total_ns (classify.kernels.kernel_rows)
     exposed_kernels: pl.DataFrame | None = None  # comm kernels with exposed time (classify.kernels.exposed_rows)
+    extras: dict[str, pl.DataFrame] = field(default_factory=dict)  # optional tables asked for (engine.rank.EXTRAS)
 
     def _fields(self) -> list[str]:
         return [f for f in [*FIELDS, *IDLE_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in self.steps.columns]

@@ -194,3 +194,152 @@ def queue_summary(pairs: pl.LazyFrame) -> pl.LazyFrame:
         *key, "launched", "span_ns", "queued_mean", "queued_max", "outstanding_mean", "outstanding_max",
         "hta_count", "hta_mean", "hta_std", "hta_min", "hta_p25", "hta_p50", "hta_p75", "hta_max",
     ).sort(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-rank tables for the engine (engine.rank.EXTRAS): computed in the rank worker, compact
+
+
+def rank_steps(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
+    """:func:`step_table` of the ranks in ``events``."""
+    return step_table(events, gpu, windows, steps)
+
+
+def rank_pairs(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
+    """:func:`launch_pairs` with the ``step`` each item starts in (null: in no step window)."""
+    pairs = launch_pairs(events.lazy(), gpu.lazy()).collect()
+    win = windows.select("rank", "step", "wstart_ns", "wend_ns").sort("wstart_ns")
+    return (
+        pairs.sort("start_ns")
+        .join_asof(win, left_on="start_ns", right_on="wstart_ns", by="rank", strategy="backward", check_sortedness=False)
+        .with_columns(pl.when(pl.col("start_ns") < pl.col("wend_ns")).then(pl.col("step")).alias("step"))
+        .select("rank", "step", *PAIR_COLUMNS[1:])
+        .sort("rank", "launch_ns", "start_ns")
+    )
+
+
+def rank_queue(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
+    """:func:`queue_summary` of the ranks in ``events``."""
+    return queue_summary(launch_pairs(events.lazy(), gpu.lazy())).collect()
+
+
+def rank_queue_series(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
+    """:func:`queue_series` of the ranks in ``events``."""
+    return queue_series(launch_pairs(events.lazy(), gpu.lazy())).collect()
+
+
+# ---------------------------------------------------------------------------------------------
+# the Python verbs
+
+
+def _analysis(trace, extras: tuple[str, ...], step_name, comm_kernels, engine_kw):
+    from traceanalyzer.engine import Options, analyse_any
+
+    opts = Options(step_name=step_name, comm_kernels=tuple(comm_kernels or ()), extras=extras)
+    return analyse_any(trace, opts, **engine_kw)
+
+
+def launches(
+    trace,
+    *,
+    by: str = "step",
+    threshold: float = LAUNCH_BOUND_SHARE,
+    step_name: str | None = "ProfilerStep",
+    comm_kernels: list[str] | None = None,
+    **engine_kw,
+) -> pl.DataFrame:
+    """Kernel launch statistics: per step (default) or one row per launched GPU item.
+
+    Parameters
+    ----------
+    trace:
+        A loaded :class:`~traceanalyzer.schema.Trace`, a trace file, a directory of rank files,
+        a list of files, or an :class:`~traceanalyzer.classify.Analysis`.
+    by:
+        ``"step"``: one row per (rank, step); ``"kernel"``: one row per launched GPU item
+        (kernel, memcpy, memset) that has a launch record.
+    threshold:
+        With ``by="step"``: the share of the step (0 to 1) the GPU must sit idle waiting for a
+        launch call that had not begun yet for the step to count as launch-bound.
+    step_name:
+        The step range (``None``: each rank's whole GPU span is one step).
+    comm_kernels:
+        Extra kernel-name regexes that are communication (as ``--comm-kernel``).
+    engine_kw:
+        ``engine``, ``workers``, ``address``, ``quiet`` for files (see :func:`traceanalyzer.engine.analyse`).
+
+    Returns
+    -------
+    polars.DataFrame
+        ``by="step"``: ``rank, step, kernels, memcpy, memset, launched,
+        launch_latency_{mean,p50,p99,max}_ns, launch_delay_p50_ns, launch_cpu_p50_ns,
+        launch_cpu_ns, gpu_work_p50_ns, duration_ns, idle_ns, idle_host_bound_ns,
+        host_bound_share, launch_bound`` (percentiles: nearest rank).
+        ``by="kernel"``: ``rank, step, pid, stream, kind, name, cls, correlation, launch_name,
+        launch_ns, launch_end_ns, start_ns, end_ns, launch_latency_ns, launch_delay_ns, cpu_ns,
+        gpu_ns`` (``step`` null outside every step window). Integer nanoseconds on the trace's
+        clock; ``launch_latency_ns`` = GPU start − launch call start, ``launch_delay_ns`` = GPU
+        start − launch call end (HTA's launch delay before its clip at 0).
+
+    Example
+    -------
+    >>> from traceanalyzer.classify.launches import launches
+    >>> per_step = launches("trace.json.gz")  # doctest: +SKIP
+    >>> per_step.filter("launch_bound").select("rank", "step", "host_bound_share")  # doctest: +SKIP
+    """
+    if by not in ("step", "kernel"):
+        raise ValueError(f"by must be 'step' or 'kernel', got {by!r}")
+    if not 0 <= threshold <= 1:
+        raise ValueError(f"threshold must be between 0 and 1, got {threshold}")
+    name = "launches" if by == "step" else "launch_rows"
+    analysis = _analysis(trace, (name,), step_name, comm_kernels, engine_kw)
+    df = analysis.extras.get(name)
+    if df is None:
+        schema = {"rank": pl.Int32, "step": pl.Int64}
+        df = pl.DataFrame(schema=schema)
+        return df
+    return with_launch_bound(df, threshold) if by == "step" else df
+
+
+def queue_length(
+    trace,
+    *,
+    series: bool = False,
+    step_name: str | None = "ProfilerStep",
+    comm_kernels: list[str] | None = None,
+    **engine_kw,
+) -> pl.DataFrame:
+    """Launch queue length per (rank, device, stream): a summary, or the step function itself.
+
+    Parameters
+    ----------
+    trace:
+        A loaded :class:`~traceanalyzer.schema.Trace`, a trace file, a directory of rank files,
+        a list of files, or an :class:`~traceanalyzer.classify.Analysis`.
+    series:
+        ``False`` (default): one summary row per stream; ``True``: the time series.
+    step_name, comm_kernels, engine_kw:
+        As for :func:`launches`.
+
+    Returns
+    -------
+    polars.DataFrame
+        Summary: ``rank, pid, stream, launched, span_ns, queued_mean, queued_max,
+        outstanding_mean, outstanding_max`` (means weighted by time over ``span_ns``, from the
+        first launch to the last end on the stream) and HTA's statistics of the queued count
+        ``hta_count, hta_mean, hta_std, hta_min, hta_p25, hta_p50, hta_p75, hta_max`` (one value
+        per launch and per start, not weighted by time). Series: ``rank, pid, stream, t_ns,
+        queued, outstanding``; each value holds from ``t_ns`` (integer ns) to the next row.
+        ``queued`` = launched and not started; ``outstanding`` = launched and not finished.
+
+    Example
+    -------
+    >>> from traceanalyzer.classify.launches import queue_length
+    >>> queue_length("trace.json.gz").select("stream", "queued_mean", "queued_max")  # doctest: +SKIP
+    """
+    name = "queue_series" if series else "queue"
+    analysis = _analysis(trace, (name,), step_name, comm_kernels, engine_kw)
+    df = analysis.extras.get(name)
+    if df is None:
+        return pl.DataFrame(schema={"rank": pl.Int32, "pid": pl.String, "stream": pl.Int64})
+    return df

@@ -207,4 +207,5 @@ def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: s
         kernel_rows=_concat([r.kernel_rows for r in gpu_ranks]),
         exposed_kernels=_concat([r.exposed_kernels for r in gpu_ranks]),
         outside_steps=outside,
+        extras={name: _concat([r.extras.get(name) for r in gpu_ranks]) for name in opts.extras},
     )

@@ -254,3 +254,177 @@ def empty_table() -> pl.DataFrame:
     schema = {"rank": pl.Int32, "step": pl.Int64, "source": pl.String, "name": pl.String, "level": pl.Int32,
               **{c: pl.Int64 for c in COLUMNS[5:]}}
     return pl.DataFrame(schema=schema)
+
+
+def rank_table(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
+    """:func:`annotation_table` of the ranks in ``events`` (the engine's per-rank table)."""
+    return annotation_table(events, gpu, windows, source=source)
+
+
+# ---------------------------------------------------------------------------------------------
+# the Python verb
+
+
+def check_regex(pattern: str | None, what: str = "--name") -> None:
+    """Raise :class:`~traceanalyzer.errors.ConfigError` unless ``pattern`` is a regex polars can
+    use (no look-around, no back-references)."""
+    if pattern is None:
+        return
+    from traceanalyzer.errors import ConfigError
+
+    try:
+        pl.Series([""]).str.contains(pattern)
+    except Exception as exc:  # polars raises ComputeError on a bad pattern
+        why = [ln[len("error: "):] for ln in str(exc).splitlines() if ln.startswith("error: ")]
+        raise ConfigError(f"{what} {pattern!r} is not a valid regex ({why[0] if why else 'parse error'})") from None
+
+
+def select(table: pl.DataFrame, *, name: str | None = None, level: int | None = None, source: str = "auto",
+           by: str = "step") -> pl.DataFrame:
+    """Filter and group an annotation table (see :func:`annotations` for the parameters)."""
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+    if by not in ("step", "rank", "name"):
+        raise ValueError(f"by must be 'step', 'rank' or 'name', got {by!r}")
+    t = table
+    if source == "auto":  # per rank: Kineto's GPU-side ranges where the rank has them
+        gpu_ranks = t.filter(pl.col("source") == "gpu").select("rank").unique()
+        t = pl.concat([
+            t.join(gpu_ranks, on="rank", how="semi").filter(pl.col("source") == "gpu"),
+            t.join(gpu_ranks, on="rank", how="anti").filter(pl.col("source") == "host"),
+        ])
+    else:
+        t = t.filter(pl.col("source") == source)
+    if name is not None:
+        t = t.filter(pl.col("name").str.contains(name))
+    if level is not None:
+        t = t.filter(pl.col("level") == level)
+    sums = [c for c in t.columns if c.endswith("_ns") or c in ("count", "gpu_work", "model_flops")]
+    if by == "rank":
+        t = t.group_by("rank", "source", "name", "level").agg(pl.col("step").n_unique().alias("steps"), *[pl.col(c).sum() for c in sums])
+    elif by == "name":
+        t = t.group_by("source", "name", "level").agg(pl.col("rank").n_unique().alias("ranks"), *[pl.col(c).sum() for c in sums])
+    return t.sort("duration_ns", "name", descending=[True, False])
+
+
+def with_mfu(table: pl.DataFrame, steps: pl.DataFrame, model_flops_per_gpu: float, peak_tflops: float) -> pl.DataFrame:
+    """``model_flops`` and ``mfu`` for every row of an annotation table (rows per step).
+
+    A step's model FLOPs (per GPU) are spread over its compute time: a row gets
+    ``model_flops_per_gpu × compute_ns / (the step's compute_ns)``, and
+    ``mfu = model_flops / (duration_ns × 1e-9) / (peak_tflops × 1e12)``. For a range that covers
+    whole steps this is the step's MFU; for part of a step it is the MFU the range would have
+    if every ns of compute in the step did the same FLOPs (kernel efficiency is not told apart
+    within a step), so it measures how much of the range's GPU time goes to compute. Recompute
+    gets no model FLOPs (model FLOPs exclude recompute). Rows outside every step: null."""
+    step_compute = steps.select("rank", "step", pl.col("compute_ns").alias("__sc"))
+    out = table.join(step_compute, on=["rank", "step"], how="left").with_columns(
+        pl.when(pl.col("__sc") > 0).then(pl.lit(model_flops_per_gpu) * pl.col("compute_ns") / pl.col("__sc"))
+        .otherwise(0.0).alias("model_flops")
+    ).drop("__sc")
+    return add_mfu(out, peak_tflops)
+
+
+def add_mfu(table: pl.DataFrame, peak_tflops: float) -> pl.DataFrame:
+    """``mfu`` from ``model_flops`` and ``duration_ns`` (null where the duration is 0)."""
+    return table.with_columns(
+        pl.when(pl.col("duration_ns") > 0)
+        .then(pl.col("model_flops") / (pl.col("duration_ns") * 1e-9) / (peak_tflops * 1e12))
+        .alias("mfu")
+    )
+
+
+def annotations(
+    trace,
+    *,
+    name: str | None = None,
+    level: int | None = None,
+    source: str = "auto",
+    by: str = "step",
+    config=None,
+    step_name: str | None = "ProfilerStep",
+    comm_kernels: list[str] | None = None,
+    **engine_kw,
+) -> pl.DataFrame:
+    """GPU time under each NVTX / ``record_function`` range, split into the partition's buckets.
+
+    Parameters
+    ----------
+    trace:
+        A loaded :class:`~traceanalyzer.schema.Trace`, a trace file, a directory of rank files,
+        a list of files, or an :class:`~traceanalyzer.classify.Analysis` made with
+        ``Options(extras=("annotations",))``.
+    name:
+        Regex (polars dialect, searched anywhere) the range name must match; ``None``: all.
+    level:
+        Only ranges at this nesting level (0: outermost on their thread or stream).
+    source:
+        ``"gpu"``: Kineto's GPU-side range copies (``gpu_user_annotation``, HTA's input);
+        ``"host"``: host ranges (``record_function``, NVTX) projected onto the GPU through the
+        launches made inside them; ``"auto"`` (default): ``gpu`` for ranks that have GPU-side
+        ranges, else ``host``.
+    by:
+        ``"step"`` (default): one row per (rank, step, source, name, level); ``"rank"``: summed
+        over steps (``steps`` column: how many); ``"name"``: summed over ranks and steps
+        (``ranks`` column).
+    config:
+        Run configuration (a TOML path, or a :class:`~traceanalyzer.model.RunConfig`): adds
+        ``model_flops`` (per GPU) and ``mfu`` columns (see :func:`with_mfu` for what MFU means
+        for a range that covers part of a step).
+    step_name:
+        The step range (``None``: each rank's whole GPU span is one step).
+    comm_kernels:
+        Extra kernel-name regexes that are communication (as ``--comm-kernel``).
+    engine_kw:
+        ``engine``, ``workers``, ``address``, ``quiet`` for files (see :func:`traceanalyzer.engine.analyse`).
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``rank, step, source, name, level, count, gpu_work, gpu_work_ns, duration_ns,
+        compute_ns, recompute_ns, exposed_comm_ns, other_ns, idle_ns, overlapped_comm_ns,
+        outside_ns`` (+ ``model_flops, mfu`` with ``config``), sorted by ``duration_ns``
+        descending. Times are integer nanoseconds; the five buckets sum exactly to
+        ``duration_ns`` (the range's GPU time inside step windows), ``outside_ns`` is its GPU
+        time in no step. ``count``: range instances; ``gpu_work``/``gpu_work_ns``: GPU items
+        under them and their summed duration.
+
+    Example
+    -------
+    >>> from traceanalyzer.classify.annotation_ranges import annotations
+    >>> df = annotations("trace.json.gz", name="Optimizer", by="name")  # doctest: +SKIP
+    >>> df.select("name", "count", "duration_ns", "compute_ns", "idle_ns")  # doctest: +SKIP
+    """
+    from traceanalyzer.engine import Options, analyse_any
+
+    check_regex(name)
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+    opts = Options(step_name=step_name, comm_kernels=tuple(comm_kernels or ()), extras=("annotations",))
+    analysis = analyse_any(trace, opts, **engine_kw)
+    table = analysis.extras.get("annotations")
+    if table is None:
+        table = empty_table()
+    if config is not None:
+        flops, peak = model_flops_and_peak(config, analysis)
+        table = with_mfu(table, analysis.steps, flops, peak)
+    out = select(table, name=name, level=level, source=source, by=by)
+    if config is not None and by != "step":
+        out = add_mfu(out, peak)
+    return out
+
+
+def model_flops_and_peak(config, analysis) -> tuple[float, float]:
+    """(model FLOPs per GPU per step, peak TFLOP/s per GPU) of a run configuration (a path or a
+    :class:`~traceanalyzer.model.RunConfig`), as ``reconcile`` computes them."""
+    from traceanalyzer.model import RunConfig, load_config, step_flops
+    from traceanalyzer.reconcile.waterfall import _peak
+
+    cfg = config if isinstance(config, RunConfig) else load_config(config)
+    gpus = cfg.num_gpus
+    if gpus is None:
+        ws = analysis.trace.meta["world_size"].drop_nulls()
+        gpus = int(ws.max()) if ws.len() else None
+    gpus = cfg.need(gpus, "[hardware] num_gpus", "the FLOPs per GPU (the trace does not give a world size either)")
+    peak, _gpu, _where = _peak(cfg, analysis.trace, [])
+    return step_flops(cfg).model / gpus, peak
