@@ -176,3 +176,28 @@ def test_cli_launches_views(tmp_path):
     assert [s["step"] for s in doc["steps"]] == [550, 551, 552, 553, 554] and len(doc["queue"]) == 6
     r = run_cli("launches", QUEUE, "-q", "--threshold", "2")
     assert r.returncode == 7 and "--threshold" in r.stderr
+
+
+def test_docstring_examples_run(monkeypatch):
+    """The verbs' examples (annotations, launches, queue_length) run on the bundled trace and
+    print what their docstrings say."""
+    import doctest
+
+    import traceanalyzer.classify.annotation_ranges as ar
+    import traceanalyzer.classify.launches as lm
+    from tests.conftest import ROOT
+
+    monkeypatch.chdir(ROOT)
+    for mod in (ar, lm):
+        res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
+        assert res.attempted >= 2 and res.failed == 0, mod.__name__
+
+
+def test_extras_cost_nothing_unless_asked():
+    """A plain analysis computes none of the optional tables."""
+    from tests.conftest import DEMO
+    from traceanalyzer.classify import analyze
+    from traceanalyzer.engine import Options
+
+    assert Options().extras == ()
+    assert analyze(load(DEMO)).extras == {}

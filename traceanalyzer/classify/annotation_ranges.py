@@ -391,9 +391,13 @@ def annotations(
 
     Example
     -------
+    The bundled MI300X trace (run from the repository root), its optimizer ranges summed over
+    steps: 3 instances, 90.761 µs of GPU time of which 90.756 µs compute:
+
     >>> from traceanalyzer.classify.annotation_ranges import annotations
-    >>> df = annotations("trace.json.gz", name="Optimizer", by="name")  # doctest: +SKIP
-    >>> df.select("name", "count", "duration_ns", "compute_ns", "idle_ns")  # doctest: +SKIP
+    >>> df = annotations("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz", name="Optimizer", by="name")
+    >>> df.select("name", "count", "duration_ns", "compute_ns", "idle_ns").rows()
+    [('Optimizer.step#SGD.step', 3, 90761, 90756, 5)]
     """
     from traceanalyzer.engine import Options, analyse_any
 
