@@ -166,3 +166,34 @@ def test_cli_annotations_json_csv_and_bad_regex(tmp_path):
     assert [row["duration_ns"] for row in doc["rows"]] == [305000]
     r = run_cli("annotations", ANNOT, "-q", "--name", "(?=x)")
     assert r.returncode == 7 and r.stderr.count("\n") == 1 and "--name" in r.stderr
+
+
+def test_span_outside_and_across_steps_by_hand():
+    """W launches work at 10-20 (before the first step's GPU window, which opens at 100): a row
+    with no step and 10 ns outside. Outer holds both steps; its work a, b, c runs 100-140,
+    150-250, 250-320 across step 1 [100, 250) and step 2 [250, 320): 150 ns in step 1 (10 idle),
+    70 in step 2, the instance and its 3 items counted once (in step 1)."""
+    rows = [
+        {"rank": 0, "kind": "annotation", "pid": "1", "tid": "1", "name": "W", "start_ns": 0, "end_ns": 8},
+        {"rank": 0, "kind": "runtime", "pid": "1", "tid": "1", "name": "cudaLaunchKernel", "start_ns": 1, "end_ns": 2, "correlation": 1},
+        {"rank": 0, "kind": "kernel", "pid": "0", "tid": "7", "stream": 7, "name": "w", "start_ns": 10, "end_ns": 20, "correlation": 1},
+        {"rank": 0, "kind": "annotation", "pid": "1", "tid": "1", "name": "Outer", "start_ns": 25, "end_ns": 95},
+        {"rank": 0, "kind": "annotation", "pid": "1", "tid": "1", "name": "ProfilerStep#1", "start_ns": 30, "end_ns": 60},
+        {"rank": 0, "kind": "runtime", "pid": "1", "tid": "1", "name": "cudaLaunchKernel", "start_ns": 41, "end_ns": 42, "correlation": 2},
+        {"rank": 0, "kind": "kernel", "pid": "0", "tid": "7", "stream": 7, "name": "a", "start_ns": 100, "end_ns": 140, "correlation": 2},
+        {"rank": 0, "kind": "runtime", "pid": "1", "tid": "1", "name": "cudaLaunchKernel", "start_ns": 43, "end_ns": 44, "correlation": 3},
+        {"rank": 0, "kind": "kernel", "pid": "0", "tid": "7", "stream": 7, "name": "b", "start_ns": 150, "end_ns": 250, "correlation": 3},
+        {"rank": 0, "kind": "annotation", "pid": "1", "tid": "1", "name": "ProfilerStep#2", "start_ns": 65, "end_ns": 90},
+        {"rank": 0, "kind": "runtime", "pid": "1", "tid": "1", "name": "cudaLaunchKernel", "start_ns": 66, "end_ns": 67, "correlation": 4},
+        {"rank": 0, "kind": "kernel", "pid": "0", "tid": "7", "stream": 7, "name": "c", "start_ns": 250, "end_ns": 320, "correlation": 4},
+    ]
+    ev = _ev(rows)
+    t = annotation_table(ev, label_gpu(ev), gpu_windows(ev)[0])
+    w = t.filter(pl.col("name") == "W").row(0, named=True)
+    assert (w["step"], w["count"], w["duration_ns"], w["outside_ns"], w["level"]) == (None, 1, 0, 10, 0)
+    x = {r["step"]: r for r in t.filter(pl.col("name") == "Outer").iter_rows(named=True)}
+    assert set(x) == {1, 2} and x[1]["level"] == 0
+    assert (x[1]["duration_ns"], x[1]["compute_ns"], x[1]["idle_ns"], x[1]["count"], x[1]["gpu_work"], x[1]["gpu_work_ns"]) == (150, 140, 10, 1, 3, 210)
+    assert (x[2]["duration_ns"], x[2]["compute_ns"], x[2]["count"], x[2]["gpu_work"]) == (70, 70, 0, 0)
+    s1 = t.filter(pl.col("name") == "ProfilerStep#1").row(0, named=True)
+    assert (s1["step"], s1["duration_ns"], s1["level"]) == (1, 150, 1)

@@ -182,8 +182,12 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
     for name, df in frames.items():
         for rank, part in _split(df, ranks).items():
             setattr(by_rank[rank], name, part)
-    for name in opts.extras:
-        df = extra_table(name, events, gpu, windows, steps, source)
+    try:
+        extras = {name: extra_table(name, events, gpu, windows, steps, source) for name in opts.extras}
+    except TraceAnalyzerError as exc:
+        into[0].deferred = exc
+        return
+    for name, df in extras.items():
         for rank, part in _split(df, ranks).items():
             by_rank[rank].extras[name] = part
     for r in into:
