@@ -80,7 +80,7 @@ def host_ranges(events: pl.LazyFrame, gpu: pl.LazyFrame) -> pl.LazyFrame:
         events.filter((pl.col("kind") == "annotation") & (pl.col("end_ns") > pl.col("start_ns")))
         .select(*key, "name", "start_ns", "end_ns"),
         key,
-    ).with_row_index("__r")
+    ).collect().with_row_index("__r").lazy()  # collected once: the index is used three times
     work = (
         gpu.filter(pl.col("correlation").is_not_null())
         .select("rank", "correlation", pl.col("start_ns").alias("__g0"), pl.col("end_ns").alias("__g1"))
@@ -301,7 +301,7 @@ def select(table: pl.DataFrame, *, name: str | None = None, level: int | None = 
         t = t.filter(pl.col("level") == level)
     sums = [c for c in t.columns if c.endswith("_ns") or c in ("count", "gpu_work", "model_flops")]
     if by == "rank":
-        t = t.group_by("rank", "source", "name", "level").agg(pl.col("step").n_unique().alias("steps"), *[pl.col(c).sum() for c in sums])
+        t = t.group_by("rank", "source", "name", "level").agg(pl.col("step").drop_nulls().n_unique().alias("steps"), *[pl.col(c).sum() for c in sums])
     elif by == "name":
         t = t.group_by("source", "name", "level").agg(pl.col("rank").n_unique().alias("ranks"), *[pl.col(c).sum() for c in sums])
     return t.sort("duration_ns", "name", descending=[True, False])
