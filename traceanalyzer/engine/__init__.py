@@ -31,7 +31,7 @@ from traceanalyzer.errors import ConfigError, InputNotFound
 #: processes, ~1 s each, would cost more than they save)
 POOL_BYTES = 32 * 2**20
 
-__all__ = ["analyse", "analyse_trace", "Options", "RankResult", "ENGINES", "KEEP", "WorkerDied", "default_workers"]
+__all__ = ["analyse", "analyse_trace", "Options", "RankResult", "ENGINES", "KEEP", "WorkerDied", "default_workers", "analyse_any"]
 
 
 def _source(files: list[Path]) -> str:
@@ -123,6 +123,24 @@ def analyse(
             ordered = [results[i] for i in sorted(results)]
     trace = job_trace(ordered, kin)
     return reduce_job(ordered, trace, opts, source)
+
+
+def analyse_any(what, opts: Options, **engine_kw):
+    """An :class:`~traceanalyzer.classify.Analysis` holding the optional tables ``opts.extras``:
+    ``what`` itself when it is an analysis that has them all, :func:`analyse_trace` for a loaded
+    :class:`~traceanalyzer.schema.Trace`, else :func:`analyse` of the file(s) or directory
+    ``what`` (``engine_kw``: ``engine``, ``workers``, ``address``, ``quiet``, ``console``)."""
+    from traceanalyzer.classify import Analysis
+    from traceanalyzer.schema import Trace
+
+    if isinstance(what, Analysis):
+        missing = [n for n in opts.extras if n not in what.extras]
+        if not missing:
+            return what
+        what = what.trace  # classified again, with the missing tables
+    if isinstance(what, Trace):
+        return analyse_trace(what, opts)
+    return analyse(what, opts, **{"quiet": True, **engine_kw})
 
 
 def with_rank_gpu(analysis, rank: int, opts: Options):

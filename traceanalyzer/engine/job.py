@@ -209,4 +209,5 @@ def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: s
         kernel_stats=_concat([r.kernel_stats for r in gpu_ranks]),
         op_stats=_concat([r.op_stats for r in gpu_ranks]),
         outside_steps=outside,
+        extras={name: _concat([r.extras.get(name) for r in gpu_ranks]) for name in opts.extras},
     )

@@ -56,6 +56,7 @@ class Options:
     cache: bool = False
     comm_kernels: tuple[str, ...] = ()  # extra kernel-name regexes that are communication (--comm-kernel)
     tables: bool = False  # the kernel and op tables' rows (classify.kernelstats, classify.opstats); also with keep="report"
+    extras: tuple[str, ...] = ()  # optional per-rank tables (names in EXTRAS), computed only when asked
 
 
 @dataclass
@@ -96,6 +97,7 @@ class RankResult:
     kernel_stats: pl.DataFrame | None = None  # with tables or keep="report" (classify.kernelstats.kernel_stat_rows)
     op_stats: pl.DataFrame | None = None  # with tables or keep="report" (classify.opstats.op_stat_rows)
     events: pl.DataFrame | None = None  # only with keep == "events"
+    extras: dict[str, pl.DataFrame] = field(default_factory=dict)  # Options.extras, by name
 
     def relabel(self, rank: int) -> None:
         """Give every frame the job's rank for this file."""
@@ -107,6 +109,8 @@ class RankResult:
             df = getattr(self, name)
             if df is not None and "rank" in df.columns:
                 setattr(self, name, df.with_columns(pl.lit(rank, pl.Int32).alias("rank")))
+        self.extras = {k: v.with_columns(pl.lit(rank, pl.Int32).alias("rank")) if "rank" in v.columns else v
+                       for k, v in self.extras.items()}
         self.window_warnings = [w.replace(f"rank {old}: ", f"rank {rank}: ", 1) for w in self.window_warnings]
         self.rank = rank
 
@@ -185,8 +189,37 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
     for name, df in frames.items():
         for rank, part in _split(df, ranks).items():
             setattr(by_rank[rank], name, part)
+    try:
+        extras = {name: extra_table(name, events, gpu, windows, steps, source) for name in opts.extras}
+    except TraceAnalyzerError as exc:
+        into[0].deferred = exc
+        return
+    for name, df in extras.items():
+        for rank, part in _split(df, ranks).items():
+            by_rank[rank].extras[name] = part
     for r in into:
         r.stepless = r.windows is not None and r.windows.height > 0 and r.windows.get_column("cpu_start_ns").is_null().all()
+
+
+#: optional per-rank tables a command may ask for (``Options.extras``): name -> (module, function);
+#: each function takes ``(events, gpu, windows, steps, source)`` and returns a compact frame with
+#: a ``rank`` column (never raw events, except ``launch_rows``: one row per launched GPU item)
+EXTRAS = {
+    "annotations": ("traceanalyzer.classify.annotation_ranges", "rank_table"),
+    "launches": ("traceanalyzer.classify.launches", "rank_steps"),
+    "launch_rows": ("traceanalyzer.classify.launches", "rank_pairs"),
+    "queue": ("traceanalyzer.classify.launches", "rank_queue"),
+    "queue_series": ("traceanalyzer.classify.launches", "rank_queue_series"),
+}
+
+
+def extra_table(name: str, events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame,
+                source: str) -> pl.DataFrame:
+    """The optional table ``name`` (:data:`EXTRAS`) of the ranks in ``events``."""
+    import importlib
+
+    module, func = EXTRAS[name]
+    return getattr(importlib.import_module(module), func)(events, gpu, windows, steps, source)
 
 
 def _with_causes(steps: pl.DataFrame, idle_parts: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:

@@ -1,0 +1,355 @@
+"""Kernel launches and the launch queue: how long GPU work waited between its launch call on
+the host and its start on the device, how many kernels a step runs, which steps are
+launch-bound, and how many launched items were outstanding on each stream over time.
+
+* A **launch** pairs a host runtime call (``cudaLaunchKernel``, ``cuLaunchKernel``,
+  ``cudaMemcpyAsync``, ``cudaGraphLaunch``, ``hipLaunchKernel``...: any runtime or driver call
+  that carries the correlation id of GPU work) with the GPU work of that id (kernel, memcpy,
+  memset; a graph launch pairs with each of its kernels). GPU work without a launch record
+  (launched before the profile began) takes part in no launch statistic.
+* ``launch_latency_ns`` = GPU start − launch call start (what the host waits, end to end);
+  ``launch_delay_ns`` = GPU start − launch call end (HTA's "launch delay", which HTA clips at 0;
+  here it keeps its sign: negative when the work started before the call returned);
+  ``cpu_ns`` = the launch call's own duration; ``gpu_ns`` = the work's duration.
+* **Queue length** per (rank, device, stream): ``queued`` = launched and not yet started
+  (+1 at the launch call's start, −1 at the work's start: HTA's definition), ``outstanding`` =
+  launched and not yet finished (−1 at the work's end instead). Both are step functions: a value
+  holds from its ``t_ns`` to the next row's.
+* A step is **launch-bound** when (1) the GPU sat idle waiting for launch calls that had not
+  begun yet (the partition's ``idle_host_bound`` cause) for at least ``threshold`` of the step,
+  and (2) the median launched item ran no longer than the median launch call took: the host
+  cannot issue work as fast as the GPU finishes it, so launch overhead, not the kernels, sets
+  the pace (CUDA graphs, fusion or ``torch.compile`` are the usual cures).
+
+Sorted cumulative sums and as-of joins only; no Python loop over events.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.schema import GPU_WORK_KINDS
+
+#: the default share of a step the GPU must wait on the host for the step to be launch-bound
+LAUNCH_BOUND_SHARE = 0.10
+#: the columns of :func:`launch_pairs`
+PAIR_COLUMNS = [
+    "rank", "pid", "stream", "kind", "name", "cls", "correlation", "launch_name", "launch_ns", "launch_end_ns",
+    "start_ns", "end_ns", "launch_latency_ns", "launch_delay_ns", "cpu_ns", "gpu_ns",
+]
+
+
+def launch_calls(events: pl.LazyFrame) -> pl.LazyFrame:
+    """One launch call per (rank, correlation) (the earliest runtime call with that id):
+    ``rank, correlation, pid, tid, launch_name, launch_ns, launch_end_ns`` (``pid``/``tid``:
+    the host process and thread that made the call)."""
+    return (
+        events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .sort("start_ns")
+        .group_by("rank", "correlation")
+        .agg(
+            pl.col("pid").first(), pl.col("tid").first(), pl.col("name").first().alias("launch_name"),
+            pl.col("start_ns").first().alias("launch_ns"), pl.col("end_ns").first().alias("launch_end_ns"),
+        )
+    )
+
+
+def launch_pairs(events: pl.LazyFrame, gpu: pl.LazyFrame) -> pl.LazyFrame:
+    """Every GPU work item with its launch call (columns :data:`PAIR_COLUMNS`; ``pid`` is the
+    GPU's, ``cls`` the work's class when ``gpu`` is labelled, else null)."""
+    g = gpu.filter(pl.col("kind").is_in(GPU_WORK_KINDS) & pl.col("correlation").is_not_null())
+    if "cls" not in g.collect_schema().names():
+        g = g.with_columns(pl.lit(None, pl.String).alias("cls"))
+    calls = launch_calls(events).drop("pid", "tid")
+    return (
+        g.select("rank", "pid", "stream", pl.col("kind").cast(pl.String), "name", "cls", "correlation", "start_ns", "end_ns")
+        .join(calls, on=["rank", "correlation"], how="inner")
+        .with_columns(
+            (pl.col("start_ns") - pl.col("launch_ns")).alias("launch_latency_ns"),
+            (pl.col("start_ns") - pl.col("launch_end_ns")).alias("launch_delay_ns"),
+            (pl.col("launch_end_ns") - pl.col("launch_ns")).alias("cpu_ns"),
+            (pl.col("end_ns") - pl.col("start_ns")).alias("gpu_ns"),
+        )
+        .select(PAIR_COLUMNS)
+    )
+
+
+def _q(col: str, q: float, alias: str) -> pl.Expr:
+    return pl.col(col).quantile(q, interpolation="nearest").cast(pl.Int64).alias(alias)
+
+
+def step_table(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step): ``kernels``, ``memcpy``, ``memset`` (GPU work that starts in the step),
+    ``launched`` (of those, the items with a launch record), the launch latency's mean, p50,
+    p99 and max, the launch delay's p50, the launch call's p50 and total (``launch_cpu_ns``:
+    host time spent in launch calls of the step's work), the launched work's p50 duration, and
+    the step's ``duration_ns``, ``idle_ns``, ``idle_host_bound_ns`` (from the partition).
+    Integer ns throughout."""
+    from traceanalyzer.classify.kernels import in_windows
+
+    g = in_windows(gpu.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("rank", "kind", "start_ns", "correlation"), windows)
+    counts = g.group_by("rank", "step").agg(
+        *[(pl.col("kind") == k).sum().cast(pl.Int64).alias(k) for k in ("kernel", "memcpy", "memset")],
+    ).rename({"kernel": "kernels"})
+    pairs = in_windows(launch_pairs(events.lazy(), gpu.lazy()).collect(), windows)
+    stats = pairs.group_by("rank", "step").agg(
+        pl.len().cast(pl.Int64).alias("launched"),
+        pl.col("launch_latency_ns").mean().alias("launch_latency_mean_ns"),
+        _q("launch_latency_ns", 0.5, "launch_latency_p50_ns"),
+        _q("launch_latency_ns", 0.99, "launch_latency_p99_ns"),
+        pl.col("launch_latency_ns").max().alias("launch_latency_max_ns"),
+        _q("launch_delay_ns", 0.5, "launch_delay_p50_ns"),
+        _q("cpu_ns", 0.5, "launch_cpu_p50_ns"),
+        # a call that launched several items (a graph) counts once
+        pl.col("cpu_ns").filter(pl.col("correlation").is_first_distinct()).sum().alias("launch_cpu_ns"),
+        _q("gpu_ns", 0.5, "gpu_work_p50_ns"),
+    )
+    base = steps.select("rank", "step", "duration_ns", "idle_ns", "idle_host_bound_ns")
+    return (
+        base.join(counts, on=["rank", "step"], how="left")
+        .join(stats, on=["rank", "step"], how="left")
+        .with_columns(pl.col(c).fill_null(0) for c in ("kernels", "memcpy", "memset", "launched", "launch_cpu_ns"))
+        .select(
+            "rank", "step", "kernels", "memcpy", "memset", "launched",
+            "launch_latency_mean_ns", "launch_latency_p50_ns", "launch_latency_p99_ns", "launch_latency_max_ns",
+            "launch_delay_p50_ns", "launch_cpu_p50_ns", "launch_cpu_ns", "gpu_work_p50_ns",
+            "duration_ns", "idle_ns", "idle_host_bound_ns",
+        )
+        .sort("rank", "step")
+    )
+
+
+def with_launch_bound(table: pl.DataFrame, threshold: float = LAUNCH_BOUND_SHARE) -> pl.DataFrame:
+    """:func:`step_table` with ``host_bound_share`` (``idle_host_bound_ns / duration_ns``) and
+    ``launch_bound`` (see the module docstring; ``threshold``: the share, 0 to 1)."""
+    share = pl.when(pl.col("duration_ns") > 0).then(pl.col("idle_host_bound_ns") / pl.col("duration_ns")).otherwise(0.0)
+    return table.with_columns(share.alias("host_bound_share")).with_columns(
+        ((pl.col("host_bound_share") >= threshold)
+         & (pl.col("gpu_work_p50_ns") <= pl.col("launch_cpu_p50_ns")).fill_null(False)).alias("launch_bound")
+    )
+
+
+def _points(pairs: pl.LazyFrame) -> pl.LazyFrame:
+    """+1 at each launch, −1 at each start (``__q``) and at each end (``__o``)."""
+    key = ["rank", "pid", "stream"]
+    return pl.concat([
+        pairs.select(*key, pl.col("launch_ns").alias("t_ns"), pl.lit(1, pl.Int64).alias("__q"), pl.lit(1, pl.Int64).alias("__o")),
+        pairs.select(*key, pl.col("start_ns").alias("t_ns"), pl.lit(-1, pl.Int64).alias("__q"), pl.lit(0, pl.Int64).alias("__o")),
+        pairs.select(*key, pl.col("end_ns").alias("t_ns"), pl.lit(0, pl.Int64).alias("__q"), pl.lit(-1, pl.Int64).alias("__o")),
+    ])
+
+
+def queue_series(pairs: pl.LazyFrame) -> pl.LazyFrame:
+    """Per (rank, pid, stream): ``t_ns, queued, outstanding`` at every instant either changes
+    (the values after every change at that instant; each holds until the next row)."""
+    key = ["rank", "pid", "stream"]
+    return (
+        _points(pairs)
+        .group_by(*key, "t_ns")
+        .agg(pl.col("__q").sum(), pl.col("__o").sum())
+        .sort(*key, "t_ns")
+        .with_columns(
+            pl.col("__q").cum_sum().over(key).alias("queued"),
+            pl.col("__o").cum_sum().over(key).alias("outstanding"),
+        )
+        .select(*key, "t_ns", "queued", "outstanding")
+    )
+
+
+def queue_summary(pairs: pl.LazyFrame) -> pl.LazyFrame:
+    """Per (rank, pid, stream): ``launched``; time-weighted mean and max of ``queued`` and
+    ``outstanding`` from the first launch to the last end; and HTA's statistics of the queued
+    count (``hta_count``, ``hta_mean``, ``hta_std``, ``hta_min``, ``hta_p25``, ``hta_p50``,
+    ``hta_p75``, ``hta_max``): over the value after each launch and each start, one per event
+    (a launch and a start at the same instant: the launch first), not weighted by time."""
+    key = ["rank", "pid", "stream"]
+    series = queue_series(pairs).with_columns(
+        (pl.col("t_ns").shift(-1).over(key) - pl.col("t_ns")).fill_null(0).alias("__dt")
+    )
+    timed = series.group_by(key).agg(
+        ((pl.col("queued") * pl.col("__dt")).sum() / pl.col("__dt").sum()).alias("queued_mean"),
+        pl.col("queued").max().alias("queued_max"),
+        ((pl.col("outstanding") * pl.col("__dt")).sum() / pl.col("__dt").sum()).alias("outstanding_mean"),
+        pl.col("outstanding").max().alias("outstanding_max"),
+        (pl.col("t_ns").max() - pl.col("t_ns").min()).alias("span_ns"),
+    )
+    rows = (
+        _points(pairs).filter(pl.col("__q") != 0)
+        .sort([*key, "t_ns", "__q"], descending=[False, False, False, False, True])
+        .with_columns(pl.col("__q").cum_sum().over(key).alias("__v"))
+        .group_by(key)
+        .agg(
+            (pl.col("__q") == 1).sum().cast(pl.Int64).alias("launched"),
+            pl.len().cast(pl.Int64).alias("hta_count"),
+            pl.col("__v").mean().alias("hta_mean"),
+            pl.col("__v").std().alias("hta_std"),
+            pl.col("__v").min().alias("hta_min"),
+            pl.col("__v").quantile(0.25, interpolation="linear").alias("hta_p25"),
+            pl.col("__v").quantile(0.5, interpolation="linear").alias("hta_p50"),
+            pl.col("__v").quantile(0.75, interpolation="linear").alias("hta_p75"),
+            pl.col("__v").max().alias("hta_max"),
+        )
+    )
+    return rows.join(timed, on=key, how="left").select(
+        *key, "launched", "span_ns", "queued_mean", "queued_max", "outstanding_mean", "outstanding_max",
+        "hta_count", "hta_mean", "hta_std", "hta_min", "hta_p25", "hta_p50", "hta_p75", "hta_max",
+    ).sort(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-rank tables for the engine (engine.rank.EXTRAS): computed in the rank worker, compact
+
+
+def rank_steps(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
+    """:func:`step_table` of the ranks in ``events``."""
+    return step_table(events, gpu, windows, steps)
+
+
+def rank_pairs(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
+    """:func:`launch_pairs` with the ``step`` each item starts in (null: in no step window)."""
+    pairs = launch_pairs(events.lazy(), gpu.lazy()).collect()
+    win = windows.select("rank", "step", "wstart_ns", "wend_ns").sort("wstart_ns")
+    return (
+        pairs.sort("start_ns")
+        .join_asof(win, left_on="start_ns", right_on="wstart_ns", by="rank", strategy="backward", check_sortedness=False)
+        .with_columns(pl.when(pl.col("start_ns") < pl.col("wend_ns")).then(pl.col("step")).alias("step"))
+        .select("rank", "step", *PAIR_COLUMNS[1:])
+        .sort("rank", "launch_ns", "start_ns")
+    )
+
+
+def rank_queue(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
+    """:func:`queue_summary` of the ranks in ``events``."""
+    return queue_summary(launch_pairs(events.lazy(), gpu.lazy())).collect()
+
+
+def rank_queue_series(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
+    """:func:`queue_series` of the ranks in ``events``."""
+    return queue_series(launch_pairs(events.lazy(), gpu.lazy())).collect()
+
+
+# ---------------------------------------------------------------------------------------------
+# the Python verbs
+
+
+def _analysis(trace, extras: tuple[str, ...], step_name, comm_kernels, engine_kw):
+    from traceanalyzer.engine import Options, analyse_any
+
+    opts = Options(step_name=step_name, comm_kernels=tuple(comm_kernels or ()), extras=extras)
+    return analyse_any(trace, opts, **engine_kw)
+
+
+def launches(
+    trace,
+    *,
+    by: str = "step",
+    threshold: float = LAUNCH_BOUND_SHARE,
+    step_name: str | None = "ProfilerStep",
+    comm_kernels: list[str] | None = None,
+    **engine_kw,
+) -> pl.DataFrame:
+    """Kernel launch statistics: per step (default) or one row per launched GPU item.
+
+    Parameters
+    ----------
+    trace:
+        A loaded :class:`~traceanalyzer.schema.Trace`, a trace file, a directory of rank files,
+        a list of files, or an :class:`~traceanalyzer.classify.Analysis`.
+    by:
+        ``"step"``: one row per (rank, step); ``"kernel"``: one row per launched GPU item
+        (kernel, memcpy, memset) that has a launch record.
+    threshold:
+        With ``by="step"``: the share of the step (0 to 1) the GPU must sit idle waiting for a
+        launch call that had not begun yet for the step to count as launch-bound.
+    step_name:
+        The step range (``None``: each rank's whole GPU span is one step).
+    comm_kernels:
+        Extra kernel-name regexes that are communication (as ``--comm-kernel``).
+    engine_kw:
+        ``engine``, ``workers``, ``address``, ``quiet`` for files (see :func:`traceanalyzer.engine.analyse`).
+
+    Returns
+    -------
+    polars.DataFrame
+        ``by="step"``: ``rank, step, kernels, memcpy, memset, launched,
+        launch_latency_{mean,p50,p99,max}_ns, launch_delay_p50_ns, launch_cpu_p50_ns,
+        launch_cpu_ns, gpu_work_p50_ns, duration_ns, idle_ns, idle_host_bound_ns,
+        host_bound_share, launch_bound`` (percentiles: nearest rank).
+        ``by="kernel"``: ``rank, step, pid, stream, kind, name, cls, correlation, launch_name,
+        launch_ns, launch_end_ns, start_ns, end_ns, launch_latency_ns, launch_delay_ns, cpu_ns,
+        gpu_ns`` (``step`` null outside every step window). Integer nanoseconds on the trace's
+        clock; ``launch_latency_ns`` = GPU start − launch call start, ``launch_delay_ns`` = GPU
+        start − launch call end (HTA's launch delay before its clip at 0).
+
+    Example
+    -------
+    The bundled MI300X trace (run from the repository root): 746 kernels a step, the host ~25 ms
+    ahead of the GPU, no step launch-bound:
+
+    >>> from traceanalyzer.classify.launches import launches
+    >>> per_step = launches("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz")
+    >>> per_step.select("step", "kernels", "launched", "launch_latency_p50_ns", "launch_bound").rows()
+    [(15, 746, 895, 23591401, False), (16, 746, 895, 26345479, False), (17, 746, 895, 30956370, False)]
+    >>> launches("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz", by="kernel").height
+    2685
+    """
+    if by not in ("step", "kernel"):
+        raise ValueError(f"by must be 'step' or 'kernel', got {by!r}")
+    if not 0 <= threshold <= 1:
+        raise ValueError(f"threshold must be between 0 and 1, got {threshold}")
+    name = "launches" if by == "step" else "launch_rows"
+    analysis = _analysis(trace, (name,), step_name, comm_kernels, engine_kw)
+    df = analysis.extras.get(name)
+    if df is None:
+        schema = {"rank": pl.Int32, "step": pl.Int64}
+        df = pl.DataFrame(schema=schema)
+        return df
+    return with_launch_bound(df, threshold) if by == "step" else df
+
+
+def queue_length(
+    trace,
+    *,
+    series: bool = False,
+    step_name: str | None = "ProfilerStep",
+    comm_kernels: list[str] | None = None,
+    **engine_kw,
+) -> pl.DataFrame:
+    """Launch queue length per (rank, device, stream): a summary, or the step function itself.
+
+    Parameters
+    ----------
+    trace:
+        A loaded :class:`~traceanalyzer.schema.Trace`, a trace file, a directory of rank files,
+        a list of files, or an :class:`~traceanalyzer.classify.Analysis`.
+    series:
+        ``False`` (default): one summary row per stream; ``True``: the time series.
+    step_name, comm_kernels, engine_kw:
+        As for :func:`launches`.
+
+    Returns
+    -------
+    polars.DataFrame
+        Summary: ``rank, pid, stream, launched, span_ns, queued_mean, queued_max,
+        outstanding_mean, outstanding_max`` (means weighted by time over ``span_ns``, from the
+        first launch to the last end on the stream) and HTA's statistics of the queued count
+        ``hta_count, hta_mean, hta_std, hta_min, hta_p25, hta_p50, hta_p75, hta_max`` (one value
+        per launch and per start, not weighted by time). Series: ``rank, pid, stream, t_ns,
+        queued, outstanding``; each value holds from ``t_ns`` (integer ns) to the next row.
+        ``queued`` = launched and not started; ``outstanding`` = launched and not finished.
+
+    Example
+    -------
+    The bundled MI300X trace: up to 1,840 kernels queued on stream 0:
+
+    >>> from traceanalyzer.classify.launches import queue_length
+    >>> queue_length("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz").select(
+    ...     "stream", "launched", "queued_max", "outstanding_max").rows()
+    [(0, 2673, 1840, 1840), (4, 12, 8, 9)]
+    """
+    name = "queue_series" if series else "queue"
+    analysis = _analysis(trace, (name,), step_name, comm_kernels, engine_kw)
+    df = analysis.extras.get(name)
+    if df is None:
+        return pl.DataFrame(schema={"rank": pl.Int32, "pid": pl.String, "stream": pl.Int64})
+    return df

@@ -1,0 +1,113 @@
+"""``traceanalyzer launches``: kernel launch latency, kernels per step, launch-bound steps and
+the launch queue per stream."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from traceanalyzer.commands.user_annotations import FrameFormat
+from traceanalyzer.commands.common import (
+    AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, comm_patterns, err_console, out_console, print_warnings,
+)
+from traceanalyzer.errors import ConfigError
+from traceanalyzer.outputs import Outputs
+
+
+class View(str, Enum):
+    steps = "steps"
+    queue = "queue"
+    kernels = "kernels"
+    queue_series = "queue-series"
+
+
+#: what each view is in the engine's optional tables
+_EXTRAS = {View.steps: ("launches", "queue"), View.queue: ("queue",), View.kernels: ("launch_rows",), View.queue_series: ("queue_series",)}
+
+
+#: the table's columns (json and csv have every column)
+_TABLE_COLUMNS = {
+    "steps": ["rank", "step", "kernels", "launched", "launch_latency_p50_ns", "launch_latency_p99_ns", "launch_delay_p50_ns",
+              "launch_cpu_p50_ns", "gpu_work_p50_ns", "duration_ns", "idle_host_bound_ns", "host_bound_share", "launch_bound"],
+    "queue": ["rank", "pid", "stream", "launched", "span_ns", "queued_mean", "queued_max", "outstanding_mean", "outstanding_max"],
+    "kernels": ["rank", "step", "stream", "name", "launch_name", "launch_latency_ns", "launch_delay_ns", "cpu_ns", "gpu_ns"],
+}
+_LABELS = {
+    "launch_latency_p50_ns": "latency p50", "launch_latency_p99_ns": "latency p99", "launch_delay_p50_ns": "delay p50",
+    "launch_cpu_p50_ns": "launch call p50", "gpu_work_p50_ns": "item p50", "idle_host_bound_ns": "GPU waits host",
+    "host_bound_share": "waits %", "launch_bound": "launch-bound", "launch_latency_ns": "latency", "launch_delay_ns": "delay",
+    "cpu_ns": "launch call", "gpu_ns": "GPU", "queued_mean": "queued mean", "queued_max": "queued max",
+    "outstanding_mean": "outstanding mean", "outstanding_max": "outstanding max", "duration_ns": "step",
+}
+
+
+def launches(
+    paths: Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite).", show_default=False)],
+    view: Annotated[View, typer.Option("--view", help="steps: launch statistics per rank and step (table: with the queue summary); queue: "
+                                       "queue length per stream; kernels: one row per launched GPU item; queue-series: queue length over time.")] = View.steps,
+    threshold: Annotated[float, typer.Option("--threshold", help="Share of a step (0-1) the GPU must wait on launch calls not yet made "
+                                             "for the step to be launch-bound.")] = 0.10,
+    format: Annotated[FrameFormat, typer.Option("--format", "-f", help="Output format.")] = FrameFormat.table,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="Rows shown in the table (json and csv have all).")] = 40,
+    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: analyse each rank's whole GPU span as one step.")] = False,
+    comm_kernel: CommKernelOpt = None,
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML): its [trace] section (comm_kernels) is applied.")] = None,
+    workers: WorkersOpt = None,
+    engine: EngineOpt = Engine.local,
+    address: AddressOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Kernel launch latency (launch call -> GPU start), kernels per step, launch-bound steps, queue length per stream."""
+    from traceanalyzer.classify import launches as lm
+    from traceanalyzer.engine import Options, analyse
+    from traceanalyzer.render import frames
+
+    if not 0 <= threshold <= 1:
+        raise ConfigError(f"--threshold must be a share between 0 and 1, got {threshold}")
+    patterns = comm_patterns(comm_kernel, config)
+    outputs = Outputs([*paths, config])
+    if output is not None:
+        outputs.check(output)
+    opts = Options(step_name=None if whole_trace else step_range, comm_kernels=tuple(patterns), extras=_EXTRAS[view])
+    analysis = analyse(paths, opts, engine=engine.value, workers=workers, address=address, quiet=quiet, console=err_console)
+    shown: dict = {}
+    if view is View.steps:
+        shown["steps"] = lm.launches(analysis, threshold=threshold)
+        if format is not FrameFormat.csv:
+            shown["queue"] = lm.queue_length(analysis)
+    elif view is View.queue:
+        shown["queue"] = lm.queue_length(analysis)
+    elif view is View.kernels:
+        shown["kernels"] = lm.launches(analysis, by="kernel")
+    else:
+        shown["queue_series"] = lm.queue_length(analysis, series=True)
+    if format is FrameFormat.json:
+        with outputs.stream(output) as fh:
+            fh.write(frames.json_bytes("launches", shown, view=view.value, launch_bound_threshold=threshold))
+    elif format is FrameFormat.csv:
+        with outputs.stream(output) as fh:
+            frames.write_csv(next(iter(shown.values())), fh)
+    else:
+        titles = {
+            "steps": f"Launches per rank and step (launch-bound: GPU waiting on launches >= {100 * threshold:g}% of the step "
+                     "and median item <= median launch call)",
+            "queue": "Launch queue per stream (queued: launched, not started; outstanding: not finished; means weighted by time)",
+            "kernels": "Launched GPU items (latency: launch call start -> GPU start)",
+            "queue_series": "Queue length over time (each value holds until the next row)",
+        }
+        with outputs.stream(output, "w") as fh:
+            console = out_console(None if output is None else fh, 160 if output is None else 200)
+            for key, df in shown.items():
+                if key in _TABLE_COLUMNS:
+                    df = df.select(_TABLE_COLUMNS[key])
+                frames.print_table(df, titles[key], console, limit=top, labels=_LABELS)
+    print_warnings(analysis.warnings)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(launches)

@@ -1,0 +1,66 @@
+"""Render a result frame as a terminal table, JSON or CSV. Formatting only: every number comes
+from the frame (``*_ns`` columns are shown in ms in the table; JSON and CSV keep integer ns)."""
+
+from __future__ import annotations
+
+from typing import IO
+
+import orjson
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from traceanalyzer import __version__
+
+
+def table(df: pl.DataFrame, title: str, *, limit: int | None = None, caption: str | None = None,
+          labels: dict[str, str] | None = None) -> Table:
+    """A rich table of ``df``: ``<x>_ns`` columns as ``<x> ms`` (3 decimals), shares as %,
+    floats with 4 significant digits; ``limit``: the first rows only (the caption says so);
+    ``labels``: column headings by column name (the unit is added to ``_ns`` columns)."""
+    shown = df if limit is None else df.head(limit)
+    more = df.height - shown.height
+    note = [caption] if caption else []
+    if more > 0:
+        note.append(f"{more} more rows not shown (use -f csv or -f json for all of them)")
+    t = Table(title=title, title_justify="left", caption="\n".join(note) or None, caption_justify="left")
+    cols = shown.columns
+    for c in cols:
+        base = (labels or {}).get(c, c[:-3] if c.endswith("_ns") else c)
+        head = base + " ms" if c.endswith("_ns") else base
+        text = shown.schema[c] == pl.String
+        t.add_column(head, justify="left" if text else "right", overflow="fold", min_width=24 if c == "name" else None)
+    for row in shown.iter_rows():  # display rows only (at most ``limit``)
+        t.add_row(*[_cell(c, v) for c, v in zip(cols, row)])
+    return t
+
+
+def _cell(col: str, v) -> str:
+    if v is None:
+        return "-"
+    if col.endswith("_ns"):
+        return f"{v / 1e6:.3f}"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if col.endswith("share") or col == "mfu":
+            return f"{100 * v:.1f}%"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def print_table(df: pl.DataFrame, title: str, console: Console, **kw) -> None:
+    console.print(table(df, title, **kw))
+
+
+def json_bytes(command: str, frames: dict[str, pl.DataFrame], **header) -> bytes:
+    """``{"command", "version", "units", <header>..., <name>: [row objects]...}``."""
+    doc: dict = {"command": command, "version": __version__, "units": "ns (integer) unless named otherwise", **header}
+    for name, df in frames.items():
+        doc[name] = df.to_dicts()
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+def write_csv(df: pl.DataFrame, fh: IO[bytes]) -> None:
+    """CSV with a header row (integer ns as written, floats in full)."""
+    fh.write(df.write_csv().encode())
