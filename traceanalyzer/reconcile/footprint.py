@@ -16,7 +16,7 @@ from typing import Iterable
 import polars as pl
 
 from traceanalyzer.classify.allocations import (
-    COPY_SCHEMA, PEAKS_SCHEMA, TIMELINE_SCHEMA, allocation_timeline, copy_bandwidth, memory_peaks,
+    COPY_SCHEMA, PEAKS_SCHEMA, REBUILT, TIMELINE_SCHEMA, allocation_timeline, copy_bandwidth, memory_peaks,
 )
 from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import ConfigError
@@ -72,13 +72,34 @@ def predicted_frames(est: MemoryEstimate, reserve_bytes: float) -> tuple[pl.Data
     return comp, fit
 
 
+def _nsys_ranks(trace, mem: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Give nsys memory rows (``pid``, ``device_id``) the trace's rank: the one rank of their
+    process (its CUDA API events' pid), else the rank of that process whose device is theirs.
+    Returns the rows that found a rank, and how many did not."""
+    ev = trace.events
+    procs = (ev.filter(pl.col("kind") == "runtime").select("rank", pl.col("pid").cast(pl.Int64, strict=False))
+             .drop_nulls().unique())
+    devs = (ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+            .select("rank", pl.col("pid").cast(pl.Int32, strict=False).alias("device_id")).drop_nulls().unique())
+    cand = mem.with_row_index("_row").join(procs, on="pid", how="inner")
+    n_ranks = pl.len().over("_row")
+    one = cand.filter(n_ranks == 1)
+    many = cand.filter(n_ranks > 1).join(devs, on=["rank", "device_id"], how="semi")
+    got = pl.concat([one, many.filter(pl.len().over("_row") == 1)]).sort("_row").drop("_row")
+    return got, mem.height - got.height
+
+
 def measured_memory(trace, step_range: str = DEFAULT_STEP, gpu_only: bool = True) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list[str]]:
     """(timeline, peaks, copies, warnings) of a loaded :class:`~traceanalyzer.schema.Trace`.
 
-    The allocator events are read from each Kineto rank file
-    (:func:`~traceanalyzer.parsers.kineto_memory.read_memory_events`) on the time base and
-    with the rank the trace's parser gave that file."""
+    Kineto rank files: the allocator's ``[memory]`` events
+    (:func:`~traceanalyzer.parsers.kineto_memory.read_memory_events`) on the time base and with
+    the rank the trace's parser gave that file. Nsight Systems SQLite exports: the driver's
+    device allocations (:func:`~traceanalyzer.parsers.nsys_memory.read_nsys_memory`) on the
+    session clock, each given the rank of its process and device."""
+    from traceanalyzer.classify.allocations import driver_timeline
     from traceanalyzer.parsers.kineto_memory import MEMORY_SCHEMA, read_memory_events
+    from traceanalyzer.parsers.nsys_memory import read_nsys_memory
 
     frames = []
     warnings: list[str] = []
@@ -87,14 +108,22 @@ def measured_memory(trace, step_range: str = DEFAULT_STEP, gpu_only: bool = True
         mem = read_memory_events(row["file"], row["base_time_ns"] or 0)
         frames.append(mem.with_columns(pl.lit(row["rank"], dtype=pl.Int32).alias("rank")))
     mem = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema={**MEMORY_SCHEMA, "rank": pl.Int32})
-    timeline = allocation_timeline(mem, gpu_only=gpu_only)
+    timelines = [allocation_timeline(mem, gpu_only=gpu_only)]
+    sqlite_files = trace.meta.filter(pl.col("format") == "nsys-sqlite").get_column("file").unique().to_list()
+    for f in sqlite_files:  # one per export
+        nv = read_nsys_memory(f)
+        if nv.height:
+            ranked, lost = _nsys_ranks(trace, nv)
+            if lost:
+                warnings.append(f"{f}: {lost} CUDA memory events belong to no analysed process and device: left out")
+            timelines.append(driver_timeline(ranked))
+    timeline = pl.concat(timelines, how="vertical")
     peaks = memory_peaks(timeline, trace.events, step_range)
     copies = copy_bandwidth(trace.events)
     if timeline.height == 0:
-        other = trace.meta.height - kineto.height
-        warnings.append("the trace has no GPU allocator events: record with torch.profiler.profile(profile_memory=True)"
-                        + (" (Nsight Systems exports: not read for memory yet)" if other else ""))
-    elif (peaks.get_column("source") != "allocator counters").any():
+        warnings.append("the trace has no GPU memory events: record with torch.profiler.profile(profile_memory=True)"
+                        + (" or nsys profile --cuda-memory-usage=true" if sqlite_files else ""))
+    elif (peaks.get_column("source") == REBUILT).any():
         warnings.append("the trace's memory events carry no allocator totals (PyTorch ≤ 1.9): allocated is the running "
                         "sum of the recorded allocations, a lower bound; reserved is unknown")
     return timeline, peaks, copies, warnings
