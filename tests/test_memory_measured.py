@@ -215,3 +215,16 @@ def test_nsys_cuda_memory_usage_events_are_driver_allocations_per_rank(tmp_path)
     assert m[0]["peak_allocated"] is None and m[0]["source"] == DRIVER
     assert any("1 CUDA memory events belong to no analysed process" in w for w in r.warnings)
     assert r.timeline.filter(pl.col("rank") == 0).get_column("reserved").to_list() == [2**30, 2**30 + 2**29, 2**30, 2**30 + 2**20]
+
+
+def test_memory_verb_docstring_example_runs(monkeypatch):
+    import doctest
+
+    from traceanalyzer.reconcile import footprint
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    (test,) = [t for t in finder.find(footprint.memory, "memory", globs={}) if t.examples]
+    result = runner.run(test)
+    assert result.failed == 0 and result.attempted >= 4

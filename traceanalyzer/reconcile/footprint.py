@@ -180,9 +180,18 @@ def memory(
 
     Example
     -------
+    The 70B run of docs/examples (TP8 PP8 DP2, full recompute, 80 GB H100), from the repository root:
+
+    >>> import polars as pl
     >>> from traceanalyzer.reconcile.footprint import memory
-    >>> r = memory(config="docs/examples/megatron-readme-70b.toml")      # doctest: +SKIP
-    >>> r.predicted.select("component", "gib"), r.fit["fits"].item()    # doctest: +SKIP
+    >>> r = memory(config="docs/examples/issue1031-70b.toml", reserve_gb=4)
+    >>> r.fit.select("stage", "fits").row(0)
+    (0, True)
+    >>> round(r.predicted.filter(pl.col("component") == "optimizer_states")["gib"].item(), 2)
+    6.38
+
+    With a trace recorded with ``profile_memory=True``, ``r.measured`` holds the peaks and
+    ``r.fit`` the largest measured peak beside the predicted total.
     """
     if not isinstance(reserve_gb, (int, float)) or isinstance(reserve_gb, bool) or not math.isfinite(reserve_gb) \
             or reserve_gb < 0:
