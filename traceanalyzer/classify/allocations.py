@@ -53,8 +53,8 @@ def allocation_timeline(mem: pl.DataFrame, gpu_only: bool = True) -> pl.DataFram
     key = ["rank", "device"]
     df = mem.with_columns(_device().alias("device")).sort([*key, "ts_ns"], maintain_order=True)
     recorded = pl.col("total_allocated").is_not_null().all().over(key)
-    running = pl.col("bytes").fill_null(0).cum_sum().over(key)
-    rebuilt = running - pl.min_horizontal(running.min().over(key), pl.lit(0))
+    df = df.with_columns(pl.col("bytes").fill_null(0).cum_sum().over(key).alias("_run"))  # no window in a window
+    rebuilt = pl.col("_run") - pl.min_horizontal(pl.col("_run").min().over(key), pl.lit(0))
     return df.select(
         pl.col("rank").cast(pl.Int32),
         "device",
@@ -77,10 +77,10 @@ def driver_timeline(mem: pl.DataFrame) -> pl.DataFrame:
     key = ["rank", "device"]
     df = mem.with_columns((pl.lit("cuda:") + pl.col("device_id").cast(pl.String)).alias("device")).sort(
         [*key, "ts_ns"], maintain_order=True)
-    running = pl.col("bytes").cum_sum().over(key)
+    df = df.with_columns(pl.col("bytes").cum_sum().over(key).alias("_run"))
     return df.select(
         pl.col("rank").cast(pl.Int32), "device", "ts_ns", "bytes", pl.lit(None, dtype=pl.Int64).alias("allocated"),
-        (running - pl.min_horizontal(running.min().over(key), pl.lit(0))).alias("reserved"),
+        (pl.col("_run") - pl.min_horizontal(pl.col("_run").min().over(key), pl.lit(0))).alias("reserved"),
         pl.lit(DRIVER).alias("source"),
     )
 
