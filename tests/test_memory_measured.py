@@ -228,3 +228,12 @@ def test_memory_verb_docstring_example_runs(monkeypatch):
     (test,) = [t for t in finder.find(footprint.memory, "memory", globs={}) if t.examples]
     result = runner.run(test)
     assert result.failed == 0 and result.attempted >= 4
+
+
+def test_trace_with_nothing_to_measure_is_exit_5_unless_a_configuration_is_given():
+    cpu = FIXTURES / "kineto" / "cpu_only_gpt.pt.trace.json.gz"
+    r = run_cli("memory", cpu)
+    assert r.returncode == 5 and str(cpu) in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run_cli("memory", cpu, "-c", CONFIG_70B, "-f", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["measured"] == []
+    assert "no GPU memory events" in r.stderr

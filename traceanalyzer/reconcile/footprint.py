@@ -19,7 +19,7 @@ from traceanalyzer.classify.allocations import (
     COPY_SCHEMA, PEAKS_SCHEMA, REBUILT, TIMELINE_SCHEMA, allocation_timeline, copy_bandwidth, memory_peaks,
 )
 from traceanalyzer.classify.steps import DEFAULT_STEP
-from traceanalyzer.errors import ConfigError
+from traceanalyzer.errors import ConfigError, NoGpuActivity
 from traceanalyzer.model.config import RunConfig
 from traceanalyzer.model.memory import COMPONENT_NOTES, COMPONENTS, DEFAULT_RESERVE_GIB, GIB, MemoryEstimate, estimate_memory
 
@@ -177,6 +177,8 @@ def memory(
     ------
     traceanalyzer.errors.ConfigError
         A bad reserve or configuration value (exit code 7 on the command line), naming it.
+    traceanalyzer.errors.NoGpuActivity
+        A trace alone (no configuration) with neither GPU memory events nor copies (exit 5).
 
     Example
     -------
@@ -228,6 +230,11 @@ def memory(
             loaded = load(trace, cache=cache)
         warnings += list(loaded.warnings)
         timeline, peaks, copies, more = measured_memory(loaded, step_range, gpu_only)
+        if est is None and timeline.height == 0 and copies.height == 0:
+            files = loaded.meta.get_column("file").to_list()
+            raise NoGpuActivity("no GPU memory events and no memcpy/memset: nothing to measure (record with "
+                                "torch.profiler.profile(profile_memory=True), or give a run configuration)",
+                                files[0] if len(files) == 1 else None)
         warnings += more
         if fit.height == 0:
             fit = pl.DataFrame([{k: None for k in FIT_FRAME}], schema=FIT_FRAME)
