@@ -180,3 +180,60 @@ def test_predict_json_carries_memory_by_component():
     c = mem["components_bytes"]
     assert c["weights"] / 2 == pytest.approx(mem["params_per_gpu"])
     assert c["optimizer_states"] == pytest.approx(mem["params_per_gpu"] * 12 / 2)
+
+
+def test_nsys_cuda_memory_usage_events_are_driver_allocations_per_rank(tmp_path):
+    """A real 2-GPU nsys export (fixture) with a CUDA_GPU_MEMORY_USAGE_EVENTS table added, in the
+    layout nsys 2024+ writes (--cuda-memory-usage=true)."""
+    import shutil
+    import sqlite3
+
+    from traceanalyzer.classify.allocations import DRIVER
+
+    f = tmp_path / "mem.sqlite"
+    shutil.copy(FIXTURES / "nsys" / "mfu_2gpu_before_cut.sqlite", f)
+    g0, g1 = 281477392629760, 281477409406976  # the globalPid of the processes of devices 0 and 1
+    con = sqlite3.connect(f)
+    con.execute("CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS (start INTEGER NOT NULL, globalPid INTEGER NOT NULL, "
+                "deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, address INTEGER NOT NULL, pc INTEGER NOT NULL, "
+                "bytes INTEGER NOT NULL, memKind INTEGER NOT NULL, memoryOperationType INTEGER NOT NULL, name TEXT, "
+                "correlationId INTEGER)")
+    rows = [  # (start, globalPid, deviceId, bytes, memKind, op): op 1 = free; memKind 2 = device, 1 = pinned host
+        (60126000000, g0, 0, 2**30, 2, 0), (60126000100, g0, 0, 2**29, 2, 0), (60126000200, g0, 0, 2**29, 2, 1),
+        (60126000300, g0, 0, 2**20, 2, 0), (60126000400, g0, 0, 2**33, 1, 0),
+        (60126000000, g1, 1, 2**31, 2, 0), (60126000500, g1, 1, 2**31, 2, 1),
+        (60126000600, 999 * 2**24, 0, 5, 2, 0),  # a process the trace did not analyse
+    ]
+    con.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, ?, 1, 4096, 0, ?, ?, ?, NULL, NULL)", rows)
+    con.commit()
+    con.close()
+    r = memory(f)
+    m = {x["rank"]: x for x in r.measured.iter_rows(named=True)}
+    # device 0: 1 GiB + 0.5 GiB - 0.5 GiB + 1 MiB; the peak is 1.5 GiB at the second event; pinned host memory left out
+    assert m[0]["peak_reserved"] == 2**30 + 2**29 and m[0]["peak_reserved_ns"] == 60126000100 and m[0]["events"] == 4
+    assert m[1]["peak_reserved"] == 2**31 and m[1]["device"] == "cuda:1"
+    assert m[0]["peak_allocated"] is None and m[0]["source"] == DRIVER
+    assert any("1 CUDA memory events belong to no analysed process" in w for w in r.warnings)
+    assert r.timeline.filter(pl.col("rank") == 0).get_column("reserved").to_list() == [2**30, 2**30 + 2**29, 2**30, 2**30 + 2**20]
+
+
+def test_memory_verb_docstring_example_runs(monkeypatch):
+    import doctest
+
+    from traceanalyzer.reconcile import footprint
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    (test,) = [t for t in finder.find(footprint.memory, "memory", globs={}) if t.examples]
+    result = runner.run(test)
+    assert result.failed == 0 and result.attempted >= 4
+
+
+def test_trace_with_nothing_to_measure_is_exit_5_unless_a_configuration_is_given():
+    cpu = FIXTURES / "kineto" / "cpu_only_gpt.pt.trace.json.gz"
+    r = run_cli("memory", cpu)
+    assert r.returncode == 5 and str(cpu) in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run_cli("memory", cpu, "-c", CONFIG_70B, "-f", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["measured"] == []
+    assert "no GPU memory events" in r.stderr

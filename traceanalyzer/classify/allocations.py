@@ -23,6 +23,7 @@ from traceanalyzer.classify.steps import DEFAULT_STEP, cpu_steps
 
 RECORDED = "allocator counters"
 REBUILT = "running sum of Bytes (lower bound)"
+DRIVER = "CUDA driver allocations (nsys)"
 
 TIMELINE_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "device": pl.String, "ts_ns": pl.Int64, "bytes": pl.Int64,
@@ -52,8 +53,8 @@ def allocation_timeline(mem: pl.DataFrame, gpu_only: bool = True) -> pl.DataFram
     key = ["rank", "device"]
     df = mem.with_columns(_device().alias("device")).sort([*key, "ts_ns"], maintain_order=True)
     recorded = pl.col("total_allocated").is_not_null().all().over(key)
-    running = pl.col("bytes").fill_null(0).cum_sum().over(key)
-    rebuilt = running - pl.min_horizontal(running.min().over(key), pl.lit(0))
+    df = df.with_columns(pl.col("bytes").fill_null(0).cum_sum().over(key).alias("_run"))  # no window in a window
+    rebuilt = pl.col("_run") - pl.min_horizontal(pl.col("_run").min().over(key), pl.lit(0))
     return df.select(
         pl.col("rank").cast(pl.Int32),
         "device",
@@ -62,6 +63,25 @@ def allocation_timeline(mem: pl.DataFrame, gpu_only: bool = True) -> pl.DataFram
         pl.when(recorded).then(pl.col("total_allocated")).otherwise(rebuilt).alias("allocated"),
         pl.col("total_reserved").alias("reserved"),
         pl.when(recorded).then(pl.lit(RECORDED)).otherwise(pl.lit(REBUILT)).alias("source"),
+    )
+
+
+def driver_timeline(mem: pl.DataFrame) -> pl.DataFrame:
+    """Device memory obtained from the CUDA driver after every allocation and free (Nsight
+    Systems ``CUDA_GPU_MEMORY_USAGE_EVENTS``; columns ``rank, device_id, ts_ns, bytes``, bytes
+    negative for a free), as :data:`TIMELINE_SCHEMA`: the running sum goes to ``reserved`` (what
+    a caching allocator holds from the driver, plus the libraries' own buffers), raised so that
+    it never goes below zero; ``allocated`` (the tensors themselves) is unknown."""
+    if mem.height == 0:
+        return pl.DataFrame(schema=TIMELINE_SCHEMA)
+    key = ["rank", "device"]
+    df = mem.with_columns((pl.lit("cuda:") + pl.col("device_id").cast(pl.String)).alias("device")).sort(
+        [*key, "ts_ns"], maintain_order=True)
+    df = df.with_columns(pl.col("bytes").cum_sum().over(key).alias("_run"))
+    return df.select(
+        pl.col("rank").cast(pl.Int32), "device", "ts_ns", "bytes", pl.lit(None, dtype=pl.Int64).alias("allocated"),
+        (pl.col("_run") - pl.min_horizontal(pl.col("_run").min().over(key), pl.lit(0))).alias("reserved"),
+        pl.lit(DRIVER).alias("source"),
     )
 
 
@@ -75,7 +95,8 @@ PEAKS_SCHEMA: dict[str, pl.DataType] = {
 def memory_peaks(timeline: pl.DataFrame, events: pl.DataFrame | None = None, step_range: str = DEFAULT_STEP) -> pl.DataFrame:
     """Per rank and device: the peak allocated and reserved bytes and when (the first time the
     peak was reached), and the training step whose host range (``ProfilerStep#N``) holds the
-    peak allocation (null outside every step, or without ``events``). :data:`PEAKS_SCHEMA`."""
+    peak allocation — the peak reserved when allocated is unknown (null outside every step, or
+    without ``events``). :data:`PEAKS_SCHEMA`."""
     if timeline.height == 0:
         return pl.DataFrame(schema=PEAKS_SCHEMA)
     key = ["rank", "device"]
@@ -99,11 +120,11 @@ def memory_peaks(timeline: pl.DataFrame, events: pl.DataFrame | None = None, ste
         steps = cpu_steps(events.lazy(), step_range).collect().with_columns(pl.col("rank").cast(pl.Int32))
         if steps.height:
             hit = (
-                peaks.select("rank", "device", "peak_allocated_ns").drop_nulls("peak_allocated_ns").sort("peak_allocated_ns")
-                .join_asof(steps.sort("cpu_start_ns"), left_on="peak_allocated_ns", right_on="cpu_start_ns", by="rank", check_sortedness=False,
-                           strategy="backward")
-                .select("rank", "device",
-                        pl.when(pl.col("peak_allocated_ns") < pl.col("cpu_end_ns")).then(pl.col("step")).alias("peak_step"))
+                peaks.select("rank", "device", pl.coalesce("peak_allocated_ns", "peak_reserved_ns").alias("_at"))
+                .drop_nulls("_at").sort("_at")
+                .join_asof(steps.sort("cpu_start_ns"), left_on="_at", right_on="cpu_start_ns", by="rank",
+                           check_sortedness=False, strategy="backward")
+                .select("rank", "device", pl.when(pl.col("_at") < pl.col("cpu_end_ns")).then(pl.col("step")).alias("peak_step"))
             )
             peaks = peaks.join(hit, on=key, how="left")
             return peaks.select(list(PEAKS_SCHEMA)).cast(PEAKS_SCHEMA)

@@ -307,21 +307,25 @@ def estimate_memory(cfg: RunConfig) -> MemoryEstimate:
 
     s_l = s / cp
     sp_div = t if p.sequence_parallel else 1
+    # one dense and one MoE layer, computed once (layout searches call this many times)
+    kinds = (False, True) if m.experts else (False,)
+    per_kind = {moe: (_layer_params(cfg, moe), stored_per_layer(moe),
+                      layer_act(moe, "none") if gran == "full" else 0.0) for moe in kinds}
     stages: list[dict[str, float]] = []
     in_flight: list[int] = []
     params_of: list[float] = []
     for st in range(pp):
         layers = stage_layers[st]
-        dense = expert = 0.0
-        acts = 0.0
-        biggest = 0.0
-        for i in layers:
-            moe = _is_moe(cfg, i)
-            dn, ex = _layer_params(cfg, moe)
-            dense += dn
-            expert += ex
-            acts += stored_per_layer(moe)
-            biggest = max(biggest, dn + ex)
+        n_moe = sum(1 for i in layers if _is_moe(cfg, i))
+        counts = {False: len(layers) - n_moe, True: n_moe}
+        dense = expert = acts = biggest = ws_layer = 0.0
+        for moe, ((dn, ex), act_l, none_l) in per_kind.items():
+            if counts[moe]:
+                dense += counts[moe] * dn
+                expert += counts[moe] * ex
+                acts += counts[moe] * act_l
+                biggest = max(biggest, dn + ex)
+                ws_layer = max(ws_layer, none_l)
         first, last = st == 0, st == pp - 1
         if first:
             dense += V * h / t
@@ -344,8 +348,7 @@ def estimate_memory(cfg: RunConfig) -> MemoryEstimate:
         logits = (2 * ab * s_l * b * h / sp_div + 4 * s_l * b * V / t) if last else 0.0
         ws = 0.0
         if gran == "full" and layers:
-            k = 1 if r.method == "block" else min(N, len(layers))
-            ws = k * max(layer_act(_is_moe(cfg, i), "none") for i in layers)
+            ws = (1 if r.method == "block" else min(N, len(layers))) * ws_layer
         stages.append({"weights": w, "gradients": g_, "optimizer_states": o, "zero3_gathered": gathered,
                        "activations": act, "embedding_activations": emb, "logits": logits,
                        "recompute_working_set": ws})

@@ -16,10 +16,10 @@ from typing import Iterable
 import polars as pl
 
 from traceanalyzer.classify.allocations import (
-    COPY_SCHEMA, PEAKS_SCHEMA, TIMELINE_SCHEMA, allocation_timeline, copy_bandwidth, memory_peaks,
+    COPY_SCHEMA, PEAKS_SCHEMA, REBUILT, TIMELINE_SCHEMA, allocation_timeline, copy_bandwidth, memory_peaks,
 )
 from traceanalyzer.classify.steps import DEFAULT_STEP
-from traceanalyzer.errors import ConfigError
+from traceanalyzer.errors import ConfigError, NoGpuActivity
 from traceanalyzer.model.config import RunConfig
 from traceanalyzer.model.memory import COMPONENT_NOTES, COMPONENTS, DEFAULT_RESERVE_GIB, GIB, MemoryEstimate, estimate_memory
 
@@ -72,13 +72,34 @@ def predicted_frames(est: MemoryEstimate, reserve_bytes: float) -> tuple[pl.Data
     return comp, fit
 
 
+def _nsys_ranks(trace, mem: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Give nsys memory rows (``pid``, ``device_id``) the trace's rank: the one rank of their
+    process (its CUDA API events' pid), else the rank of that process whose device is theirs.
+    Returns the rows that found a rank, and how many did not."""
+    ev = trace.events
+    procs = (ev.filter(pl.col("kind") == "runtime").select("rank", pl.col("pid").cast(pl.Int64, strict=False))
+             .drop_nulls().unique())
+    devs = (ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+            .select("rank", pl.col("pid").cast(pl.Int32, strict=False).alias("device_id")).drop_nulls().unique())
+    cand = mem.with_row_index("_row").join(procs, on="pid", how="inner")
+    n_ranks = pl.len().over("_row")
+    one = cand.filter(n_ranks == 1)
+    many = cand.filter(n_ranks > 1).join(devs, on=["rank", "device_id"], how="semi")
+    got = pl.concat([one, many.filter(pl.len().over("_row") == 1)]).sort("_row").drop("_row")
+    return got, mem.height - got.height
+
+
 def measured_memory(trace, step_range: str = DEFAULT_STEP, gpu_only: bool = True) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list[str]]:
     """(timeline, peaks, copies, warnings) of a loaded :class:`~traceanalyzer.schema.Trace`.
 
-    The allocator events are read from each Kineto rank file
-    (:func:`~traceanalyzer.parsers.kineto_memory.read_memory_events`) on the time base and
-    with the rank the trace's parser gave that file."""
+    Kineto rank files: the allocator's ``[memory]`` events
+    (:func:`~traceanalyzer.parsers.kineto_memory.read_memory_events`) on the time base and with
+    the rank the trace's parser gave that file. Nsight Systems SQLite exports: the driver's
+    device allocations (:func:`~traceanalyzer.parsers.nsys_memory.read_nsys_memory`) on the
+    session clock, each given the rank of its process and device."""
+    from traceanalyzer.classify.allocations import driver_timeline
     from traceanalyzer.parsers.kineto_memory import MEMORY_SCHEMA, read_memory_events
+    from traceanalyzer.parsers.nsys_memory import read_nsys_memory
 
     frames = []
     warnings: list[str] = []
@@ -87,14 +108,22 @@ def measured_memory(trace, step_range: str = DEFAULT_STEP, gpu_only: bool = True
         mem = read_memory_events(row["file"], row["base_time_ns"] or 0)
         frames.append(mem.with_columns(pl.lit(row["rank"], dtype=pl.Int32).alias("rank")))
     mem = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema={**MEMORY_SCHEMA, "rank": pl.Int32})
-    timeline = allocation_timeline(mem, gpu_only=gpu_only)
+    timelines = [allocation_timeline(mem, gpu_only=gpu_only)]
+    sqlite_files = trace.meta.filter(pl.col("format") == "nsys-sqlite").get_column("file").unique().to_list()
+    for f in sqlite_files:  # one per export
+        nv = read_nsys_memory(f)
+        if nv.height:
+            ranked, lost = _nsys_ranks(trace, nv)
+            if lost:
+                warnings.append(f"{f}: {lost} CUDA memory events belong to no analysed process and device: left out")
+            timelines.append(driver_timeline(ranked))
+    timeline = pl.concat(timelines, how="vertical")
     peaks = memory_peaks(timeline, trace.events, step_range)
     copies = copy_bandwidth(trace.events)
     if timeline.height == 0:
-        other = trace.meta.height - kineto.height
-        warnings.append("the trace has no GPU allocator events: record with torch.profiler.profile(profile_memory=True)"
-                        + (" (Nsight Systems exports: not read for memory yet)" if other else ""))
-    elif (peaks.get_column("source") != "allocator counters").any():
+        warnings.append("the trace has no GPU memory events: record with torch.profiler.profile(profile_memory=True)"
+                        + (" or nsys profile --cuda-memory-usage=true" if sqlite_files else ""))
+    elif (peaks.get_column("source") == REBUILT).any():
         warnings.append("the trace's memory events carry no allocator totals (PyTorch ≤ 1.9): allocated is the running "
                         "sum of the recorded allocations, a lower bound; reserved is unknown")
     return timeline, peaks, copies, warnings
@@ -148,12 +177,23 @@ def memory(
     ------
     traceanalyzer.errors.ConfigError
         A bad reserve or configuration value (exit code 7 on the command line), naming it.
+    traceanalyzer.errors.NoGpuActivity
+        A trace alone (no configuration) with neither GPU memory events nor copies (exit 5).
 
     Example
     -------
+    The 70B run of docs/examples (TP8 PP8 DP2, full recompute, 80 GB H100), from the repository root:
+
+    >>> import polars as pl
     >>> from traceanalyzer.reconcile.footprint import memory
-    >>> r = memory(config="docs/examples/megatron-readme-70b.toml")      # doctest: +SKIP
-    >>> r.predicted.select("component", "gib"), r.fit["fits"].item()    # doctest: +SKIP
+    >>> r = memory(config="docs/examples/issue1031-70b.toml", reserve_gb=4)
+    >>> r.fit.select("stage", "fits").row(0)
+    (0, True)
+    >>> round(r.predicted.filter(pl.col("component") == "optimizer_states")["gib"].item(), 2)
+    6.38
+
+    With a trace recorded with ``profile_memory=True``, ``r.measured`` holds the peaks and
+    ``r.fit`` the largest measured peak beside the predicted total.
     """
     if not isinstance(reserve_gb, (int, float)) or isinstance(reserve_gb, bool) or not math.isfinite(reserve_gb) \
             or reserve_gb < 0:
@@ -190,6 +230,11 @@ def memory(
             loaded = load(trace, cache=cache)
         warnings += list(loaded.warnings)
         timeline, peaks, copies, more = measured_memory(loaded, step_range, gpu_only)
+        if est is None and timeline.height == 0 and copies.height == 0:
+            files = loaded.meta.get_column("file").to_list()
+            raise NoGpuActivity("no GPU memory events and no memcpy/memset: nothing to measure (record with "
+                                "torch.profiler.profile(profile_memory=True), or give a run configuration)",
+                                files[0] if len(files) == 1 else None)
         warnings += more
         if fit.height == 0:
             fit = pl.DataFrame([{k: None for k in FIT_FRAME}], schema=FIT_FRAME)

@@ -44,12 +44,14 @@ def measured_sections(measured: pl.DataFrame, copies: pl.DataFrame, predicted_to
     out = []
     if measured.height:
         cols = ["rank", "device", "peak allocated GiB", "at (s from first event)", "step", "peak reserved GiB", "source"]
+        # "at"/"step": of the peak allocated; of the peak reserved where allocated is unknown (nsys)
         if predicted_total:
             cols.insert(3, "vs predicted")
         s = Section("Measured memory (allocator record)", cols)
         for r in measured.iter_rows(named=True):  # one row per rank and device
+            at = r["peak_allocated_ns"] if r["peak_allocated_ns"] is not None else r["peak_reserved_ns"]
             row = [str(r["rank"]), r["device"], _gib(r["peak_allocated"]),
-                   num((r["peak_allocated_ns"] - r["first_ns"]) / 1e9, 3) if r["peak_allocated_ns"] is not None else "—",
+                   num((at - r["first_ns"]) / 1e9, 3) if at is not None else "—",
                    "—" if r["peak_step"] is None else str(r["peak_step"]), _gib(r["peak_reserved"]), r["source"]]
             if predicted_total:
                 row.insert(3, pct(r["peak_allocated"] / predicted_total) if r["peak_allocated"] is not None else "—")
