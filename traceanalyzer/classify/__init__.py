@@ -41,11 +41,27 @@ class Analysis:
     kernel_rows: pl.DataFrame | None = None  # per rank and kernel: calls, total_ns (classify.kernels.kernel_rows)
     exposed_kernels: pl.DataFrame | None = None  # comm kernels with exposed time (classify.kernels.exposed_rows)
 
+    def __repr__(self) -> str:
+        """A few lines: ranks, steps, events, mean step time and its partition (never the frames)."""
+        st = self.steps
+        ranks = st.get_column("rank").n_unique() if st.height else 0
+        steps = st.get_column("step").n_unique() if st.height else 0
+        head = f"<Analysis {ranks} rank{'s' if ranks != 1 else ''} x {steps} step{'s' if steps != 1 else ''} ({st.height} rank-steps)"
+        if not st.height:
+            return head + ">"
+        total = int(st.get_column("duration_ns").sum())
+        lo, hi = st.select(pl.col("start_ns").min().alias("lo"), (pl.col("start_ns") + pl.col("duration_ns")).max().alias("hi")).row(0)
+        parts = ", ".join(f"{b} {100 * int(st.get_column(f'{b}_ns').sum()) / total:.1f}%" for b in BUCKETS) if total else ""
+        return (f"{head}, {self.trace.events.height:,} events, span {(hi - lo) / 1e6:.3f} ms\n"
+                f"  mean step {total / st.height / 1e6:.3f} ms: {parts}"
+                f"{f'; {len(self.warnings)} warnings' if self.warnings else ''}>")
+
     def _fields(self) -> list[str]:
         return [f for f in [*FIELDS, *IDLE_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in self.steps.columns]
 
     def totals(self) -> pl.DataFrame:
-        """Per rank: step count and every field summed over its steps."""
+        """Per rank: ``rank``, ``steps`` (UInt32) and every field of :attr:`steps` summed over the
+        rank's steps (``<field>_ns`` Int64, ``<field>_us`` Float64), sorted by rank."""
         return (
             self.steps.group_by("rank")
             .agg(pl.len().alias("steps"), *[pl.col(f"{f}_ns").sum() for f in self._fields()])
