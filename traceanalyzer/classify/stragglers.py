@@ -79,7 +79,7 @@ def stragglers(steps: pl.DataFrame, tolerance: float = DEFAULT_TOLERANCE) -> pl.
     slow in on the most of its slow steps, ties to the larger summed excess; null when never
     slow), ``bucket_steps`` (UInt32: on how many slow steps), ``bucket_excess_ns`` (Float64:
     that bucket's excess summed over those steps). Every rank is listed; sorted by
-    ``slow_steps``, then ``excess_ns`` (both most first), then rank.
+    ``slow_steps``, ``slowest_steps`` and ``excess_ns`` (most first), then rank.
     """
     per = straggler_steps(steps, tolerance)
     slow = per.filter(pl.col("slow"))
@@ -107,5 +107,5 @@ def stragglers(steps: pl.DataFrame, tolerance: float = DEFAULT_TOLERANCE) -> pl.
             pl.col("bucket_steps").fill_null(0).cast(pl.UInt32),
         )
         .select("rank", "steps", "slow_steps", "slowest_steps", "excess_ns", "max_excess_ns", "bucket", "bucket_steps", "bucket_excess_ns")
-        .sort(["slow_steps", "excess_ns", "rank"], descending=[True, True, False])
+        .sort(["slow_steps", "slowest_steps", "excess_ns", "rank"], descending=[True, True, True, False])
     )

@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from traceanalyzer.render import plots
+from traceanalyzer.render.sections import rank_summary_table, stragglers_table
 from traceanalyzer.render.sections import (
     Cell,
     Table,
@@ -109,7 +110,8 @@ def render(model: dict[str, Any], images: dict[str, bytes] | None = None) -> str
 
     out.append('<h2 id="partition">Partition per rank</h2>')
     out.append(_img(images.get("partition"), "GPU time per rank, stacked by bucket"))
-    out.append(_table(ranks_table(model)))
+    summary = rank_summary_table(model)
+    out.append(_table(summary if summary is not None else ranks_table(model)))
     out.append('<p class="note">Buckets partition each step exactly: compute, then recompute, then exposed communication, '
                "then other GPU work (memcpy, memset), else idle. Overlapped comm (communication under compute) is not part of the sum.</p>")
 
@@ -128,6 +130,10 @@ def render(model: dict[str, Any], images: dict[str, bytes] | None = None) -> str
 
     out.append('<h2 id="heatmap">Cross-rank heatmap</h2>')
     out.append(_img(images.get("heatmap"), "share of the step per rank and bucket"))
+    strag = stragglers_table(model)
+    if strag is not None:
+        out.append('<h2 id="stragglers">Stragglers</h2>')
+        out.append(_table(strag))
 
     out.append('<h2 id="kernels">Top kernels</h2>')
     out.append(_table(kernels_table(model)))

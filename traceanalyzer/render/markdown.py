@@ -11,6 +11,7 @@ import base64
 from typing import Any
 
 from traceanalyzer.render import plots
+from traceanalyzer.render.sections import rank_summary_table, stragglers_table
 from traceanalyzer.render.sections import (
     Cell,
     Table,
@@ -86,7 +87,8 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
 
     out += ["### Partition per rank", ""]
     img("partition", "partition per rank")
-    out += _table(ranks_table(model, MAX_RANKS))
+    summary = rank_summary_table(model)
+    out += _table(summary if summary is not None else ranks_table(model, MAX_RANKS))
     out += [f"### Timeline of rank {model['timeline']['rank']}", ""]
     img("timeline", "timeline")
     legend = " · ".join(f"{plots.LABELS[b]} `{plots.COLORS[b]}`" for b in plots.BUCKET_ORDER)
@@ -98,6 +100,9 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
         out += _table(waterfall_table(model))
     out += ["### Cross-rank heatmap (% of step)", ""]
     img("heatmap", "heatmap")
+    strag = stragglers_table(model)
+    if strag is not None:
+        out += ["### Stragglers", ""] + _table(strag)
     out += ["### Top kernels", ""] + _table(kernels_table(model))
     out += ["### Top exposed collectives", ""] + _table(collectives_table(model))
     out += ["### Warnings", ""]
