@@ -80,7 +80,7 @@ def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False)
         >>> trace.ranks
         [0, 1, 2, 3, 4, 5, 6, 7]
         >>> trace.events.filter(kind="kernel").height
-        1408
+        2104
     """
     from traceanalyzer.parsers import load as parse
 
@@ -349,7 +349,7 @@ def comm(
         >>> import traceanalyzer as ta
         >>> c = ta.comm("fixtures/kineto/dlrm-v100-8rank")
         >>> c.filter(rank=1).select("key", "count", "exposed_ns", "wait_ns").rows()
-        [('all_to_all', 5, 9451000, 9489000), ('all_reduce', 3, 1605000, 1638000)]
+        [('all_to_all', 5, 9389000, 9461000), ('all_reduce', 3, 1667000, 1664000)]
     """
     _choice("by", by, ("type", "group", "dim"))
     _choice("per", per, ("step", "rank"))
@@ -402,7 +402,7 @@ def idle(source: Source, *, per: Literal["step", "rank"] = "step") -> pl.DataFra
         >>> import traceanalyzer as ta
         >>> i = ta.idle("fixtures/kineto/dlrm-v100-8rank")
         >>> i.filter(rank=0).select("idle_ns", "idle_host_bound_ns", "idle_sync_ns", "idle_other_ns").row(0)
-        (6419000, 4952000, 83000, 1384000)
+        (6419000, 5021000, 83000, 1315000)
     """
     from traceanalyzer.classify import IDLE_FIELDS
 

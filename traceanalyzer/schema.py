@@ -145,10 +145,10 @@ def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
 class Trace:
     """What a parser returns: canonical events and per-rank metadata for one job."""
 
-    events: pl.DataFrame
-    meta: pl.DataFrame
-    warnings: list[str] = field(default_factory=list)
-    sources: list[Path] = field(default_factory=list)
+    events: pl.DataFrame  # one row per timed event, all ranks (columns: EVENT_SCHEMA in the module doc)
+    meta: pl.DataFrame  # one row per rank: file, format, world size, device, versions (META_SCHEMA)
+    warnings: list[str] = field(default_factory=list)  # what the parsers noticed (each names its file)
+    sources: list[Path] = field(default_factory=list)  # the files loaded, in order
 
     @property
     def ranks(self) -> list[int]:

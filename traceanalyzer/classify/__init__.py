@@ -27,11 +27,11 @@ COMM_DIM_FIELDS = [f"exposed_comm_{d.lower()}" for d in [*comm.DIMENSIONS, comm.
 class Analysis:
     """The classified trace: per-step partition plus the frames it was computed from."""
 
-    trace: Trace
+    trace: Trace  # the trace analysed (its events are empty when a command's workers kept only tables)
     steps: pl.DataFrame  # rank, step, start_*, duration_*, <bucket>_ns/_us, overlapped_comm_*, idle_<cause>_*, exposed_comm_<dim>_*
     gpu: pl.DataFrame  # GPU work events with their class (cls)
     windows: pl.DataFrame  # rank, step, wstart_ns, wend_ns, cpu_start_ns, cpu_end_ns
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the trace's and the classifiers' warnings
     recompute_ops: pl.DataFrame | None = None  # recomputed host ops (classify.recompute.recompute_ops)
     recomputed_by_name: pl.DataFrame | None = None  # rank, name, count, gpu_ns (top-level recomputed ops)
     collectives: pl.DataFrame | None = None  # one row per communication kernel (classify.comm.collectives)
