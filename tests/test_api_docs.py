@@ -87,3 +87,12 @@ def test_py_typed_is_shipped():
     assert (ROOT / "traceanalyzer" / "py.typed").is_file()
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "py.typed" in cfg["tool"]["setuptools"]["package-data"]["traceanalyzer"]
+
+
+def test_report_verb_survives_its_subpackage():
+    """``traceanalyzer.report`` is the verb even after the report-model sub-package of the same
+    name was imported (which would normally rebind the package attribute)."""
+    code = ("from traceanalyzer.report import document; import traceanalyzer as ta, traceanalyzer.report.annotate; "
+            "print(callable(ta.report), ta.report.__module__, document.__name__)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.stdout.split() == ["True", "traceanalyzer.api", "traceanalyzer.report.document"], r.stderr

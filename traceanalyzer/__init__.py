@@ -14,6 +14,8 @@ and returns a polars DataFrame (``report`` and ``plan``: a dict).
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -45,6 +47,20 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     )
     from traceanalyzer.classify import Analysis
     from traceanalyzer.schema import Trace
+
+
+class _Package(types.ModuleType):
+    """The package's module type: a sub-package named like a verb (``traceanalyzer.report``,
+    the report model) is reachable by import, but loading it never replaces the verb
+    (``traceanalyzer.report()``) as an attribute of the package."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _API and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):

@@ -26,11 +26,13 @@ RANK_MODES = ("auto", "all", "summary")
 RankMode = Literal["auto", "all", "summary"]
 
 
-def summarise_ranks(n_ranks: int, mode: str = "auto", threshold: int = RANK_SUMMARY_THRESHOLD) -> bool:
-    """Whether ``n_ranks`` ranks are shown as a distribution (True) or one row each (False)."""
+def summarise_ranks(n_ranks: int, mode: str = "auto", threshold: int | None = None) -> bool:
+    """Whether ``n_ranks`` ranks are shown as a distribution (True) or one row each (False);
+    ``threshold``: default :data:`RANK_SUMMARY_THRESHOLD`."""
     if mode not in RANK_MODES:
         raise ValueError(f"rank mode {mode!r} is not one of {', '.join(RANK_MODES)}")
-    return mode == "summary" or (mode == "auto" and n_ranks > threshold)
+    limit = RANK_SUMMARY_THRESHOLD if threshold is None else threshold
+    return mode == "summary" or (mode == "auto" and n_ranks > limit)
 
 
 def spread_fields(steps: pl.DataFrame) -> list[str]:
