@@ -213,3 +213,15 @@ def test_reprs_are_short(dlrm):
     assert t == "<Trace 8 ranks (0-7), 19,789 events, span 21.019 ms, kineto, 2 warnings>" or t.startswith("<Trace 8 ranks (0-7), 19,789 events")
     assert a.splitlines()[0].startswith("<Analysis 8 ranks x 1 step (8 rank-steps), 19,789 events")
     assert "mean step 14.462 ms" in a and len(a.splitlines()) <= 3 and len(a) < 400
+
+
+def test_scan_equals_load(tmp_path):
+    """The lazy scan of the parse cache holds exactly the events load gives (ranks included)."""
+    ev = ta.load(DLRM).events
+    lf = ta.scan(DLRM, cache=tmp_path)
+    assert isinstance(lf, pl.LazyFrame) and lf.collect_schema() == ev.schema
+    key = ["rank", "start_ns", "end_ns", "kind", "name", "tid", "correlation"]
+    assert lf.collect().sort(key).equals(ev.sort(key))
+    assert ta.scan([DLRM], cache=tmp_path).filter(pl.col("rank") == 3).select(pl.len()).collect().item() == ev.filter(rank=3).height
+    with pytest.raises(InvalidArgument, match="parse cache"):
+        ta.scan(DLRM, cache=False)

@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 #: One line per verb; the API reference (``docs/api.md``) lists them in this order.
 _API: dict[str, str] = {
     "load": "traceanalyzer.api:load",
+    "scan": "traceanalyzer.api:scan",
     "analyze": "traceanalyzer.api:analyze",
     "select": "traceanalyzer.api:select",
     "breakdown": "traceanalyzer.api:breakdown",
@@ -43,7 +44,7 @@ __all__ = [*_API, "__version__"]
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time the names load on first use
     from traceanalyzer.api import (
-        analyze, breakdown, comm, compare, idle, load, plan, rank_summary, report, select, stragglers,
+        analyze, breakdown, comm, compare, idle, load, plan, rank_summary, report, scan, select, stragglers,
     )
     from traceanalyzer.classify import Analysis
     from traceanalyzer.schema import Trace

@@ -39,7 +39,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 Source = Union[PathLike, Iterable[PathLike], "Trace", "Analysis"]
 
 __all__ = [
-    "load", "analyze", "select", "breakdown", "rank_summary", "comm", "idle", "stragglers", "compare", "report", "plan",
+    "load", "scan", "analyze", "select", "breakdown", "rank_summary", "comm", "idle", "stragglers", "compare", "report", "plan",
 ]
 
 
@@ -87,6 +87,86 @@ def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False)
     if isinstance(path, (str, os.PathLike)):
         return parse(Path(path), cache=_cache_arg(cache))
     return parse([Path(_path(p)) for p in _paths(path)], cache=_cache_arg(cache))
+
+
+def scan(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = True) -> pl.LazyFrame:
+    """The canonical events of a job as a polars LazyFrame read from the Parquet parse cache.
+
+    Each Kineto rank file is parsed once into the parse cache (as ``load(..., cache=True)``
+    does) and then scanned from its Parquet file: a query reads only the columns and row groups
+    it needs, so a question about some events of many ranks (the kernels, one rank, one time
+    window) never holds every event of the job in memory, which :func:`load` does. Nsight
+    Systems inputs (not cached) are loaded and then made lazy.
+
+    Parameters:
+        path: as in :func:`load`.
+        cache: ``True``: the default cache directory (``$TRACEANALYZER_CACHE``, else the user
+            cache directory); or a directory. ``False`` is refused: scanning needs the cache.
+
+    Returns:
+        A LazyFrame with the columns of ``Trace.events`` (``rank`` set as :func:`load` sets it:
+        ``distributedInfo``, else the file name, else the position). ``collect()`` it.
+        A file whose entry cannot be written to the cache is held in memory instead. Unlike
+        :func:`load`, a truncated file that lost its base time is not moved onto the job's
+        clock, and the job-level checks (same job, clock skew) are not made.
+
+    Raises:
+        InputNotFound, InvalidTrace: as in :func:`load` (raised by ``scan`` itself, not at
+            ``collect()``).
+        InvalidArgument: ``cache=False``.
+
+    Example:
+        >>> import polars as pl
+        >>> import traceanalyzer as ta
+        >>> lf = ta.scan("fixtures/kineto/dlrm-v100-8rank")
+        >>> lf.filter(pl.col("kind") == "kernel").group_by("rank").len().sort("rank").collect()["len"].to_list()
+        [245, 310, 246, 315, 251, 245, 246, 246]
+    """
+    import orjson
+
+    from traceanalyzer import cache as parse_cache
+    from traceanalyzer.parsers import _assign_ranks, _nsys_sniff, _parse_kineto_file, discover
+    from traceanalyzer.schema import EVENT_SCHEMA
+
+    if cache is False:
+        raise InvalidArgument("scan reads the parse cache: give cache=True or a cache directory (or use load)")
+    directory = parse_cache.resolve_dir(None if cache is True else Path(_path(cache)))
+    items = [path] if isinstance(path, (str, os.PathLike)) else _paths(path)
+    files = [f for p in items for f in discover(Path(_path(p)))]
+    kineto = [f for f in files if not (f.is_dir() or _nsys_sniff(f))]
+    frames: list[pl.LazyFrame] = []
+    metas: list[dict] = []
+    for f in kineto:  # one entry per rank file
+        frame, meta = _cached_entry(f, directory, parse_cache, orjson)
+        if frame is None:
+            df, meta, _warns = _parse_kineto_file(f, directory)  # parsed once, into the cache
+            frame = _cached_entry(f, directory, parse_cache, orjson)[0]
+            if frame is None:  # the cache could not be written: this file stays in memory
+                frame = df.lazy()
+        metas.append(meta)
+        frames.append(frame)
+    _assign_ranks(kineto, metas, [])
+    lazy = [fr.with_columns(pl.lit(m["rank"], dtype=pl.Int32).alias("rank")).select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])
+            for fr, m in zip(frames, metas)]
+    others = [f for f in files if f not in kineto]
+    if others:
+        lazy.append(load(others).events.lazy())
+    return pl.concat(lazy, how="vertical")
+
+
+def _cached_entry(f: Path, directory: Path, parse_cache: Any, orjson: Any) -> tuple[pl.LazyFrame | None, dict]:
+    """(the cache entry of ``f`` as a LazyFrame, its meta), or (None, {}) when it has none."""
+    try:
+        digest = parse_cache.file_sha256(f, directory)
+        entry = parse_cache._entry(digest, directory)
+        info = orjson.loads(parse_cache._read_info(entry))
+        if info["sha256"] != digest or info["cache_version"] != parse_cache.CACHE_VERSION:
+            return None, {}
+    except Exception:  # noqa: BLE001 - missing, partial or foreign entry: a miss
+        return None, {}
+    meta = dict(info["meta"])
+    meta["file"] = str(f)
+    return pl.scan_parquet(entry), meta
 
 
 def analyze(
