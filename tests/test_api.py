@@ -225,3 +225,10 @@ def test_scan_equals_load(tmp_path):
     assert ta.scan([DLRM], cache=tmp_path).filter(pl.col("rank") == 3).select(pl.len()).collect().item() == ev.filter(rank=3).height
     with pytest.raises(InvalidArgument, match="parse cache"):
         ta.scan(DLRM, cache=False)
+
+
+def test_parallel_workers_give_the_same_analysis(dlrm):
+    """A path analysed by worker processes gives the frames of the in-process analysis, events kept."""
+    par = ta.analyze(DLRM, workers=2)
+    assert par.steps.equals(dlrm.steps) and par.trace.events.height == dlrm.trace.events.height == 19789
+    assert ta.stragglers(par).equals(ta.stragglers(dlrm))
