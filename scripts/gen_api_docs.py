@@ -57,16 +57,29 @@ names the file or argument at fault. The [tutorial](tutorial.md) walks through a
 """
 
 
+#: section headers as written (Google style ``Parameters:``, or NumPy style ``Parameters`` over a
+#: line of dashes) -> the section they start
+HEADERS = {"parameters": "Parameters", "args": "Parameters", "arguments": "Parameters", "returns": "Returns",
+           "return": "Returns", "raises": "Raises", "example": "Example", "examples": "Example"}
+
+
 def parse_doc(doc: str) -> tuple[str, dict[str, str]]:
-    """(summary text, {section: body}) of a docstring in the project's style."""
+    """(summary text, {section: body}) of a docstring: Google-style ``Parameters:`` headers or
+    NumPy-style ones (the name over a line of dashes)."""
     lines = inspect.cleandoc(doc).splitlines()
     summary: list[str] = []
     sections: dict[str, list[str]] = {}
     current: list[str] = summary
+    skip_dashes = False
     for line in lines:
-        m = re.match(r"^(%s):\s*$" % "|".join(SECTIONS), line)
-        if m:
-            current = sections.setdefault(m.group(1), [])
+        if skip_dashes and re.match(r"^-{3,}\s*$", line):
+            skip_dashes = False
+            continue
+        skip_dashes = False
+        m = re.match(r"^(\w+)(:?)\s*$", line)
+        if m and m.group(1).lower() in HEADERS:
+            current = sections.setdefault(HEADERS[m.group(1).lower()], [])
+            skip_dashes = not m.group(2)
             continue
         current.append(line)
     return "\n".join(summary).strip(), {k: inspect.cleandoc("\n".join(v)) for k, v in sections.items()}
@@ -82,9 +95,10 @@ def entries(body: str) -> list[tuple[str, str]]:
     """``name: text`` entries (continuation lines indented) of a Parameters/Raises section."""
     out: list[tuple[str, str]] = []
     for line in body.splitlines():
-        m = re.match(r"^(\*{0,2}[\w, ]+):\s*(.*)$", line)
+        m = re.match(r"^(\*{0,2}[\w, ]+?)\s*:\s*(.*)$", line)
         if m and not line.startswith(" "):
-            out.append((m.group(1), m.group(2)))
+            numpy_style = " : " in line  # "name : type", the description on the lines below
+            out.append((m.group(1), f"({m.group(2)})" if numpy_style and m.group(2) else m.group(2)))
         elif out:
             out[-1] = (out[-1][0], (out[-1][1] + " " + line.strip()).strip())
     return out
