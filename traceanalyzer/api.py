@@ -253,9 +253,10 @@ def analyze(
 def select(source: Source, *, ranks: Iterable[int] | None = None, steps: Iterable[int] | None = None) -> Analysis:
     """The part of an analysis on some ranks and/or steps, to compare them or look closer.
 
-    Every frame of the analysis is cut to the rows of those ranks and steps; the cross-rank
-    view (``cross_rank``) is computed again over what is kept. Nothing is re-classified: a
-    step's buckets are the same numbers as in the whole analysis.
+    Every per-step frame of the analysis is cut to the rows of those ranks and steps (the
+    trace's events and the GPU work to those ranks); the cross-rank view (``cross_rank``) is
+    computed again over what is kept. Nothing is re-classified: a step's buckets are the same
+    numbers as in the whole analysis.
 
     Parameters:
         source: as in :func:`analyze` (a path or trace is analysed first).

@@ -46,7 +46,7 @@ class Analysis:
         st = self.steps
         ranks = st.get_column("rank").n_unique() if st.height else 0
         steps = st.get_column("step").n_unique() if st.height else 0
-        head = f"<Analysis {ranks} rank{'s' if ranks != 1 else ''} x {steps} step{'s' if steps != 1 else ''} ({st.height} rank-steps)"
+        head = f"<Analysis {ranks} rank{'s' if ranks != 1 else ''} x {steps} step{'s' if steps != 1 else ''} ({st.height} rank-step{'s' if st.height != 1 else ''})"
         if not st.height:
             return head + ">"
         total = int(st.get_column("duration_ns").sum())
