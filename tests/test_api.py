@@ -232,3 +232,16 @@ def test_parallel_workers_give_the_same_analysis(dlrm):
     par = ta.analyze(DLRM, workers=2)
     assert par.steps.equals(dlrm.steps) and par.trace.events.height == dlrm.trace.events.height == 19789
     assert ta.stragglers(par).equals(ta.stragglers(dlrm))
+
+
+def test_comm_spread_by_hand(dlrm):
+    """All-to-all exposed ms per rank (breakdown --detail): 3.882 9.389 1.690 7.893 6.320 6.020
+    1.719 0.335; sorted, the middle two are 3.882 and 6.020: median 4.951; max 9.389 on rank 1."""
+    s = rankspread.comm_spread(dlrm.comm)
+    a2a = s.filter(key="all_to_all").row(0, named=True)
+    assert (a2a["ranks"], a2a["count"], a2a["exposed_min_ns"], a2a["exposed_p50_ns"], a2a["exposed_max_ns"], a2a["exposed_max_rank"]) == (
+        8, 40, 335000.0, 4951000.0, 9389000.0, 1)
+    assert s.filter(by="dim")["key"].to_list() == ["DP"]
+    r = run_cli("breakdown", DLRM, "--ranks", "summary", "--detail", "-q")
+    line = next(x for x in r.stdout.splitlines() if "all_to_all" in x)
+    assert [c.strip() for c in line.split("│")[3:9]] == ["8", "40", "0.335", "4.951", "9.389", "1"]

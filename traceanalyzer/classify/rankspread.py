@@ -80,3 +80,37 @@ def rank_spread(steps: pl.DataFrame, top: int = 3, fields: list[str] | None = No
     )
     order = pl.DataFrame({"field": fields, "__o": list(range(len(fields)))})
     return out.join(order, on="field").sort("__o").drop("__o").with_columns(pl.col("ranks").cast(pl.UInt32))
+
+
+def comm_spread(comm: pl.DataFrame) -> pl.DataFrame:
+    """Communication per type / group / dimension over the ranks instead of per rank.
+
+    ``comm``: :attr:`traceanalyzer.classify.Analysis.comm` (rank, step, by, key, count,
+    exposed/wait/transfer ns...). Each rank's values are summed over its steps first. One row
+    per (``by``, ``key``): ``ranks`` (UInt32), ``count`` (kernels, all ranks), ``exposed_min_ns``,
+    ``exposed_p50_ns``, ``exposed_max_ns`` (Float64 ns per rank, summed over its steps),
+    ``exposed_max_rank`` (Int32: the rank with the most exposed time, lowest on a tie),
+    ``wait_p50_ns``, ``wait_max_ns``, ``transfer_p50_ns`` (Float64; null where unknown).
+    Sorted by ``by`` and then by ``exposed_max_ns``, most first.
+    """
+    per_rank = comm.group_by("by", "key", "rank").agg(
+        pl.col("count").sum(),
+        pl.col("exposed_ns").sum(),
+        *[pl.when(pl.col(f"{x}_ns").is_not_null().all()).then(pl.col(f"{x}_ns").sum()).alias(f"{x}_ns") for x in ("wait", "transfer")],
+    )
+    return (
+        per_rank.sort(["by", "key", "exposed_ns", "rank"], descending=[False, False, True, False])
+        .group_by("by", "key", maintain_order=True)
+        .agg(
+            pl.len().cast(pl.UInt32).alias("ranks"),
+            pl.col("count").sum().cast(pl.Int64),
+            pl.col("exposed_ns").min().cast(pl.Float64).alias("exposed_min_ns"),
+            pl.col("exposed_ns").median().alias("exposed_p50_ns"),
+            pl.col("exposed_ns").max().cast(pl.Float64).alias("exposed_max_ns"),
+            pl.col("rank").first().alias("exposed_max_rank"),
+            pl.col("wait_ns").median().alias("wait_p50_ns"),
+            pl.col("wait_ns").max().cast(pl.Float64).alias("wait_max_ns"),
+            pl.col("transfer_ns").median().alias("transfer_p50_ns"),
+        )
+        .sort(["by", "exposed_max_ns", "key"], descending=[False, True, False])
+    )

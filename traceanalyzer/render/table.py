@@ -139,11 +139,13 @@ def cross_rank_table(analysis: Analysis) -> Table | None:
     return t
 
 
-def print_detail(analysis: Analysis, console: Console, summary=None, stragglers=None) -> None:
+def print_detail(analysis: Analysis, console: Console, summary=None, stragglers=None, comm_summary=None) -> None:
     """The cause sub-tables: idle by cause, communication, recompute, cross-rank; with
-    ``summary`` (the ranks' distribution, which holds the idle causes) no per-rank idle table;
+    ``summary`` (the ranks' distribution, which holds the idle causes) no per-rank idle table,
+    and ``comm_summary`` (``classify.rankspread.comm_spread``) instead of one row per rank;
     ``stragglers``: the multi-step straggler table's rows."""
-    tables = (None if summary is not None else idle_table(analysis), comm_table(analysis), recompute_table(analysis),
+    comm = comm_summary_table(comm_summary) if summary is not None else comm_table(analysis)
+    tables = (None if summary is not None else idle_table(analysis), comm, recompute_table(analysis),
               cross_rank_table(analysis), None if stragglers is None else stragglers_table(stragglers))
     for table in tables:
         if table is not None:
@@ -184,4 +186,19 @@ def stragglers_table(per_rank, top: int = 10) -> Table | None:
     if slow.height > top:
         t.caption = f"{slow.height - top} more slow ranks: traceanalyzer.stragglers() in Python"
         t.caption_justify = "left"
+    return t
+
+
+def comm_summary_table(spread) -> Table | None:
+    """Communication over the ranks (``classify.rankspread.comm_spread``), ms summed over steps."""
+    if spread is None or spread.height == 0:
+        return None
+    t = Table(title="Communication over the ranks, per rank summed over steps (ms): distribution, the rank with the most exposed",
+              title_justify="left", caption="every rank: --ranks all", caption_justify="left")
+    for col in ("by", "key", "ranks", "count", "exposed min", "p50", "max", "max rank", "wait p50", "wait max", "transfer p50"):
+        t.add_column(col, justify="left" if col in ("by", "key") else "right")
+    for r in spread.iter_rows(named=True):  # one row per type, group, dimension
+        t.add_row(r["by"], r["key"], str(r["ranks"]), str(r["count"]), _ms(r["exposed_min_ns"]), _ms(r["exposed_p50_ns"]),
+                  _ms(r["exposed_max_ns"]), str(r["exposed_max_rank"]), _ms(r["wait_p50_ns"]), _ms(r["wait_max_ns"]),
+                  _ms(r["transfer_p50_ns"]))
     return t
