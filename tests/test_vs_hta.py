@@ -55,7 +55,7 @@ def test_dlrm_agrees_with_hta_where_definitions_coincide(rank):
     job = next(j for j in REF["jobs"] if f"param-dlrm-v100-8rank/worker{rank}_" in j)
     hta = REF["jobs"][job]["hta"]["ranks"][str(rank)]
     # HTA takes a single-step trace whole (GPU work launched before the step included): so do we
-    row = ta.breakdown(ta.load(TRACES / job), step_name=None).row(0, named=True)
+    row = ta.breakdown(ta.load(TRACES / job), step_range=None).row(0, named=True)
     assert row["idle_us"] == hta["idle_time(us)"]
     assert row["compute_us"] == hta["compute_time(us)"]
     assert row["duration_us"] == hta["kernel_time(us)"]

@@ -1,31 +1,79 @@
 """traceanalyzer: where did my MFU go?
 
-Python API::
+Python API (reference: ``docs/api.md``; tutorial: ``docs/tutorial.md``)::
 
     import traceanalyzer as ta
-    trace = ta.load("runs/2026-11-20/")   # canonical polars frames (trace.events, trace.meta)
-    df = ta.breakdown(trace)              # per-rank, per-step partition of GPU time
-    p = ta.plan("15T", params="405B", mfu="38-43%", gpu="H100 SXM", gpus=16384)  # time and cost of a run
+    a = ta.analyze("runs/2026-11-20/")    # load and classify every rank file of a job
+    ta.breakdown(a)                       # per rank and step: compute / recompute / exposed comm / other / idle
+    ta.stragglers(a)                      # which ranks are slow, on how many steps, in which bucket
+    ta.compare(a, ta.analyze("runs/2026-11-21/"))   # the step-time gap, split exactly by bucket
+
+Every verb takes a path, a :class:`Trace` (``ta.load``) or an :class:`Analysis` (``ta.analyze``)
+and returns a polars DataFrame (``report`` and ``plan``: a dict).
 """
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "breakdown", "analyze", "plan", "Trace", "__version__"]
+#: The public API: name -> "module:attribute", imported on first use (so ``import traceanalyzer``
+#: loads no polars, and the command line can handle a signal before the heavy libraries load).
+#: One line per verb; the API reference (``docs/api.md``) lists them in this order.
+_API: dict[str, str] = {
+    "load": "traceanalyzer.api:load",
+    "scan": "traceanalyzer.api:scan",
+    "analyze": "traceanalyzer.api:analyze",
+    "select": "traceanalyzer.api:select",
+    "breakdown": "traceanalyzer.api:breakdown",
+    "rank_summary": "traceanalyzer.api:rank_summary",
+    "comm": "traceanalyzer.api:comm",
+    "idle": "traceanalyzer.api:idle",
+    "stragglers": "traceanalyzer.api:stragglers",
+    "compare": "traceanalyzer.api:compare",
+    "report": "traceanalyzer.api:report",
+    "plan": "traceanalyzer.api:plan",
+    "Trace": "traceanalyzer.schema:Trace",
+    "Analysis": "traceanalyzer.classify:Analysis",
+}
 
-_LAZY = {"analyze": "traceanalyzer.classify", "breakdown": "traceanalyzer.classify",
-         "load": "traceanalyzer.parsers", "Trace": "traceanalyzer.schema",
-         "plan": ("traceanalyzer.model.runplan", "plan_run")}
+__all__ = [*_API, "__version__"]
+
+if TYPE_CHECKING:  # for type checkers and editors; at run time the names load on first use
+    from traceanalyzer.api import (
+        analyze, breakdown, comm, compare, idle, load, plan, rank_summary, report, scan, select, stragglers,
+    )
+    from traceanalyzer.classify import Analysis
+    from traceanalyzer.schema import Trace
+
+
+class _Package(types.ModuleType):
+    """The package's module type: a sub-package named like a verb (``traceanalyzer.report``,
+    the report model) is reachable by import, but loading it never replaces the verb
+    (``traceanalyzer.report()``) as an attribute of the package."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _API and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):
-    """The API is imported on first use, so the command line can handle a signal before the heavy
-    libraries (polars) load."""
-    if name in _LAZY:
+    if name in _API:
         import importlib
 
-        where = _LAZY[name]
-        module, attr = where if isinstance(where, tuple) else (where, name)
+        module, attr = _API[name].split(":")
         value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'traceanalyzer' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_API})

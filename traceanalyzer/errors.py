@@ -63,3 +63,10 @@ class ConfigError(TraceAnalyzerError):
 
 class GateFailed(TraceAnalyzerError):
     exit_code = 8
+
+
+class InvalidArgument(TraceAnalyzerError, ValueError):
+    """A Python API call with a bad argument value (an unknown choice, a negative count): the
+    API's counterpart of a command-line usage error (exit 2). Also a :class:`ValueError`."""
+
+    exit_code = 2

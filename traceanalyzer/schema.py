@@ -145,14 +145,34 @@ def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
 class Trace:
     """What a parser returns: canonical events and per-rank metadata for one job."""
 
-    events: pl.DataFrame
-    meta: pl.DataFrame
-    warnings: list[str] = field(default_factory=list)
-    sources: list[Path] = field(default_factory=list)
+    events: pl.DataFrame  # one row per timed event, all ranks (columns: EVENT_SCHEMA in the module doc)
+    meta: pl.DataFrame  # one row per rank: file, format, world size, device, versions (META_SCHEMA)
+    warnings: list[str] = field(default_factory=list)  # what the parsers noticed (each names its file)
+    sources: list[Path] = field(default_factory=list)  # the files loaded, in order
 
     @property
     def ranks(self) -> list[int]:
+        """The global ranks of the job, sorted."""
         return self.meta.get_column("rank").sort().to_list()
+
+    def __repr__(self) -> str:
+        """One line: ranks, events, time span and format (never the frames themselves)."""
+        ranks = self.ranks
+        shown = (f"{ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else ", ".join(map(str, ranks[:8]))
+                 + (", ..." if len(ranks) > 8 else "")) if ranks else "none"
+        span = ""
+        if self.events.height:
+            lo, hi = self.events.select(pl.col("start_ns").min(), pl.col("end_ns").max()).row(0)
+            if lo is not None and hi is not None:
+                span = f", span {(hi - lo) / 1e6:.3f} ms"
+        formats = ",".join(sorted({str(f) for f in self.meta.get_column("format").drop_nulls().to_list()})) or "?"
+        n = len(ranks)
+        return (f"<Trace {n} rank{'s' if n != 1 else ''} ({shown}), {self.events.height:,} events{span}, {formats}"
+                f"{f', {len(self.warnings)} warnings' if self.warnings else ''}>")
+
+    def lazy(self) -> pl.LazyFrame:
+        """The events as a LazyFrame, to build a query that polars optimises before running it."""
+        return self.events.lazy()
 
     def gpu_events(self) -> pl.DataFrame:
         return self.events.filter(pl.col("kind").is_in(GPU_WORK_KINDS))

@@ -11,6 +11,7 @@ import typer
 from traceanalyzer.commands.common import (
     AddressOpt, CommKernelOpt, Engine, EngineOpt, Format, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, out_console, print_warnings,
 )
+from traceanalyzer.commands.common import RanksOpt, RankView
 from traceanalyzer.render import json as json_render
 from traceanalyzer.classify.comm import DEFAULT_BUS_BW_GBPS
 from traceanalyzer.errors import ConfigError
@@ -41,6 +42,7 @@ def breakdown(
     engine: EngineOpt = Engine.local,
     address: AddressOpt = None,
     quiet: QuietOpt = False,
+    ranks: RanksOpt = RankView.auto,
 ) -> None:
     """Split every rank's GPU time, per step, into compute / recompute / exposed comm / other / idle."""
     if not bus_bw > 0 or bus_bw == float("inf"):  # also NaN
@@ -62,9 +64,14 @@ def breakdown(
     else:
         with outputs.stream(output, "w") as fh:
             console = out_console(None if output is None else fh, 120 if output is None else 160)
-            print_breakdown(analysis, console)
+            from traceanalyzer.classify.rankspread import comm_spread, rank_spread, summarise_ranks
+            from traceanalyzer.classify.stragglers import stragglers
+
+            summary = rank_spread(analysis.steps) if summarise_ranks(len(analysis.trace.ranks), ranks.value) else None
+            print_breakdown(analysis, console, summary)
             if detail:
-                print_detail(analysis, console)
+                comm = comm_spread(analysis.comm) if summary is not None and analysis.comm is not None and analysis.comm.height else None
+                print_detail(analysis, console, summary, stragglers(analysis.steps), comm)
     print_warnings(analysis.warnings)
 
 

@@ -125,3 +125,17 @@ def output_stream(output: Path | None, inputs: list | tuple = (), mode: str = "w
     """stdout, or ``output`` written safely (:class:`~traceanalyzer.outputs.Outputs`: never an
     input, whole or not at all)."""
     return Outputs(inputs).stream(output, mode)
+
+
+class RankView(str, Enum):
+    auto = "auto"
+    all = "all"
+    summary = "summary"
+
+
+#: how commands that show one row per rank show many ranks (breakdown, report)
+RanksOpt = Annotated[
+    RankView,
+    typer.Option("--ranks", help="auto: every rank up to 16 ranks, their distribution (min / p50 / max, slowest ranks) above; "
+                 "all: every rank; summary: the distribution whatever the count."),
+]

@@ -11,6 +11,7 @@ import typer
 from traceanalyzer.commands.common import (
     AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, print_warnings,
 )
+from traceanalyzer.commands.common import RanksOpt, RankView
 from traceanalyzer.outputs import Outputs
 
 
@@ -57,6 +58,7 @@ def report(
     engine: EngineOpt = Engine.local,
     address: AddressOpt = None,
     quiet: QuietOpt = False,
+    ranks: RanksOpt = RankView.auto,
 ) -> None:
     """Write a report to attach to a ticket: headline, plots, top kernels and collectives, how to reproduce."""
     from traceanalyzer.report import document as report_model
@@ -86,7 +88,8 @@ def report(
         analysis = with_rank_gpu(analysis, shown, Options(step_name=step_range, comm_kernels=tuple(patterns)))
     m = report_model.build(
         analysis, rank=rank, config=config, step_range=step_range, top=top, baseline=base,
-        command=_command(paths, config, format, embed, output, rank, step_range, top, baseline),
+        command=_command(paths, config, format, embed, output, rank, step_range, top, baseline) + ([] if ranks is RankView.auto else ["--ranks", ranks.value]),
+        ranks=ranks.value,
     )
     _write(m, format, embed, output, outputs)
     print_warnings([*analysis.warnings, *m["notes"]])

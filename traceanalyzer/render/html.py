@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from traceanalyzer.render import plots
+from traceanalyzer.render.sections import rank_summary_table, stragglers_table
 from traceanalyzer.render.sections import (
     Cell,
     Table,
@@ -23,7 +24,7 @@ from traceanalyzer.render.sections import (
     idle_causes_table,
     kernel_section_table,
     recomputed_table,
-    stragglers_table,
+    step_stragglers_table,
     headline_cells,
     inputs_table,
     kernels_table,
@@ -115,7 +116,8 @@ def render(model: dict[str, Any], images: dict[str, bytes] | None = None) -> str
 
     out.append('<h2 id="partition">Partition per rank</h2>')
     out.append(_img(images.get("partition"), "GPU time per rank, stacked by bucket"))
-    out.append(_table(ranks_table(model)))
+    summary = rank_summary_table(model)
+    out.append(_table(summary if summary is not None else ranks_table(model)))
     out.append('<p class="note">Buckets partition each step exactly: compute, then recompute, then exposed communication, '
                "then other GPU work (memcpy, memset), else idle. Overlapped comm (communication under compute) is not part of the sum.</p>")
 
@@ -134,11 +136,15 @@ def render(model: dict[str, Any], images: dict[str, bytes] | None = None) -> str
 
     out.append('<h2 id="heatmap">Cross-rank heatmap</h2>')
     out.append(_img(images.get("heatmap"), "share of the step per rank and bucket"))
+    strag = stragglers_table(model)
+    if strag is not None:
+        out.append('<h2 id="stragglers">Stragglers</h2>')
+        out.append(_table(strag))
 
     out.append('<h2 id="kernels">Top kernels</h2>')
     out.append(_table(kernel_section_table(model) or kernels_table(model)))
     causes = [(title, t) for title, t in (("Idle by cause", idle_causes_table(model)), ("Communication by dimension", comm_dims_table(model)),
-                                          ("Recomputed ops", recomputed_table(model)), ("Stragglers", stragglers_table(model))) if t is not None]
+                                          ("Recomputed ops", recomputed_table(model)), ("Slowest rank per step", step_stragglers_table(model))) if t is not None]
     if causes:
         out.append('<h2 id="causes">Causes</h2>')
         for title, t in causes:

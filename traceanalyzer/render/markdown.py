@@ -11,6 +11,7 @@ import base64
 from typing import Any
 
 from traceanalyzer.render import plots
+from traceanalyzer.render.sections import rank_summary_table, stragglers_table
 from traceanalyzer.render.sections import (
     Cell,
     Table,
@@ -21,7 +22,7 @@ from traceanalyzer.render.sections import (
     idle_causes_table,
     kernel_section_table,
     recomputed_table,
-    stragglers_table,
+    step_stragglers_table,
     headline_cells,
     inputs_table,
     kernels_table,
@@ -92,7 +93,8 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
 
     out += ["### Partition per rank", ""]
     img("partition", "partition per rank")
-    out += _table(ranks_table(model, MAX_RANKS))
+    summary = rank_summary_table(model)
+    out += _table(summary if summary is not None else ranks_table(model, MAX_RANKS))
     out += [f"### Timeline of rank {model['timeline']['rank']}", ""]
     img("timeline", "timeline")
     legend = " · ".join(f"{plots.LABELS[b]} `{plots.COLORS[b]}`" for b in plots.BUCKET_ORDER)
@@ -104,9 +106,12 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
         out += _table(waterfall_table(model))
     out += ["### Cross-rank heatmap (% of step)", ""]
     img("heatmap", "heatmap")
+    strag = stragglers_table(model)
+    if strag is not None:
+        out += ["### Stragglers", ""] + _table(strag)
     out += ["### Top kernels", ""] + _table(kernel_section_table(model) or kernels_table(model))
     for title, t in (("Idle by cause", idle_causes_table(model)), ("Communication by dimension", comm_dims_table(model)),
-                     ("Recomputed ops", recomputed_table(model)), ("Stragglers", stragglers_table(model))):
+                     ("Recomputed ops", recomputed_table(model)), ("Slowest rank per step", step_stragglers_table(model))):
         if t is not None:
             out += [f"### {title}", ""] + _table(t)
     out += ["### Top exposed collectives", ""] + _table(collectives_table(model))

@@ -202,11 +202,11 @@ def recomputed_table(model: dict[str, Any]) -> Table | None:
     return t
 
 
-def stragglers_table(model: dict[str, Any]) -> Table | None:
+def step_stragglers_table(model: dict[str, Any]) -> Table | None:
     rows = model["causes"]["stragglers"] if model.get("causes") else []
     if not rows:
         return None
-    t = Table("stragglers", "Stragglers: the slowest rank of each step, and the rank the others waited on",
+    t = Table("step-stragglers", "The slowest rank of each step, and the rank the others waited on",
               ["step", "slowest rank", "step ms", "median ms", "skew ms", "why (bucket)", "excess ms", "waited on rank", "its wait ms"])
     for i, r in enumerate(rows):
         p = f"causes.stragglers.{i}"
@@ -267,3 +267,41 @@ def command_text(model: dict[str, Any]) -> str:
 
     cmd = model["reproduce"]["command"]
     return shlex.join(cmd) if cmd else "(not recorded: report built through the Python API)"
+
+
+def rank_summary_table(model: dict[str, Any]) -> Table | None:
+    """The ranks' distribution per bucket (shown instead of one row per rank), or None."""
+    rows = model.get("rank_summary")
+    if not rows:
+        return None
+    t = Table("rank-summary", "Ranks at a glance: mean per step over the ranks (ms)",
+              ["", "min", "p50", "mean", "max", "slowest rank", "top ranks"])
+    for i, r in enumerate(rows):
+        p = f"rank_summary.{i}"
+        top = ", ".join(f"{k} ({v:.3f})" for k, v in zip(r["top_ranks"], r["top_ms"]))
+        t.rows.append([Cell(r["label"]), *[num(model, f"{p}.{k}_ms", MS) for k in ("min", "p50", "mean", "max")],
+                       num(model, f"{p}.max_rank", "{}"), Cell(top)])
+    n = rows[0]["ranks"]
+    t.note = (f"{n} ranks summarised: each rank's mean per step, then min / median / mean / max over the ranks; "
+              "slowest rank: the one with the most time in that row. Every rank: report --ranks all (and the JSON report).")
+    return t
+
+
+def stragglers_table(model: dict[str, Any]) -> Table | None:
+    """Ranks slow on several steps and the bucket they were slow in, or None when none was."""
+    s = model.get("stragglers")
+    if not s or not s["ranks"]:
+        return None
+    t = Table("stragglers", "Stragglers: ranks slower than the median step on the most steps",
+              ["rank", "slow steps", "slowest on", "excess ms", "max excess ms", "slow in", "on steps", "bucket excess ms"])
+    for i, r in enumerate(s["ranks"]):
+        p = f"stragglers.ranks.{i}"
+        t.rows.append([num(model, f"{p}.rank", "{}"), num(model, f"{p}.slow_steps", "{}"),
+                       num(model, f"{p}.slowest_steps", "{}"), num(model, f"{p}.excess_ms", MS), num(model, f"{p}.max_excess_ms", MS),
+                       Cell(r["bucket_label"]), num(model, f"{p}.bucket_steps", "{}"), num(model, f"{p}.bucket_excess_ms", MS)])
+    more = s["slow_ranks"] - len(s["ranks"])
+    t.note = (f"A rank is slow on a step when its step time exceeds the median over the ranks by more than {s['tolerance_pct']:g}%; "
+              f"excess: its time above the median, summed over its slow steps; slow in: the bucket whose time exceeds its own median "
+              f"by the most, on the most of those steps. {s['steps_compared']} step(s) compared"
+              + (f"; {more} more slow rank(s) in the JSON report." if more > 0 else "."))
+    return t

@@ -42,8 +42,9 @@ def breakdown_table(analysis: Analysis) -> Table:
     return table
 
 
-def print_breakdown(analysis: Analysis, console: Console) -> None:
-    console.print(breakdown_table(analysis))
+def print_breakdown(analysis: Analysis, console: Console, summary=None) -> None:
+    """One row per rank, or with ``summary`` (``classify.rankspread.rank_spread``) the ranks' distribution."""
+    console.print(breakdown_table(analysis) if summary is None else rank_summary_table(summary))
 
 
 # --- cause sub-tables (breakdown --detail) -------------------------------------------------
@@ -138,8 +139,66 @@ def cross_rank_table(analysis: Analysis) -> Table | None:
     return t
 
 
-def print_detail(analysis: Analysis, console: Console) -> None:
-    """The cause sub-tables: idle by cause, communication, recompute, cross-rank."""
-    for table in (idle_table(analysis), comm_table(analysis), recompute_table(analysis), cross_rank_table(analysis)):
+def print_detail(analysis: Analysis, console: Console, summary=None, stragglers=None, comm_summary=None) -> None:
+    """The cause sub-tables: idle by cause, communication, recompute, cross-rank; with
+    ``summary`` (the ranks' distribution, which holds the idle causes) no per-rank idle table,
+    and ``comm_summary`` (``classify.rankspread.comm_spread``) instead of one row per rank;
+    ``stragglers``: the multi-step straggler table's rows."""
+    comm = comm_summary_table(comm_summary) if summary is not None else comm_table(analysis)
+    tables = (None if summary is not None else idle_table(analysis), comm, recompute_table(analysis),
+              cross_rank_table(analysis), None if stragglers is None else stragglers_table(stragglers))
+    for table in tables:
         if table is not None:
             console.print(table)
+
+
+# --- many ranks (breakdown --ranks) ----------------------------------------------------------
+
+SPREAD_LABELS = {"duration": "step time", **LABELS, **{f: f"idle: {v}" for f, v in CAUSE_LABELS.items()}}
+
+
+def rank_summary_table(summary) -> Table:
+    """The ranks' distribution per field (``classify.rankspread.rank_spread``), ms per step."""
+    n = summary.item(0, "ranks") if summary.height else 0
+    t = Table(title=f"GPU time over {n} ranks, mean per step (ms): distribution, slowest ranks", title_justify="left",
+              caption="every rank: --ranks all", caption_justify="left")
+    for col in ("", "min", "p50", "mean", "max", "slowest", "top ranks (ms)"):
+        t.add_column(col, justify="left" if col in ("", "top ranks (ms)") else "right")
+    for r in summary.iter_rows(named=True):  # one row per field
+        top = ", ".join(f"{k} ({_ms(v)})" for k, v in zip(r["top_ranks"], r["top_ns"]))
+        t.add_row(SPREAD_LABELS.get(r["field"], r["field"]), *[_ms(r[f"{k}_ns"]) for k in ("min", "p50", "mean", "max")],
+                  str(r["max_rank"]), top)
+    return t
+
+
+def stragglers_table(per_rank, top: int = 10) -> Table | None:
+    """Ranks slow on the most steps (``classify.stragglers.stragglers``), at most ``top``."""
+    slow = per_rank.filter(per_rank["slow_steps"] > 0)
+    if slow.height == 0:
+        return None
+    t = Table(title="Stragglers: ranks over the step's median by > 5%, on how many steps, and why (ms)", title_justify="left")
+    for col in ("rank", "slow steps", "slowest on", "excess", "max excess", "slow in", "on steps", "bucket excess"):
+        t.add_column(col, justify="left" if col == "slow in" else "right")
+    for r in slow.head(top).iter_rows(named=True):
+        t.add_row(str(r["rank"]), f"{r['slow_steps']} of {r['steps']}", str(r["slowest_steps"]), _ms(r["excess_ns"]),
+                  _ms(r["max_excess_ns"]), SPREAD_LABELS.get(r["bucket"], str(r["bucket"])), str(r["bucket_steps"]),
+                  _ms(r["bucket_excess_ns"]))
+    if slow.height > top:
+        t.caption = f"{slow.height - top} more slow ranks: traceanalyzer.stragglers() in Python"
+        t.caption_justify = "left"
+    return t
+
+
+def comm_summary_table(spread) -> Table | None:
+    """Communication over the ranks (``classify.rankspread.comm_spread``), ms summed over steps."""
+    if spread is None or spread.height == 0:
+        return None
+    t = Table(title="Communication over the ranks, per rank summed over steps (ms): distribution, the rank with the most exposed",
+              title_justify="left", caption="every rank: --ranks all", caption_justify="left")
+    for col in ("by", "key", "ranks", "count", "exposed min", "p50", "max", "max rank", "wait p50", "wait max", "transfer p50"):
+        t.add_column(col, justify="left" if col in ("by", "key") else "right")
+    for r in spread.iter_rows(named=True):  # one row per type, group, dimension
+        t.add_row(r["by"], r["key"], str(r["ranks"]), str(r["count"]), _ms(r["exposed_min_ns"]), _ms(r["exposed_p50_ns"]),
+                  _ms(r["exposed_max_ns"]), str(r["exposed_max_rank"]), _ms(r["wait_p50_ns"]), _ms(r["wait_max_ns"]),
+                  _ms(r["transfer_p50_ns"]))
+    return t

@@ -26,12 +26,17 @@ from traceanalyzer.classify import BUCKETS, Analysis
 from traceanalyzer.classify.kernels import exposed_by_kernel as kernel_exposure
 from traceanalyzer.classify.kernels import exposed_rows, in_windows, kernel_rows
 from traceanalyzer.classify.partition import BUCKET_LABELS, segment_frame
+from traceanalyzer.classify.rankspread import rank_spread, summarise_ranks
+from traceanalyzer.classify.stragglers import DEFAULT_TOLERANCE
+from traceanalyzer.classify.stragglers import stragglers as stragglers_by_rank
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
 
 SCHEMA_VERSION = 1
 SCHEMA_NAME = "traceanalyzer.report"
 
 LABELS = BUCKET_LABELS  # one source for every output
+#: how the report names the idle causes
+CAUSE_LABELS = {"idle_host_bound": "idle: host-bound", "idle_sync": "idle: sync wait", "idle_bubble": "idle: PP bubble", "idle_other": "idle: other"}
 #: the buckets that are losses (everything but compute)
 LOSSES = ["recompute", "exposed_comm", "other", "idle"]
 
@@ -103,15 +108,20 @@ def build(
     top: int = 10,
     generated_utc: str | None = None,
     baseline: pl.DataFrame | None = None,
+    ranks: str = "auto",
 ) -> dict[str, Any]:
     """The report model of ``analysis`` (see ``docs/report-schema.md``).
 
     ``rank``: the rank whose per-step timeline is shown (default: the slowest rank).
+    ``ranks``: ``auto`` / ``all`` / ``summary``: whether ``rank_summary`` (the ranks'
+    distribution, shown instead of one row per rank) is filled (see
+    :func:`traceanalyzer.classify.rankspread.summarise_ranks`); ``ranks`` always lists every rank.
     ``config``: run configuration for the reconciler (TFLOP/s, MFU, waterfall), when available.
     ``command``: the command line that produced the report (recorded for reproduction).
     ``baseline``: the cluster's nccl-tests frame (:func:`traceanalyzer.baselines.read_nccl_tests`)
     for the collective-efficiency section (without it: the hardware table's figure).
     """
+    ranks_mode = ranks
     notes: list[str] = []
     totals = analysis.totals()
     steps = analysis.steps
@@ -148,6 +158,8 @@ def build(
         "buckets": [{"key": b, "label": LABELS[b]} for b in BUCKETS],
         "headline": headline,
         "ranks": ranks,
+        "rank_summary": _rank_summary(steps, top) if summarise_ranks(len(ranks), ranks_mode) else None,
+        "stragglers": _stragglers(steps, top),
         "steps": _steps(steps),
         "timeline": _timeline(analysis, seg, rank),
         "waterfall": wf,
@@ -260,6 +272,49 @@ def _headline(totals: pl.DataFrame, ranks: list[dict], slowest: int, wf: dict | 
                 extra += f", MFU {100 * wf['mfu']:.1f}%"
             head["sentence"] += extra + "."
     return head
+
+
+def _rank_summary(steps: pl.DataFrame, top: int) -> list[dict[str, Any]]:
+    """Each field's distribution over the ranks (mean per step, ms): min / p50 / mean / max, the
+    rank at the max and the ``min(top, 5)`` ranks with the most time in it."""
+    spread = rank_spread(steps, top=min(top, 5))
+    return [
+        {
+            "field": r["field"],
+            "label": "step time" if r["field"] == "duration" else _label(r["field"]),
+            "ranks": r["ranks"],
+            **{f"{k}_ms": r[f"{k}_ns"] / _MS for k in ("min", "p50", "mean", "max")},
+            "max_rank": r["max_rank"],
+            "top_ranks": r["top_ranks"],
+            "top_ms": [v / _MS for v in r["top_ns"]],
+        }
+        for r in spread.iter_rows(named=True)  # one row per field
+    ]
+
+
+def _label(field: str) -> str:
+    return LABELS.get(field) or CAUSE_LABELS.get(field) or field.replace("_", " ")
+
+
+def _stragglers(steps: pl.DataFrame, top: int) -> dict[str, Any]:
+    """The ranks slow on the most steps (at most ``top``), with the bucket they were slow in."""
+    per = stragglers_by_rank(steps, DEFAULT_TOLERANCE)
+    slow = per.filter(pl.col("slow_steps") > 0)
+    compared = steps.filter(pl.len().over("step") >= 2).get_column("step").n_unique()
+    return {
+        "tolerance_pct": 100 * DEFAULT_TOLERANCE,
+        "steps_compared": compared,
+        "slow_ranks": slow.height,
+        "ranks": [
+            {
+                "rank": r["rank"], "steps": r["steps"], "slow_steps": r["slow_steps"], "slowest_steps": r["slowest_steps"],
+                "excess_ms": r["excess_ns"] / _MS, "max_excess_ms": r["max_excess_ns"] / _MS,
+                "bucket": r["bucket"], "bucket_label": _label(r["bucket"]),
+                "bucket_steps": r["bucket_steps"], "bucket_excess_ms": r["bucket_excess_ns"] / _MS,
+            }
+            for r in slow.head(top).iter_rows(named=True)  # at most ``top`` rows
+        ],
+    }
 
 
 def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:

@@ -1,0 +1,229 @@
+"""Generate docs/api.md, the Python API reference, from the docstrings of the public API.
+
+Every name in ``traceanalyzer.__all__`` (the lazy registry in ``traceanalyzer/__init__.py``) is
+documented, in registry order: functions with their signature and their ``Parameters:``,
+``Returns:``, ``Raises:`` and ``Example:`` sections, classes with their fields and public
+methods; then the exceptions of ``traceanalyzer.errors`` with their exit codes.
+
+    python scripts/gen_api_docs.py            # write docs/api.md
+    python scripts/gen_api_docs.py --check    # exit 1 if docs/api.md is not current
+
+A test (tests/test_api_docs.py) runs ``--check`` and every ``Example:`` of the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import inspect
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = ROOT / "docs" / "api.md"
+SECTIONS = ("Parameters", "Returns", "Raises", "Example")
+
+INTRO = """\
+# Python API reference
+
+_Generated from the docstrings by `scripts/gen_api_docs.py`; do not edit by hand._
+
+```python
+import traceanalyzer as ta
+a = ta.analyze("runs/2026-11-20/")   # a file, a directory of rank files, or a list of them
+ta.breakdown(a)                      # polars DataFrame: one row per (rank, step)
+```
+
+Every verb takes a **source**: a path (a trace file, a directory holding the rank files of one
+job, or a list of them), a `Trace` from `ta.load`, or an `Analysis` from `ta.analyze`. A path
+or a trace is analysed on each call; to ask several questions of one trace, call `ta.analyze`
+once and pass the analysis on. Verbs return polars DataFrames (`report` and `plan` return a
+dict). `import traceanalyzer` is light: polars and the parsers load on the first call.
+
+Conventions shared by every frame:
+
+* times are integer nanoseconds in `*_ns` columns (exact: the buckets of a step sum exactly to
+  its duration); means and medians are Float64 nanoseconds; `*_us` columns are `*_ns / 1000`
+  and `*_ms` columns `*_ns / 1e6`;
+* `rank` is the global rank (Int32), `step` the step number (Int64: `N` of `ProfilerStep#N`,
+  0 when the whole trace is one step);
+* the buckets `compute`, `recompute`, `exposed_comm`, `other` and `idle` partition every step;
+  `overlapped_comm` (communication hidden under compute) is reported beside them.
+
+Errors are subclasses of `traceanalyzer.errors.TraceAnalyzerError` (see [Errors](#errors)); each
+names the file or argument at fault. The [tutorial](tutorial.md) walks through a real 8-rank job.
+"""
+
+
+#: section headers as written (Google style ``Parameters:``, or NumPy style ``Parameters`` over a
+#: line of dashes) -> the section they start
+HEADERS = {"parameters": "Parameters", "args": "Parameters", "arguments": "Parameters", "returns": "Returns",
+           "return": "Returns", "raises": "Raises", "example": "Example", "examples": "Example"}
+
+
+def parse_doc(doc: str) -> tuple[str, dict[str, str]]:
+    """(summary text, {section: body}) of a docstring: Google-style ``Parameters:`` headers or
+    NumPy-style ones (the name over a line of dashes)."""
+    lines = inspect.cleandoc(doc).splitlines()
+    summary: list[str] = []
+    sections: dict[str, list[str]] = {}
+    current: list[str] = summary
+    skip_dashes = False
+    for line in lines:
+        if skip_dashes and re.match(r"^-{3,}\s*$", line):
+            skip_dashes = False
+            continue
+        skip_dashes = False
+        m = re.match(r"^(\w+)(:?)\s*$", line)
+        if m and m.group(1).lower() in HEADERS:
+            current = sections.setdefault(HEADERS[m.group(1).lower()], [])
+            skip_dashes = not m.group(2)
+            continue
+        current.append(line)
+    return "\n".join(summary).strip(), {k: inspect.cleandoc("\n".join(v)) for k, v in sections.items()}
+
+
+def rst_to_md(text: str) -> str:
+    """The few reST constructs the docstrings use, as Markdown."""
+    text = re.sub(r":(?:func|class|mod|data|attr|meth):`~?([^`]+)`", lambda m: f"`{m.group(1).split('.')[-1]}`", text)
+    return text.replace("``", "`")
+
+
+def entries(body: str) -> list[tuple[str, str]]:
+    """``name: text`` entries (continuation lines indented) of a Parameters/Raises section."""
+    out: list[tuple[str, str]] = []
+    for line in body.splitlines():
+        m = re.match(r"^(\*{0,2}[\w, ]+?)\s*:\s*(.*)$", line)
+        if m and not line.startswith(" "):
+            numpy_style = " : " in line  # "name : type", the description on the lines below
+            out.append((m.group(1), f"({m.group(2)})" if numpy_style and m.group(2) else m.group(2)))
+        elif out:
+            out[-1] = (out[-1][0], (out[-1][1] + " " + line.strip()).strip())
+    return out
+
+
+def paragraphs(body: str) -> str:
+    """Re-flow a section body: blank-line separated paragraphs, indented lines joined."""
+    return "\n\n".join(" ".join(x.strip() for x in p.splitlines()) for p in re.split(r"\n\s*\n", body.strip()))
+
+
+def signature(name: str, fn) -> str:
+    parts: list[str] = []
+    star = False
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is p.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        if p.kind is p.VAR_KEYWORD:
+            parts.append(f"**{p.name}")
+            continue
+        s = p.name
+        if p.annotation is not inspect.Parameter.empty:
+            s += f": {p.annotation if isinstance(p.annotation, str) else inspect.formatannotation(p.annotation)}"
+        if p.default is not inspect.Parameter.empty:
+            s += f" = {p.default!r}"
+        parts.append(s)
+    ret = inspect.signature(fn).return_annotation
+    tail = "" if ret is inspect.Signature.empty else f" -> {ret}"
+    return f"ta.{name}({', '.join(parts)}){tail}"
+
+
+def function_md(name: str, fn) -> list[str]:
+    summary, sec = parse_doc(fn.__doc__ or "")
+    where = f"{fn.__module__}.{fn.__qualname__}"
+    out = [f"## `{name}`", "", "```python", signature(name, fn), "```", "", rst_to_md(paragraphs(summary)), "",
+           f"_Defined in `{where}`._", ""]
+    if "Parameters" in sec:
+        out += ["**Parameters**", ""]
+        out += [f"- `{n}`: {rst_to_md(t)}" for n, t in entries(sec["Parameters"])]
+        out.append("")
+    if "Returns" in sec:
+        out += ["**Returns**", "", rst_to_md(paragraphs(sec["Returns"])), ""]
+    if "Raises" in sec:
+        out += ["**Raises**", ""]
+        out += [f"- `{n}`: {rst_to_md(t)}" for n, t in entries(sec["Raises"])]
+        out.append("")
+    if "Example" in sec:
+        out += ["**Example**", "", "```python", sec["Example"], "```", ""]
+    return out
+
+
+def class_md(name: str, cls) -> list[str]:
+    summary, sec = parse_doc(cls.__doc__ or "")
+    out = [f"## `{name}`", "", rst_to_md(paragraphs(summary)), "", f"_Defined in `{cls.__module__}.{cls.__qualname__}`._", ""]
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    if fields:
+        notes = dict(re.findall(r"^\s+(\w+): [^#\n]*#:? *(.*)$", inspect.getsource(cls), flags=re.M))
+        out += ["| field | type | what it holds |", "|---|---|---|"]
+        for f in dataclasses.fields(cls):
+            kind = (f.type if isinstance(f.type, str) else inspect.formatannotation(f.type)).replace("|", "\\|")
+            note = rst_to_md(notes.get(f.name, "")).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+            out.append(f"| `{f.name}` | `{kind}` | {note} |")
+        out.append("")
+    methods = []
+    for attr, value in vars(cls).items():
+        if attr.startswith("_") or attr in fields:
+            continue
+        fn = value.fget if isinstance(value, property) else value
+        if callable(fn) and fn.__doc__:
+            label = f"`{attr}`" if isinstance(value, property) else f"`{attr}()`"
+            methods.append(f"- {label}: {rst_to_md(paragraphs(parse_doc(fn.__doc__)[0]))}")
+    if methods:
+        out += ["**Methods and properties**", "", *methods, ""]
+    if "Example" in sec:
+        out += ["**Example**", "", "```python", sec["Example"], "```", ""]
+    return out
+
+
+def errors_md() -> list[str]:
+    from traceanalyzer import errors
+
+    out = ["## Errors", "", rst_to_md(paragraphs(inspect.getdoc(errors) or "")), "",
+           "| exception | exit code | meaning |", "|---|---:|---|"]
+    classes = [c for c in vars(errors).values() if inspect.isclass(c) and issubclass(c, errors.TraceAnalyzerError)]
+    for c in sorted(classes, key=lambda c: (c.exit_code, c.__name__)):
+        meaning = errors.EXIT_CODES.get(c.exit_code, "")
+        doc = paragraphs(parse_doc(c.__doc__)[0]) if c.__doc__ and c is not errors.TraceAnalyzerError else ""
+        text = rst_to_md(doc or meaning).replace("|", "\\|")
+        out.append(f"| `{c.__name__}` | {c.exit_code} | {text} |")
+    out.append("")
+    return out
+
+
+def public_api() -> list[tuple[str, object]]:
+    import traceanalyzer
+
+    return [(n, getattr(traceanalyzer, n)) for n in traceanalyzer.__all__ if n != "__version__"]
+
+
+def render() -> str:
+    api = public_api()
+    out = [INTRO, "## Contents", ""]
+    out += [f"- [`{n}`](#{n.lower()})" for n, _ in api] + ["- [Errors](#errors)", ""]
+    for name, obj in api:
+        out += class_md(name, obj) if inspect.isclass(obj) else function_md(name, obj)
+    out += errors_md()
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if docs/api.md is not current")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    text = render()
+    if args.check:
+        current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
+        if current != text:
+            print(f"{TARGET.relative_to(ROOT)} is not current: run python scripts/gen_api_docs.py", file=sys.stderr)
+            return 1
+        return 0
+    TARGET.write_text(text, encoding="utf-8")
+    print(f"wrote {TARGET.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The API reference (docs/api.md) is current, documents every public name fully, and every
+``Example:`` in it runs and prints what it says (doctest) on the fixtures."""
+
+from __future__ import annotations
+
+import doctest
+import inspect
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import gen_api_docs  # noqa: E402
+
+import traceanalyzer  # noqa: E402
+
+VERBS = [(n, getattr(traceanalyzer, n)) for n in traceanalyzer.__all__ if n != "__version__"]
+FUNCTIONS = [(n, f) for n, f in VERBS if not inspect.isclass(f)]
+
+
+def test_reference_is_current():
+    """docs/api.md is what scripts/gen_api_docs.py writes from today's docstrings."""
+    assert (ROOT / "docs" / "api.md").read_text(encoding="utf-8") == gen_api_docs.render(), (
+        "docs/api.md is not current: run python scripts/gen_api_docs.py"
+    )
+    r = subprocess.run([sys.executable, "scripts/gen_api_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_every_public_name_is_in_the_reference():
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    for name, _ in VERBS:
+        assert f"## `{name}`" in text
+
+
+@pytest.mark.parametrize("name,fn", FUNCTIONS, ids=[n for n, _ in FUNCTIONS])
+def test_every_verb_is_fully_documented(name, fn):
+    """Parameters (each one of the signature), Returns, Example; type hints on every parameter."""
+    summary, sec = gen_api_docs.parse_doc(fn.__doc__ or "")
+    assert summary, name
+    assert {"Parameters", "Returns", "Example"} <= set(sec), f"{name}: sections {sorted(sec)}"
+    documented = {p.strip("*") for n, _ in gen_api_docs.entries(sec["Parameters"]) for p in n.split(",")}
+    sig = inspect.signature(fn)
+    for p in sig.parameters.values():
+        assert p.name in documented, f"{name}: parameter {p.name} is not documented"
+        assert p.annotation is not inspect.Parameter.empty or p.kind is p.VAR_KEYWORD, f"{name}: {p.name} has no type hint"
+    assert sig.return_annotation is not inspect.Signature.empty, name
+
+
+EXAMPLES = [(n, o) for n, o in VERBS if "Example:" in (o.__doc__ or "")]
+
+
+@pytest.mark.parametrize("name,obj", EXAMPLES, ids=[n for n, _ in EXAMPLES])
+def test_examples_run(name, obj, monkeypatch):
+    """Each example, run as a doctest from the repository root (its paths are the fixtures')."""
+    _, sec = gen_api_docs.parse_doc(obj.__doc__)
+    if "shared/" in sec["Example"] and not (ROOT.parent / "shared" / "traces").exists():
+        pytest.skip("the example reads the shared traces, which are not here")
+    monkeypatch.chdir(ROOT)
+    test = doctest.DocTestParser().get_doctest(sec["Example"], {}, f"traceanalyzer.{name}", None, 0)
+    assert test.examples, name
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+    out: list[str] = []
+    result = runner.run(test, out=out.append)
+    assert result.failed == 0, "".join(out)
+
+
+def test_import_is_light():
+    """``import traceanalyzer`` loads no polars (the command line handles signals before it
+    loads); the first use of a verb does."""
+    code = ("import sys, traceanalyzer as ta; assert 'polars' not in sys.modules, 'polars on import'; "
+            "ta.breakdown; assert 'polars' in sys.modules; print(sorted(set(dir(ta)) & set(ta.__all__)) == sorted(ta.__all__))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr
+
+
+def test_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        traceanalyzer.nope  # noqa: B018
+
+
+def test_py_typed_is_shipped():
+    assert (ROOT / "traceanalyzer" / "py.typed").is_file()
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "py.typed" in cfg["tool"]["setuptools"]["package-data"]["traceanalyzer"]
+
+
+def test_report_verb_survives_its_subpackage():
+    """``traceanalyzer.report`` is the verb even after the report-model sub-package of the same
+    name was imported (which would normally rebind the package attribute)."""
+    code = ("from traceanalyzer.report import document; import traceanalyzer as ta, traceanalyzer.report.annotate; "
+            "print(callable(ta.report), ta.report.__module__, document.__name__)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.stdout.split() == ["True", "traceanalyzer.api", "traceanalyzer.report.document"], r.stderr

@@ -1,0 +1,121 @@
+"""docs/tutorial.md runs: every ``python`` cell is executed in order in one namespace, as a
+notebook would (the value of a cell's last expression is displayed), and where the tutorial
+shows the output (a ``text`` block right after the cell) the numbers printed must be those.
+
+    python tests/test_tutorial.py           # print every cell's output
+    python tests/test_tutorial.py --write   # refresh the outputs shown in the tutorial
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIAL = ROOT / "docs" / "tutorial.md"
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
+NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])")
+
+
+def cells(text: str) -> list[tuple[str, str | None]]:
+    """(code, shown output or None) for every python cell, in order."""
+    blocks = [(m.group(1), m.group(2), m.start(), m.end()) for m in FENCE.finditer(text)]
+    out = []
+    for i, (lang, body, _s, end) in enumerate(blocks):
+        if lang != "python":
+            continue
+        shown = None
+        if i + 1 < len(blocks) and blocks[i + 1][0] == "text" and not text[end : blocks[i + 1][2]].strip():
+            shown = blocks[i + 1][1]
+        out.append((body, shown))
+    return out
+
+
+def run_cell(code: str, ns: dict) -> str:
+    """Run one cell as a notebook does: statements, then the last expression's repr."""
+    tree = ast.parse(code)
+    shows = tree.body and isinstance(tree.body[-1], ast.Expr) and not code.rstrip().endswith(";")  # ";": Jupyter shows nothing
+    last = tree.body.pop() if shows else None
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(tree, "<cell>", "exec"), ns)
+        if last is not None:
+            value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), ns)
+            if value is not None:
+                print(repr(value))
+    return buf.getvalue()
+
+
+def numbers(text: str) -> list[float]:
+    return [float(x.replace(",", "")) for x in NUMBER.findall(text)]
+
+
+def run_tutorial(workdir: Path) -> list[tuple[str, str | None, str]]:
+    """Every cell run in ``workdir`` (which must hold ``fixtures/``): (code, shown, printed)."""
+    old = Path.cwd()
+    os.chdir(workdir)
+    try:
+        ns: dict = {"__name__": "__tutorial__"}
+        return [(code, shown, run_cell(code, ns)) for code, shown in cells(TUTORIAL.read_text(encoding="utf-8"))]
+    finally:
+        os.chdir(old)
+
+
+def test_tutorial_cells_run_and_print_what_it_shows(tmp_path):
+    (tmp_path / "fixtures").symlink_to(ROOT / "fixtures")
+    results = run_tutorial(tmp_path)
+    assert len(results) >= 8
+    checked = 0
+    for code, shown, printed in results:
+        if shown is None:
+            continue
+        want, got = numbers(shown), numbers(printed)
+        assert len(want) == len(got) and all(math.isclose(w, g, rel_tol=1e-9, abs_tol=1e-12) for w, g in zip(want, got)), (
+            f"cell:\n{code}\nshows:\n{shown}\nprinted:\n{printed}"
+        )
+        checked += 1
+    assert checked >= 8
+    # what the report cell wrote
+    assert (tmp_path / "dlrm-report.html").stat().st_size > 10_000
+    assert "### Stragglers" in (tmp_path / "dlrm-report.md").read_text()
+
+
+def test_tutorial_uses_no_machine_paths():
+    text = TUTORIAL.read_text(encoding="utf-8")
+    assert "/work/" not in text and "shared/traces" not in text
+
+
+def write_outputs(text: str, printed: list[str]) -> str:
+    """``text`` with the ``text`` block after each python cell replaced by what it printed."""
+    outs = iter(printed)
+    blocks = list(FENCE.finditer(text))
+    pieces, pos = [], 0
+    for i, m in enumerate(blocks):
+        if m.group(1) != "python":
+            continue
+        out = next(outs)
+        if i + 1 < len(blocks) and blocks[i + 1].group(1) == "text" and not text[m.end() : blocks[i + 1].start()].strip():
+            nxt = blocks[i + 1]
+            pieces += [text[pos : nxt.start()], "```text\n" + out.rstrip("\n") + "\n```"]
+            pos = nxt.end()
+    return "".join(pieces) + text[pos:]
+
+
+if __name__ == "__main__":  # python tests/test_tutorial.py [--write]
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "fixtures").symlink_to(ROOT / "fixtures")
+        results = run_tutorial(Path(d))
+    if "--write" in sys.argv:
+        TUTORIAL.write_text(write_outputs(TUTORIAL.read_text(encoding="utf-8"), [p for _c, _s, p in results]), encoding="utf-8")
+    else:
+        for code, _shown, printed in results:
+            print(f"----- {code.strip().splitlines()[0]}\n{printed}")
