@@ -43,7 +43,7 @@ def test_every_verb_is_fully_documented(name, fn):
     summary, sec = gen_api_docs.parse_doc(fn.__doc__ or "")
     assert summary, name
     assert {"Parameters", "Returns", "Example"} <= set(sec), f"{name}: sections {sorted(sec)}"
-    documented = {p.strip("*") for n, _ in gen_api_docs.entries(sec["Parameters"]) for p in n.split(",")}
+    documented = {p.strip().strip("*") for n, _ in gen_api_docs.entries(sec["Parameters"]) for p in n.split(",")}
     sig = inspect.signature(fn)
     for p in sig.parameters.values():
         assert p.name in documented, f"{name}: parameter {p.name} is not documented"

@@ -14,6 +14,10 @@ and returns a polars DataFrame (``report`` and ``plan``: a dict).
 
 from __future__ import annotations
 
+# the future import binds the name ``annotations`` in this module; the verb of that name
+# (``ta.annotations``) must come from the registry below
+del annotations
+
 import sys
 import types
 from typing import TYPE_CHECKING
@@ -35,6 +39,14 @@ _API: dict[str, str] = {
     "stragglers": "traceanalyzer.api:stragglers",
     "compare": "traceanalyzer.api:compare",
     "report": "traceanalyzer.api:report",
+    "kernels": "traceanalyzer.classify.tables:kernels",
+    "ops": "traceanalyzer.classify.tables:ops",
+    "annotations": "traceanalyzer.classify.annotation_ranges:annotations",
+    "launches": "traceanalyzer.classify.launches:launches",
+    "queue_length": "traceanalyzer.classify.launches:queue_length",
+    "memory": "traceanalyzer.reconcile.footprint:memory",
+    "whatif": "traceanalyzer.model.whatif:whatif",
+    "search_layouts": "traceanalyzer.model.search:search_layouts",
     "plan": "traceanalyzer.api:plan",
     "Trace": "traceanalyzer.schema:Trace",
     "Analysis": "traceanalyzer.classify:Analysis",
