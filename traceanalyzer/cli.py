@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer import __version__
-from traceanalyzer.commands import annotate, baseline, batch, breakdown, gate, plan, predict, reconcile, report, trend
+from traceanalyzer.commands import annotate, baseline, batch, breakdown, critpath, gate, plan, predict, reconcile, report, trend
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
 from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals
 from traceanalyzer.outputs import remove_temporaries
@@ -31,7 +31,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-for _module in (breakdown, predict, reconcile, report, annotate, batch, trend, gate, baseline, plan):
+for _module in (breakdown, predict, reconcile, report, annotate, batch, trend, gate, baseline, plan, critpath):
     _module.register(app)
 
 
