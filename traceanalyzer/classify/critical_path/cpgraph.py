@@ -17,7 +17,8 @@ only be walked forwards:
   gets a third point where the last rank arrived: before it the kernel waits (weight 0), after it
   the data moves.
 
-Edges between chains (``cross`` edges), each from an earlier point to a later one:
+Edges between chains (``cross`` edges), each from an earlier point to a later one (at the same
+instant: to the chain with the higher id, so that the graph has no cycle):
 
 * **launch**: the runtime call's start -> the activity's start (correlation id);
 * **host sync**: the end of the last activity of each stream of the rank that ended while a
@@ -325,4 +326,15 @@ def build(
         )
     schema = {"src": pl.Int64, "dst": pl.Int64, "w": pl.Int64, "what": pl.String, "about": pl.Int64}
     cross = pl.concat([p.select(pl.col(k).cast(v) for k, v in schema.items()) for p in parts])
+    # every edge goes forwards in (time, chain) order: the graph is acyclic even where points of
+    # two chains share an instant (an edge between equal instants goes to the higher chain id:
+    # GPU -> host within a rank, as synchronisation does)
+    at = points.select(pl.col("node"), pl.col("t"), pl.col("chain"))
+    cross = (
+        cross.join(at.rename({"node": "src", "t": "ts", "chain": "cs"}), on="src")
+        .join(at.rename({"node": "dst", "t": "td", "chain": "cd"}), on="dst")
+        .filter((pl.col("ts") < pl.col("td")) | ((pl.col("ts") == pl.col("td")) & (pl.col("cs") < pl.col("cd"))))
+        .select(list(schema))
+        .sort("dst", "src")
+    )
     return ev, points, cross
