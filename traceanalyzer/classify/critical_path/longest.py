@@ -12,8 +12,8 @@ start there)::
     D[k] = P[k] + max over j <= k of (E[j] - P[j])
 
 a running maximum, one ``np.maximum.accumulate`` over all chains at once (chains are separated by
-an offset larger than any distance). Cross edges then raise ``E``; the two steps repeat until
-nothing changes. Each round costs O(nodes + edges) in numpy; the number of rounds is the
+an offset larger than any distance). Cross edges then raise ``E``; the two steps repeat, on the chains whose ``E`` rose, until
+nothing changes. Each round costs at most O(nodes + edges) in numpy; the number of rounds is the
 largest number of chain changes on a longest path (host -> GPU -> host through a
 synchronisation, stream -> stream through a wait, rank -> rank through a collective), not the
 number of events. The path is read back from the end by following, per chain piece, the node
@@ -58,21 +58,37 @@ def solve(chain: np.ndarray, w: np.ndarray, src: np.ndarray, dst: np.ndarray, cw
     starts = np.flatnonzero(np.r_[True, s_dst[1:] != s_dst[:-1]]) if s_dst.size else np.zeros(0, dtype=np.int64)
     targets = s_dst[starts]
     entry = np.zeros(n, dtype=np.int64)
+    lo = np.flatnonzero(first)
+    length = np.diff(np.r_[lo, n])
     rounds = 0
     limit = max_rounds if max_rounds is not None else src.size + 2
-    while True:
+    val = entry - prefix + offset
+    run = np.maximum.accumulate(val)
+    dist = run - offset + prefix
+    while s_dst.size and rounds < limit:
         rounds += 1
-        val = entry - prefix + offset
-        run = np.maximum.accumulate(val)
-        dist = run - offset + prefix
-        if not s_dst.size or rounds > limit:
-            break
         cand = dist[s_src] + s_w
         best = np.maximum.reduceat(cand, starts)
         better = best > entry[targets]
         if not better.any():
             break
-        entry[targets[better]] = best[better]
+        tgt = targets[better]  # ascending, so grouped by chain
+        entry[tgt] = best[better]
+        val[tgt] = entry[tgt] - prefix[tgt] + offset[tgt]
+        # recompute each changed chain from its earliest changed node on (the running max
+        # before it is kept), all chains in one accumulate
+        ch = chain[tgt]
+        head = np.r_[True, ch[1:] != ch[:-1]]
+        p, c = tgt[head], ch[head]
+        size = lo[c] + length[c] - p
+        seg = np.cumsum(size) - size
+        sel = np.arange(size.sum(), dtype=np.int64) - np.repeat(seg - p, size)
+        v = val[sel]
+        inner = p > lo[c]
+        v[seg[inner]] = np.maximum(v[seg[inner]], run[p[inner] - 1])
+        part = np.maximum.accumulate(v)
+        run[sel] = part
+        dist[sel] = part - offset[sel] + prefix[sel]
     # back-pointers from the final distances
     at = np.where(val == run, idx, -1)
     entry_at = np.maximum.accumulate(at)
