@@ -180,6 +180,9 @@ def test_joint_path_crosses_ranks_through_a_collective(dlrm):
     # the path arrives on the transfer's rank from the last arriver's rank
     last = peers.sort("start_ns").row(-1, named=True)["rank"]
     assert set(cp.segments["rank"].unique().to_list()) == {last, t["rank"]}
+    # here from rank 4 to rank 2: a collective edge joins two equal instants and must survive
+    # towards a lower rank as well
+    assert (last, t["rank"]) == (4, 2)
 
 
 def test_one_rank_counts_its_collective_waits(dlrm):

@@ -18,7 +18,8 @@ only be walked forwards:
   the data moves.
 
 Edges between chains (``cross`` edges), each from an earlier point to a later one (at the same
-instant: to the chain with the higher id, so that the graph has no cycle):
+instant: to the chain with the higher id, so that the graph has no cycle; collective edges
+excepted, see :func:`build`):
 
 * **launch**: the runtime call's start -> the activity's start (correlation id);
 * **host sync**: the end of the last activity of each stream of the rank that ended while a
@@ -328,12 +329,18 @@ def build(
     cross = pl.concat([p.select(pl.col(k).cast(v) for k, v in schema.items()) for p in parts])
     # every edge goes forwards in (time, chain) order: the graph is acyclic even where points of
     # two chains share an instant (an edge between equal instants goes to the higher chain id:
-    # GPU -> host within a rank, as synchronisation does)
+    # GPU -> host within a rank, as synchronisation does). A collective edge joins two equal
+    # instants by nature (the last rank's start is when the others can move data) and may go
+    # to any chain: it ends at a point inside a kernel whose only successor is that kernel's
+    # later end, so no cycle can pass through it.
     at = points.select(pl.col("node"), pl.col("t"), pl.col("chain"))
     cross = (
         cross.join(at.rename({"node": "src", "t": "ts", "chain": "cs"}), on="src")
         .join(at.rename({"node": "dst", "t": "td", "chain": "cd"}), on="dst")
-        .filter((pl.col("ts") < pl.col("td")) | ((pl.col("ts") == pl.col("td")) & (pl.col("cs") < pl.col("cd"))))
+        .filter(
+            (pl.col("ts") < pl.col("td"))
+            | ((pl.col("ts") == pl.col("td")) & ((pl.col("cs") < pl.col("cd")) | (pl.col("what") == "collective")))
+        )
         .select(list(schema))
         .sort("dst", "src")
     )

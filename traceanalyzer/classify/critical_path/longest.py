@@ -1,8 +1,9 @@
 """Longest path through a graph made of chains and edges between them, in numpy.
 
 The graph (:mod:`.cpgraph`): nodes sorted by chain then time; the edge from a node to the next one
-of its chain weighs ``w[i]`` (into node ``i``); ``src -> dst`` edges join chains. Every edge goes
-forwards in (time, chain id) order, so the graph is acyclic, and a path may start at any node (longest-path semantics of ``networkx.dag_longest_path``,
+of its chain weighs ``w[i]`` (into node ``i``); ``src -> dst`` edges join chains. The graph is
+acyclic (edges go forwards in time; between equal instants :mod:`.cpgraph` keeps only edges that
+cannot close a cycle), weights are non-negative, and a path may start at any node (longest-path semantics of ``networkx.dag_longest_path``,
 which HTA uses).
 
 Along one chain the longest distance has a closed form. With ``P`` the running sum of the chain's
@@ -38,8 +39,8 @@ class Solution:
 
 def solve(chain: np.ndarray, w: np.ndarray, src: np.ndarray, dst: np.ndarray, cw: np.ndarray, max_rounds: int | None = None) -> Solution:
     """Longest distances. ``chain`` (sorted, dense ids), ``w`` (weight of the chain edge into each
-    node; 0 at a chain's first node), cross edges ``src, dst, cw`` (each from a node earlier in
-    (time, chain) order than its destination; weights non-negative). All int64."""
+    node; 0 at a chain's first node), cross edges ``src, dst, cw`` (acyclic with the chains;
+    weights non-negative). All int64."""
     n = chain.shape[0]
     idx = np.arange(n, dtype=np.int64)
     first = np.ones(n, dtype=bool)
