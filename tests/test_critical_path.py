@@ -154,6 +154,7 @@ def _check_invariants(cp):
     s = cp.summary
     total = pl.sum_horizontal([pl.col(f"{b}_ns") for b in CP_BUCKETS])
     assert s.filter(total != pl.col("path_ns")).height == 0
+    assert s.filter(pl.col("path_ns") > pl.col("window_ns")).height == 0
     per = cp.segments.group_by("step").agg(pl.col("dur_ns").sum())
     assert dict(per.rows()) == dict(s.select("step", "path_ns").group_by("step").agg(pl.col("path_ns").sum()).rows())
     seg = cp.segments.sort("step", "seq")

@@ -98,10 +98,10 @@ def critical_path(
     CriticalPath
         ``summary``: one row per step (and per rank when ranks are on their own): ``step``,
         ``rank`` (null for a path through several ranks), ``ranks`` (ranks the path visits),
-        ``path_ns`` (length of the path), ``window_ns`` (the step's GPU window, first start to
-        last end over the ranks), ``<bucket>_ns`` and ``<bucket>_share`` (fraction of
-        ``path_ns``) for the buckets ``compute, recompute, exposed_comm, other, idle, host``,
-        ``segments``, ``syncs`` / ``waits`` / ``collectives`` (hops of each kind on the path)
+        ``path_ns`` (length of the path), ``window_ns`` (span of the step's events: its host
+        events and GPU work, first start to last end over the ranks; ``path_ns <= window_ns``),
+        ``<bucket>_ns`` and ``<bucket>_share`` (fraction of ``path_ns``) for the buckets
+        ``compute, recompute, exposed_comm, other, idle, host``, ``segments``, ``syncs`` / ``waits`` / ``collectives`` (hops of each kind on the path)
         and ``rounds`` (relaxation rounds the solver needed).
 
         ``segments``: the pieces of the path with weight, in time order: ``step, rank, seq,
@@ -177,7 +177,11 @@ def critical_path(
             node_rows.append(np.arange(j + 1, i + 1, dtype=np.int64))
             group_rows.append(np.full(i - j, g, dtype=np.int64))
         edge_rows.append((np.asarray(edges, dtype=np.int64), g))
-    groups = ends.select(*keys, "dist").with_row_index("g").with_columns(pl.col("g").cast(pl.Int64))
+    span = (
+        points.select("chain", "t").join(chains, on="chain")
+        .group_by(keys).agg((pl.col("t").max() - pl.col("t").min()).alias("window_ns"))
+    )
+    groups = ends.select(*keys, "dist").join(span, on=keys).with_row_index("g").with_columns(pl.col("g").cast(pl.Int64))
     segments, hops = _segments(ev, points, cross, node_rows, group_rows, edge_rows, groups, keys)
     summary = _summary(segments, windows, joint, sol.rounds, groups, hops, keys)
     return CriticalPath(summary, segments.drop("g"), warnings)
@@ -249,9 +253,6 @@ def _segments(ev, points, cross, node_rows, group_rows, edge_rows, groups, keys)
 
 def _summary(segments, windows, joint, rounds, groups=None, hops=None, keys=("step",)):
     keys = list(keys)
-    win = windows.group_by(keys).agg(
-        (pl.col("wend_ns").max() - pl.col("wstart_ns").min()).alias("window_ns"),
-    )
     if groups is None or not segments.height:
         cols = {"step": pl.Int64, "rank": pl.Int32, "ranks": pl.UInt32, "path_ns": pl.Int64, "window_ns": pl.Int64}
         return pl.DataFrame(schema=cols)
@@ -264,7 +265,6 @@ def _summary(segments, windows, joint, rounds, groups=None, hops=None, keys=("st
     out = (
         groups.join(per, on="g", how="left")
         .join(hops, on="g", how="left")
-        .join(win, on=keys, how="left")
         .with_columns(pl.col(c).fill_null(0) for c in ["path_ns", "segments", "syncs", "waits", "collectives", *[f"{b}_ns" for b in CP_BUCKETS]])
     )
     if joint:

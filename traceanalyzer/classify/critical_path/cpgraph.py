@@ -91,7 +91,7 @@ def step_events(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame) 
         .filter(pl.col("start_ns") <= pl.col("hhi"))
         .select(
             "step", "rank", pl.lit(True).alias("host"), "kind", "pid", "tid", pl.lit(None, pl.Int64).alias("stream"), "name",
-            "start_ns", "end_ns", "correlation", pl.lit(None, pl.String).alias("cls"),
+            "start_ns", "end_ns", "correlation", pl.lit(None, pl.String).alias("cls"), pl.lit(None, pl.Int64).alias("stream_prev_end"),
         )
     )
     dev = (
@@ -99,10 +99,14 @@ def step_events(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame) 
         .filter(pl.col("kind").cast(pl.String).is_in(GPU_WORK_KINDS) & (pl.col("end_ns") > pl.col("start_ns")))
         .select("rank", pl.col("kind").cast(pl.String), "pid", "tid", "stream", "name", "start_ns", "end_ns", "correlation", "cls")
         .sort("start_ns")
+        # the end of the previous activity on the stream, wherever it is (the previous step's
+        # last kernel can hold back this step's first one)
+        .with_columns(pl.col("end_ns").shift(1).over("rank", "pid", "stream").alias("stream_prev_end"))
         .join_asof(win.lazy().sort("wstart_ns"), left_on="start_ns", right_on="wstart_ns", by="rank", strategy="backward", check_sortedness=False)
         .filter(pl.col("start_ns") < pl.col("wend_ns"))
         .select(
             "step", "rank", pl.lit(False).alias("host"), "kind", "pid", "tid", "stream", "name", "start_ns", "end_ns", "correlation", "cls",
+            "stream_prev_end",
         )
     )
     out = pl.concat([host, dev]).collect()
@@ -119,8 +123,10 @@ def gpu_binding(ev: pl.DataFrame, infer_waits: bool = True, wait_slack_ns: int =
     """Per GPU activity (``eid``): its stream predecessor's end, its launch call, the activity it
     waited on (inferred) and which of them held it back (``binding``: ``stream`` / ``launch`` /
     ``wait`` / null for a first activity with no launch record)."""
+    # prev_end: the stream predecessor's end, also when it lies before the step's window (then
+    # it can hold the activity back, but has no point in this step's graph)
     g = ev.filter(~pl.col("host")).sort("chain", "start_ns").with_columns(
-        pl.col("end_ns").shift(1).over("chain").alias("prev_end"),
+        pl.coalesce(pl.col("end_ns").shift(1).over("chain"), pl.col("stream_prev_end")).alias("prev_end"),
     )
     launches = ev.filter(pl.col("host") & (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()).select(
         "step", "rank", "correlation", pl.col("eid").alias("launch_eid"), pl.col("start_ns").alias("launch_start"), pl.col("end_ns").alias("launch_end"),
