@@ -235,3 +235,13 @@ def test_cli_formats_agree(tmp_path):
 def test_cli_bad_step_is_a_usage_error():
     r = run_cli("critical-path", DLRM, "-q", "--step", "99")
     assert r.returncode == 2 and "no step 99" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_refuses_to_overwrite_its_input_and_cpu_only_traces(tmp_path):
+    copy = tmp_path / "t.json.gz"
+    copy.write_bytes(ALEXNET.read_bytes())
+    r = run_cli("critical-path", copy, "-q", "-o", copy)
+    assert r.returncode == 3 and "refusing to overwrite an input" in r.stderr
+    assert copy.read_bytes() == ALEXNET.read_bytes()
+    r = run_cli("critical-path", FIXTURES / "kineto" / "cpu_only_gpt.pt.trace.json.gz", "-q")
+    assert r.returncode == 5 and r.stderr.count("\n") == 1
