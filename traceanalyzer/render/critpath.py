@@ -3,7 +3,6 @@ comes from :func:`traceanalyzer.classify.critical_path.critical_path`."""
 
 from __future__ import annotations
 
-import polars as pl
 from rich.console import Console
 from rich.table import Table
 
@@ -63,4 +62,3 @@ def csv_bytes(cp: CriticalPath) -> bytes:
 
 
 __all__ = ["print_critical_path", "json_bytes", "csv_bytes", "summary_table", "segments_table"]
-_ = pl  # typing only
