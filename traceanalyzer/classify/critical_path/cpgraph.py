@@ -142,7 +142,9 @@ def gpu_binding(ev: pl.DataFrame, infer_waits: bool = True, wait_slack_ns: int =
     if infer_waits:
         ends = g.select("step", "rank", pl.col("chain").alias("wchain"), pl.col("eid").alias("wait_eid"), pl.col("end_ns").alias("wait_end"))
         chains = ends.select("step", "rank", "wchain").unique()
-        late = g.filter(explained.is_null() | (pl.col("start_ns") - explained > wait_slack_ns)).select("eid", "step", "rank", "chain", "start_ns")
+        # only an activity whose other constraints are known and left a gap: a first activity
+        # with no launch record has nothing to measure the gap against
+        late = g.filter(pl.col("start_ns") - explained > wait_slack_ns).select("eid", "step", "rank", "chain", "start_ns")
         cand = (
             late.join(chains, on=["step", "rank"])
             .filter(pl.col("wchain") != pl.col("chain"))
@@ -155,7 +157,7 @@ def gpu_binding(ev: pl.DataFrame, infer_waits: bool = True, wait_slack_ns: int =
             .select("eid", "wait_eid", "wait_end")
         )
         g = g.join(cand, on="eid", how="left").with_columns(
-            pl.when(explained.is_null() | (pl.col("wait_end") > explained)).then(pl.col("wait_eid")).alias("wait_eid"),
+            pl.when(pl.col("wait_end") > explained).then(pl.col("wait_eid")).alias("wait_eid"),
         ).with_columns(pl.when(pl.col("wait_eid").is_not_null()).then(pl.col("wait_end")).alias("wait_end"))
     else:
         g = g.with_columns(pl.lit(None, pl.Int64).alias("wait_eid"), pl.lit(None, pl.Int64).alias("wait_end"))
