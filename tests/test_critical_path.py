@@ -198,6 +198,21 @@ def test_one_rank_counts_its_collective_waits(dlrm):
     assert big["dur_ns"] == k["end_ns"] - k["start_ns"]
 
 
+def test_several_steps_each_their_own_path():
+    """Three steps of one rank: each summary row is the sum of its own step's pieces, and each
+    step's path is the one computed for that step alone."""
+    from conftest import DEMO
+
+    tr = load(DEMO)
+    cp = critical_path(tr)
+    _check_invariants(cp)
+    assert cp.summary["step"].to_list() == [15, 16, 17]
+    for step in (15, 17):
+        alone = critical_path(tr, step=step)
+        assert alone.summary.row(0) == cp.summary.filter(pl.col("step") == step).row(0)[:-1] + (alone.summary["rounds"][0],)
+        assert alone.segments.equals(cp.segments.filter(pl.col("step") == step))
+
+
 def test_host_gaps_make_the_step_range_visible():
     off = critical_path(ALEXNET, step_name=ALEX_RANGE)
     on = critical_path(ALEXNET, step_name=ALEX_RANGE, host_gaps=True)

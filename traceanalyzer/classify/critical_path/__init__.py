@@ -181,7 +181,8 @@ def critical_path(
         points.select("chain", "t").join(chains, on="chain")
         .group_by(keys).agg((pl.col("t").max() - pl.col("t").min()).alias("window_ns"))
     )
-    groups = ends.select(*keys, "dist").join(span, on=keys).with_row_index("g").with_columns(pl.col("g").cast(pl.Int64))
+    # g: the path's number, in the order of ``ends`` (the loop above), before any join
+    groups = ends.select(*keys, "dist").with_row_index("g").with_columns(pl.col("g").cast(pl.Int64)).join(span, on=keys, how="left")
     segments, hops = _segments(ev, points, cross, node_rows, group_rows, edge_rows, groups, keys)
     summary = _summary(segments, windows, joint, sol.rounds, groups, hops, keys)
     return CriticalPath(summary, segments.drop("g"), warnings)
