@@ -44,6 +44,7 @@ _API: dict[str, str] = {
     "annotations": "traceanalyzer.classify.annotation_ranges:annotations",
     "launches": "traceanalyzer.classify.launches:launches",
     "queue_length": "traceanalyzer.classify.launches:queue_length",
+    "critical_path": "traceanalyzer.classify.critical_path:critical_path",
     "memory": "traceanalyzer.reconcile.footprint:memory",
     "whatif": "traceanalyzer.model.whatif:whatif",
     "search_layouts": "traceanalyzer.model.search:search_layouts",

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer import __version__
-from traceanalyzer.commands import annotate, baseline, batch, breakdown, gate, kernels, launch_stats, memory, plan, predict, reconcile, report, trend, user_annotations, whatif
+from traceanalyzer.commands import annotate, baseline, batch, breakdown, critpath, gate, kernels, launch_stats, memory, plan, predict, reconcile, report, trend, user_annotations, whatif
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
 from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals
 from traceanalyzer.outputs import remove_temporaries
@@ -31,9 +31,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-for _module in (breakdown, report, kernels, reconcile, predict, whatif, memory, annotate, batch, trend, gate, baseline, plan):
-    _module.register(app)
-for _module in (user_annotations, launch_stats):
+for _module in (breakdown, report, kernels, reconcile, predict, whatif, memory, annotate, batch, trend, gate, baseline, plan, launch_stats, user_annotations, critpath):
     _module.register(app)
 
 

@@ -1,0 +1,72 @@
+"""``traceanalyzer critical-path``: what each step waited on, piece by piece."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from traceanalyzer.commands.common import QuietOpt, err_console, out_console, print_warnings
+from traceanalyzer.outputs import Outputs
+
+
+class CpFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def critical_path(
+    paths: Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite).", show_default=False)],
+    step: Annotated[Optional[int], typer.Option("--step", help="Only this step (default: every step).")] = None,
+    rank: Annotated[Optional[int], typer.Option("--rank", help="Only this rank, on its own (default: all ranks, linked through their collectives).")] = None,
+    format: Annotated[CpFormat, typer.Option("--format", "-f", help="table: summary + longest pieces; json: summary and every segment; csv: every segment.")] = CpFormat.table,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    top: Annotated[int, typer.Option("--top", min=0, help="Longest pieces of the path listed in the table.")] = 10,
+    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: each rank's whole trace is one step.")] = False,
+    host_gaps: Annotated[bool, typer.Option("--host-gaps", help="Weigh host time outside every op (Python between ops); off by default, as in HTA.")] = False,
+    infer_waits: Annotated[bool, typer.Option("--infer-waits/--no-infer-waits", help="Link a kernel that started late to the kernel on another stream it waited for.")] = True,
+    quiet: QuietOpt = False,
+) -> None:
+    """The critical path of each step: the chain of host work, launches, kernels and waits that sets its length."""
+    from traceanalyzer.classify.critical_path import critical_path as compute
+    from traceanalyzer.render import critpath as render
+
+    outputs = Outputs(paths)
+    if output is not None:
+        outputs.check(output)
+    trace = _load(paths, quiet)
+    try:
+        cp = compute(trace, step, rank, step_name=None if whole_trace else step_range, host_gaps=host_gaps, infer_waits=infer_waits)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--step'" if "step" in str(exc).split(" in ")[0] else "'--rank'") from None
+    if format is CpFormat.table:
+        with outputs.stream(output, "w") as fh:
+            render.print_critical_path(cp, out_console(None if output is None else fh, 160), top)
+    else:
+        with outputs.stream(output) as fh:
+            fh.write(render.json_bytes(cp) if format is CpFormat.json else render.csv_bytes(cp))
+    print_warnings(cp.warnings)
+
+
+def _load(paths: list[Path], quiet: bool):
+    """The whole trace (host events included), with the progress other commands show."""
+    from traceanalyzer.engine import kineto_files
+    from traceanalyzer.engine.progress import JobProgress
+    from traceanalyzer.parsers import load
+
+    kin, nsys = kineto_files(paths)
+    files = kin + nsys
+    index = {str(f): i for i, f in enumerate(files)}
+    progress = JobProgress(files, quiet=quiet, console=err_console)
+    try:
+        return load(paths, progress=lambda f: progress.done(index.get(str(f), 0), str(f)))
+    finally:
+        progress.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("critical-path")(critical_path)

@@ -1,0 +1,64 @@
+"""Critical path renderers: a rich table, a JSON document, CSV. Formatting only: every number
+comes from :func:`traceanalyzer.classify.critical_path.critical_path`."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from traceanalyzer import __version__
+from traceanalyzer.classify.critical_path import CP_BUCKETS, CriticalPath
+from traceanalyzer.classify.partition import BUCKET_LABELS
+
+SCHEMA_VERSION = 1
+LABELS = {**BUCKET_LABELS, "host": "host"}
+
+
+def summary_table(cp: CriticalPath) -> Table:
+    table = Table(title="Critical path per step: length (ms) and share of each bucket on it", title_justify="left")
+    for col in ("step", "rank", "ranks", "path ms", "window ms"):
+        table.add_column(col, justify="right")
+    for b in CP_BUCKETS:
+        table.add_column(LABELS[b], justify="right")
+    table.add_column("hops", justify="right")
+    for r in cp.summary.iter_rows(named=True):  # one row per step
+        cells = [
+            str(r["step"]), "all" if r["rank"] is None else str(r["rank"]), str(r["ranks"]),
+            f"{r['path_ns'] / 1e6:.3f}", f"{r['window_ns'] / 1e6:.3f}" if r["window_ns"] is not None else "",
+        ]
+        cells += [f"{100 * r[f'{b}_share']:.1f}%" for b in CP_BUCKETS]
+        cells.append(f"{r['syncs']} sync / {r['waits']} wait / {r['collectives']} coll")
+        table.add_row(*cells)
+    return table
+
+
+def segments_table(cp: CriticalPath, top: int) -> Table:
+    table = Table(title=f"Longest pieces of the path (top {top})", title_justify="left")
+    for col, just in (("step", "right"), ("rank", "right"), ("ms", "right"), ("what", "left"), ("bucket", "left"),
+                      ("where", "left"), ("name", "left")):
+        table.add_column(col, justify=just, overflow="fold" if col == "name" else "ellipsis")
+    rows = cp.segments.sort(["dur_ns", "step", "seq"], descending=[True, False, False]).head(top)
+    for r in rows.iter_rows(named=True):  # top rows only
+        table.add_row(str(r["step"]), str(r["rank"]), f"{r['dur_ns'] / 1e6:.3f}", r["what"], LABELS.get(r["bucket"], r["bucket"] or ""),
+                      r["where"] or "", (r["name"] or "")[:160])
+    return table
+
+
+def print_critical_path(cp: CriticalPath, console: Console, top: int = 10) -> None:
+    console.print(summary_table(cp))
+    if top > 0 and cp.segments.height:
+        console.print(segments_table(cp, top))
+
+
+def json_bytes(cp: CriticalPath) -> bytes:
+    """``{"schema_version", "version", "summary": [...], "segments": [...]}``; rows as objects."""
+    head = f'{{"schema_version":{SCHEMA_VERSION},"version":"{__version__}","summary":'
+    return (head + cp.summary.write_json() + ',"segments":' + cp.segments.write_json() + "}\n").encode()
+
+
+def csv_bytes(cp: CriticalPath) -> bytes:
+    """The path's segments, one row each (the summary is their sum per step)."""
+    return cp.segments.write_csv().encode()
+
+
+__all__ = ["print_critical_path", "json_bytes", "csv_bytes", "summary_table", "segments_table"]
