@@ -9,13 +9,18 @@ that sets the step's length, and the share of each bucket on it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import os
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
 import numpy as np
 import polars as pl
 
 from traceanalyzer.classify.critical_path import cpgraph, longest
 from traceanalyzer.classify.steps import DEFAULT_STEP
+
+if TYPE_CHECKING:
+    from traceanalyzer.classify import Analysis
+    from traceanalyzer.schema import Trace
 
 __all__ = ["critical_path", "CriticalPath", "CP_BUCKETS", "WAIT_SLACK_NS"]
 
@@ -41,11 +46,11 @@ def _empty_segments() -> pl.DataFrame:
 
 
 def critical_path(
-    trace,
+    trace: Trace | str | os.PathLike | Iterable[str | os.PathLike],
     step: int | None = None,
     rank: int | None = None,
     *,
-    analysis=None,
+    analysis: Analysis | None = None,
     step_name: str | None = DEFAULT_STEP,
     infer_waits: bool = True,
     wait_slack_ns: int = WAIT_SLACK_NS,
