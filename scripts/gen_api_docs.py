@@ -92,13 +92,16 @@ def rst_to_md(text: str) -> str:
 
 
 def entries(body: str) -> list[tuple[str, str]]:
-    """``name: text`` entries (continuation lines indented) of a Parameters/Raises section."""
+    """``name: text`` entries (continuation lines indented) of a Parameters/Raises section; a
+    NumPy-style entry may be a name alone on its line (an exception), its text on the lines below."""
     out: list[tuple[str, str]] = []
     for line in body.splitlines():
         m = re.match(r"^(\*{0,2}[\w, ]+?)\s*:\s*(.*)$", line)
         if m and not line.startswith(" "):
             numpy_style = " : " in line  # "name : type", the description on the lines below
             out.append((m.group(1), f"({m.group(2)})" if numpy_style and m.group(2) else m.group(2)))
+        elif re.match(r"^[\w.]+\s*$", line):  # NumPy-style Raises: the exception alone, its text below
+            out.append((line.strip(), ""))
         elif out:
             out[-1] = (out[-1][0], (out[-1][1] + " " + line.strip()).strip())
     return out
@@ -130,6 +133,18 @@ def signature(name: str, fn) -> str:
     return f"ta.{name}({', '.join(parts)}){tail}"
 
 
+def example_md(text: str) -> list[str]:
+    """An ``Example`` section: its doctest blocks (paragraphs that start with ``>>>``) as Python
+    code, the prose around them as text."""
+    out: list[str] = []
+    for para in re.split(r"\n\s*\n", text.strip("\n")):
+        if para.lstrip().startswith(">>>"):
+            out += ["```python", para, "```", ""]
+        else:
+            out += [rst_to_md(paragraphs(para)), ""]
+    return out
+
+
 def function_md(name: str, fn) -> list[str]:
     summary, sec = parse_doc(fn.__doc__ or "")
     where = f"{fn.__module__}.{fn.__qualname__}"
@@ -146,7 +161,7 @@ def function_md(name: str, fn) -> list[str]:
         out += [f"- `{n}`: {rst_to_md(t)}" for n, t in entries(sec["Raises"])]
         out.append("")
     if "Example" in sec:
-        out += ["**Example**", "", "```python", sec["Example"], "```", ""]
+        out += ["**Example**", "", *example_md(sec["Example"])]
     return out
 
 
@@ -173,7 +188,7 @@ def class_md(name: str, cls) -> list[str]:
     if methods:
         out += ["**Methods and properties**", "", *methods, ""]
     if "Example" in sec:
-        out += ["**Example**", "", "```python", sec["Example"], "```", ""]
+        out += ["**Example**", "", *example_md(sec["Example"])]
     return out
 
 

@@ -37,6 +37,8 @@ over events.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from traceanalyzer.classify.launches import launch_calls
@@ -50,6 +52,10 @@ TIME_FIELDS = ["duration", *BUCKETS, "overlapped_comm", "outside"]
 COLUMNS = ["rank", "step", "source", "name", "level", "count", "gpu_work", "gpu_work_ns",
            *[f"{f}_ns" for f in TIME_FIELDS]]
 SOURCES = ("auto", "gpu", "host")
+
+if TYPE_CHECKING:
+    from traceanalyzer.api import PathLike, Source
+    from traceanalyzer.model.config import RunConfig
 
 
 def with_level(ranges: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
@@ -335,13 +341,13 @@ def add_mfu(table: pl.DataFrame, peak_tflops: float) -> pl.DataFrame:
 
 
 def annotations(
-    trace,
+    trace: Source,
     *,
     name: str | None = None,
     level: int | None = None,
     source: str = "auto",
     by: str = "step",
-    config=None,
+    config: PathLike | RunConfig | None = None,
     step_name: str | None = "ProfilerStep",
     comm_kernels: list[str] | None = None,
     **engine_kw,

@@ -26,9 +26,14 @@ Sorted cumulative sums and as-of joins only; no Python loop over events.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from traceanalyzer.schema import GPU_WORK_KINDS
+
+if TYPE_CHECKING:
+    from traceanalyzer.api import Source
 
 #: the default share of a step the GPU must wait on the host for the step to be launch-bound
 LAUNCH_BOUND_SHARE = 0.10
@@ -240,7 +245,7 @@ def _analysis(trace, extras: tuple[str, ...], step_name, comm_kernels, engine_kw
 
 
 def launches(
-    trace,
+    trace: Source,
     *,
     by: str = "step",
     threshold: float = LAUNCH_BOUND_SHARE,
@@ -308,7 +313,7 @@ def launches(
 
 
 def queue_length(
-    trace,
+    trace: Source,
     *,
     series: bool = False,
     step_name: str | None = "ProfilerStep",

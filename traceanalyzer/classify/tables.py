@@ -130,9 +130,16 @@ def kernels(
 
     Example
     -------
-    >>> import traceanalyzer.classify.tables as tables
-    >>> k = tables.kernels("rank0.json.gz", top=5)            # doctest: +SKIP
-    >>> k.select("name", "bucket", "calls", "total_ns", "share_pct")  # doctest: +SKIP
+    The bundled 8-rank DLRM job on V100s (run from the repository root), its three biggest
+    kernels: two NCCL kernels whose exposed part (``bucket_ns``) is 40 % of the ranks' step
+    time, then a GEMM:
+
+    >>> import traceanalyzer as ta
+    >>> k = ta.kernels("fixtures/kineto/dlrm-v100-8rank", top=3)
+    >>> k.select("bucket", "ranks", "calls", "total_ns", "bucket_ns").rows()
+    [('comm', 8, 40, 37935000, 37248000), ('comm', 8, 24, 10607000, 9642000), ('compute', 8, 56, 409000, 409000)]
+    >>> k["name"][2], round(k["share_pct"][0], 1)
+    ('volta_sgemm_128x32_nt', 32.2)
     """
     check_filters(name, sort, precision, top)
     an = analysis_with_tables(source, step_name, **options)
@@ -158,8 +165,28 @@ def ops(
     formula (GEMMs: ``aten::mm``, ``addmm``, ``bmm``, ``baddbmm``, ``matmul``, ``linear``; scaled
     dot-product / flash attention). Shapes need ``record_shapes=True`` in the profiler.
 
-    Parameters are those of :func:`kernels` (``name`` matches the op name; ``sort`` also takes
-    ``gpu``: the GPU time of its kernels).
+    Parameters
+    ----------
+    source:
+        As for :func:`kernels`: trace file(s), a directory of rank traces, a loaded
+        :class:`~traceanalyzer.schema.Trace`, or an Analysis.
+    name:
+        Regex (Python ``re`` syntax, searched anywhere in the name) the op name must match.
+    rank, step:
+        Only these ranks / step numbers (``ProfilerStep#N``: ``N``; one int or several).
+    sort:
+        As for :func:`kernels` (``total`` is the host time), and also ``gpu``: the GPU time of
+        the op's kernels; biggest first.
+    top:
+        Keep the first ``top`` rows after sorting.
+    precision:
+        ``bf16``, ``fp16``, ``fp8``, ``tf32`` or ``fp32``: the precision used for the FLOPs'
+        roofline where the op's kernels' names state none.
+    step_name:
+        The step range's name (default ``ProfilerStep``); ``None``: each rank's whole GPU span
+        is step 0.
+    options:
+        As for :func:`kernels`.
 
     Returns
     -------
@@ -176,9 +203,18 @@ def ops(
 
     Example
     -------
-    >>> import traceanalyzer.classify.tables as tables
-    >>> o = tables.ops("rank0.json.gz", name=r"^aten::(mm|addmm)$", sort="gpu", precision="bf16")  # doctest: +SKIP
-    >>> o.select("name", "input_dims", "calls", "gpu_ns", "tflops", "roofline_pct")  # doctest: +SKIP
+    The GEMMs of the bundled MI300X trace (run from the repository root; recorded with
+    shapes): the classifier's small ``[10, 512] x [512, 1000]`` layer, 3 calls each, far below
+    the device's bf16 roofline:
+
+    >>> import polars as pl
+    >>> import traceanalyzer as ta
+    >>> o = ta.ops("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz",
+    ...            name=r"^aten::(mm|addmm)$", sort="gpu", precision="bf16")
+    >>> o.select("name", "input_dims", "calls", "gpu_ns").rows()[2]
+    ('aten::addmm', '[[1000],[10,512],[512,1000],[],[]]', 3, 16597)
+    >>> o.select(pl.col("tflops", "roofline_pct").round(2)).rows()
+    [(1.16, 2.24), (1.72, 3.34), (1.85, 3.6)]
     """
     check_filters(name, sort, precision, top)
     an = analysis_with_tables(source, step_name, **options)

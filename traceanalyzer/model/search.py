@@ -151,6 +151,23 @@ def search_layouts(anchor: Anchor, *, base: RunConfig | None = None, fixed: dict
         memory), ``fits`` (null when the memory was not sized, see ``top``, or cannot be),
         ``is_anchor`` and ``rank`` (1 = fastest among the layouts that fit; layouts whose memory
         was not sized rank after them, a layout that does not fit has none). Sorted by ``rank`` then predicted TFLOP/s.
+
+    Example
+    -------
+    The layouts of the published 70B run of docs/examples (128 H100s, global batch 64) with
+    TP8 and PP2 pinned (run from the repository root): 960 of them; the fastest that fits
+    interleaves 8 virtual stages and needs no recompute:
+
+    >>> import polars as pl
+    >>> import traceanalyzer as ta
+    >>> from traceanalyzer.model import load_config
+    >>> from traceanalyzer.model.whatif import anchor_from_config
+    >>> anchor = anchor_from_config(load_config("docs/examples/issue1031-70b.toml"))
+    >>> s = ta.search_layouts(anchor, fixed={"tp": 8, "pp": 2}, top=3)
+    >>> s.height
+    960
+    >>> s.head(2).select("rank", "tp", "pp", "vp", "dp", "micro_batch", "recompute", pl.col("tflops_per_gpu", "memory_gib").round(1), "fits").rows()
+    [(1, 8, 2, 8, 8, 1, 'none', 529.0, 63.7, True), (2, 8, 2, 5, 8, 1, 'none', 524.1, 64.9, True)]
     """
     cfg = base or anchor.cfg
     fixed = dict(fixed or {})

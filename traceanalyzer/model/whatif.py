@@ -570,6 +570,20 @@ def whatif(cfg: RunConfig, sets: list[str] | dict[str, Any] | RunConfig, *, anal
         (exit 2) a malformed ``KEY=VALUE`` or an unknown key.
     ConfigError
         (exit 7) a bad value or an inconsistent layout, naming the key.
+
+    Example
+    -------
+    The published 70B run of docs/examples (TP8 PP8 DP2, full recompute, 296.5 TFLOP/s/GPU
+    reported) moved to PP4 with selective recompute (run from the repository root): a shorter
+    step, at the price of three times the memory, which still fits the 80 GB H100:
+
+    >>> import polars as pl
+    >>> import traceanalyzer as ta
+    >>> from traceanalyzer.model import load_config
+    >>> cfg = load_config("docs/examples/issue1031-70b.toml")
+    >>> w = ta.whatif(cfg, ["pp=4", "recompute=selective"])
+    >>> w.select("scenario", "anchor_source", "pp", "recompute", pl.col("step_time_s", "tflops_per_gpu", "memory_gib").round(1), "fits").rows()
+    [('anchor', 'reported', 8, 'full', 2.9, 296.5, 16.0, True), ('predicted', 'reported', 4, 'selective', 2.0, 431.8, 50.6, True)]
     """
     new = sets if isinstance(sets, RunConfig) else apply_sets(cfg, sets)
     anchor = (anchor_from_analysis(analysis, cfg, convention=convention, baseline=baseline) if analysis is not None
