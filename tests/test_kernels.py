@@ -228,3 +228,30 @@ def test_cli_never_overwrites_an_input(tmp_path):
 def test_cpu_only_trace_exits_5():
     r = run_cli("kernels", str(TRACES / "torch-cpu" / "cpu_no_ckpt.pt.trace.json.gz"), "-q")
     assert r.returncode == 5 and "no GPU activity" in r.stderr
+
+
+def test_ops_link_kernels_whose_external_id_is_the_correlation():
+    """In the PARAM DLRM traces a kernel's External id is its correlation id (no op has it): the
+    op is the innermost cpu_op enclosing the launch call on its thread. Reference: a plain
+    Python walk of the JSON (for every launch call, the innermost enclosing cpu_op)."""
+    import collections
+    import gzip
+    import json
+
+    f = DLRM / "worker0_step_12.1694128201545.pt.trace.json.gz"
+    ev = json.load(gzip.open(f))["traceEvents"]
+    host_ops = [e for e in ev if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
+    kern = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "kernel"}
+    gpu, cnt = collections.Counter(), collections.Counter()
+    for r in (e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("ph") == "X"):
+        c = r["args"].get("correlation")
+        enc = [o for o in host_ops if (o["pid"], o["tid"]) == (r["pid"], r["tid"]) and o["ts"] <= r["ts"] and o["ts"] + o["dur"] >= r["ts"] + r["dur"]]
+        if c in kern and enc:
+            inner = max(enc, key=lambda o: (o["ts"], -o["dur"]))
+            gpu[inner["name"]] += kern[c]["dur"] * 1000
+            cnt[inner["name"]] += 1
+    assert (cnt["aten::addmm"], gpu["aten::addmm"]) == (11, 72_000)  # by hand from the walk above
+    got = ops(f, name=r"^aten::(addmm|mm|bmm)$").group_by("name").agg(pl.col("kernels").sum(), pl.col("gpu_ns").sum())
+    assert {r["name"]: (r["kernels"], r["gpu_ns"]) for r in got.iter_rows(named=True)} == {
+        n: (cnt[n], gpu[n]) for n in ("aten::addmm", "aten::mm", "aten::bmm")
+    }

@@ -235,8 +235,9 @@ def analyze(
         raise InvalidArgument(f"bus_bw_gbps must be a finite positive number (GB/s), got {bus_bw_gbps!r}")
     from traceanalyzer.engine import Options, analyse, analyse_trace
 
+    # tables: the per-kernel and per-op rows, so that kernels() and ops() answer from the analysis
     opts = Options(step_name=step_range, recompute_pattern=recompute_range, bus_bw_gbps=float(bus_bw_gbps),
-                   comm_kernels=tuple(comm_kernels or ()))
+                   comm_kernels=tuple(comm_kernels or ()), tables=True)
     if isinstance(source, Trace):
         return analyse_trace(source, opts)
     paths = [Path(_path(source))] if isinstance(source, (str, os.PathLike)) else [Path(_path(p)) for p in _paths(source)]

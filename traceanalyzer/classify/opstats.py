@@ -25,6 +25,59 @@ ROW_SCHEMA = {
 }
 
 
+THREAD = ["rank", "pid", "tid"]
+
+
+def _launching_op(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.LazyFrame:
+    """``gpu`` with ``external_id`` naming the host op that launched each piece of work.
+
+    Kineto gives a kernel the External id of the innermost op on the stack at launch, except in
+    some PyTorch versions (e.g. the 2023 PARAM DLRM traces) where the kernel and its launch call
+    carry the *correlation* id as External id, which matches no op. For those, the op is found
+    on the host: the innermost ``cpu_op`` enclosing the launch call (joined by correlation) on
+    its thread — in a per-thread pre-order of ops and runtime calls, the parent of a call is
+    the last row before it one level up."""
+    ev = events.lazy()
+    g = gpu.lazy()
+    op_ids = ev.filter(pl.col("kind") == "cpu_op").select("rank", "external_id").drop_nulls().unique()
+    host = (
+        ev.filter(pl.col("kind").is_in(["cpu_op", "runtime"]))
+        .select(*THREAD, "kind", "start_ns", "end_ns", "external_id", "correlation")
+        .sort([*THREAD, "start_ns", "end_ns"], descending=[False, False, False, False, True])
+        .with_row_index("pos")
+        .with_columns(pl.col("pos").cast(pl.Int64))
+    )
+    # last descendant of every row: the last row of its thread that starts before it ends
+    last = host.select(*THREAD, "start_ns", "pos").group_by(*THREAD, "start_ns").agg(pl.col("pos").max().alias("hi")).sort("start_ns")
+    tree = (
+        host.with_columns((pl.col("end_ns") - 1).alias("__q"))
+        .sort("__q")
+        .join_asof(last, left_on="__q", right_on="start_ns", by=THREAD, strategy="backward", check_sortedness=False, suffix="__r")
+        .with_columns(pl.max_horizontal("pos", pl.col("hi").fill_null(pl.col("pos"))).alias("hi"))
+        .drop("__q", "start_ns__r", strict=False)
+    )
+    # depth = rows open at a row's position (its ancestors and itself)
+    delta = pl.concat([tree.select(pl.col("pos").alias("p"), pl.lit(1, pl.Int64).alias("d")),
+                       tree.select((pl.col("hi") + 1).alias("p"), pl.lit(-1, pl.Int64).alias("d"))])
+    depth = delta.group_by("p").agg(pl.col("d").sum()).sort("p").with_columns(pl.col("d").cum_sum().alias("depth")).select("p", "depth")
+    tree = tree.sort("pos").join_asof(depth, left_on="pos", right_on="p", strategy="backward", check_sortedness=False).drop("p")
+    parents = tree.filter(pl.col("kind") == "cpu_op").select(*THREAD, "depth", pl.col("pos").alias("ppos"), pl.col("external_id").alias("__op")).sort("ppos")
+    calls = (
+        tree.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .with_columns((pl.col("depth") - 1).alias("depth"), (pl.col("pos") - 1).alias("__before"))
+        .sort("__before")
+        .join_asof(parents, left_on="__before", right_on="ppos", by=[*THREAD, "depth"], strategy="backward", check_sortedness=False)
+        .group_by("rank", "correlation")
+        .agg(pl.col("__op").first())
+    )
+    return (
+        g.join(op_ids.with_columns(pl.lit(True).alias("__known")), on=["rank", "external_id"], how="left")
+        .join(calls, on=["rank", "correlation"], how="left")
+        .with_columns(pl.when(pl.col("__known")).then(pl.col("external_id")).otherwise(pl.coalesce("__op", "external_id")).alias("external_id"))
+        .drop("__known", "__op")
+    )
+
+
 def op_stat_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """The worker's rows (:data:`ROW_SCHEMA`) per ``rank, step, name, input_dims``: host time of
     the calls that start inside the step's host range, and the GPU time (kernel durations, by
@@ -35,8 +88,10 @@ def op_stat_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame)
     ops = events.lazy().filter(pl.col("kind") == "cpu_op").select(
         "rank", "name", "input_dims", "external_id", "start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("dur")
     )
-    k = gpu.lazy().filter(pl.col("external_id").is_not_null()).select(
-        "rank", "external_id", "cls", "start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("kdur"), "name"
+    k = (
+        _launching_op(events, gpu)
+        .filter(pl.col("external_id").is_not_null())
+        .select("rank", "external_id", "cls", "start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("kdur"), "name")
     )
     per_op = k.group_by("rank", "external_id").agg(
         pl.col("kdur").sum().alias("gpu_ns"),
