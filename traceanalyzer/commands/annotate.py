@@ -7,16 +7,21 @@ from typing import Annotated
 
 import typer
 
-from traceanalyzer.commands.common import CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, err_console, print_warnings
+from traceanalyzer.commands.common import (
+    CacheOpt, CommKernelOpt, QuietOpt, StepRangeOpt, WholeTraceOpt, WorkersOpt, analyse_paths, comm_patterns, err_console, output_opt,
+    print_warnings, step_name, traces_arg,
+)
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.parsers import discover
 
 
 def annotate(
-    paths: Annotated[list[Path], typer.Argument(help="Kineto trace file(s) or a directory of rank traces.", show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Annotated trace to write (.json or .json.gz), or a directory to write into (required for several rank files; created if missing, not its parents).", show_default=False)],
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    paths: Annotated[list[Path], traces_arg()],
+    output: Annotated[Path, output_opt("Annotated trace to write (.json or .json.gz), or a directory to write into (required for several rank files; created if missing, not its parents).")],
+    step_range: StepRangeOpt = "ProfilerStep",
+    whole_trace: WholeTraceOpt = False,
     comm_kernel: CommKernelOpt = None,
+    cache: CacheOpt = False,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -26,7 +31,7 @@ def annotate(
     patterns = comm_patterns(comm_kernel)
     outputs = Outputs(paths)
     check_output(outputs, output, sum(len(discover(p)) for p in paths))
-    analysis = analyse_paths(paths, step_range, keep="events", workers=workers, quiet=quiet, comm_kernels=patterns)
+    analysis = analyse_paths(paths, step_name(step_range, whole_trace), keep="events", cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
     written = write_annotated(analysis, output, outputs)
     print_warnings(analysis.warnings)
     for f in written:

@@ -3,32 +3,28 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from traceanalyzer.batch import run_batch
-from traceanalyzer.commands.common import err_console, out_console, warning_line
+from traceanalyzer.commands.common import (
+    AddressOpt, CacheOpt, Engine, EngineOpt, StepRangeOpt, config_opt, err_console, out_console, store_opt, warning_line,
+)
 from traceanalyzer.outputs import Outputs
 
 
-class Engine(str, Enum):
-    local = "local"
-    ray = "ray"
-
-
 def batch(
-    roots: Annotated[list[Path], typer.Argument(help="Directories (searched recursively) or trace files; each run = a directory of rank traces or one trace.", show_default=False)],
-    store: Annotated[Path, typer.Option("--store", help="Store directory (Parquet dataset, created if missing).", show_default=False)],
+    roots: Annotated[list[Path], typer.Argument(metavar="RUN...", help="Directories (searched recursively) or trace files; each run = a directory of rank traces or one trace.", show_default=False)],
+    store: Annotated[Path, store_opt("Store directory (Parquet dataset, created if missing).")],
     force: Annotated[bool, typer.Option("--force", help="Re-analyse runs already stored, replacing their rows.")] = False,
-    engine: Annotated[Engine, typer.Option("--engine", help="local: process pool on this machine; ray: Ray tasks.")] = Engine.local,
-    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Rank files analysed in parallel, over all runs: processes (local; default: all cores) or CPUs of a local Ray.")] = None,
-    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray://host:10001 or host:6379); default: a local Ray.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", help="Run configuration (run.toml) for MFU, for runs whose manifest names none.")] = None,
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parse cache ($TRACEANALYZER_CACHE, default: the user cache directory).")] = False,
+    engine: EngineOpt = Engine.local,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, metavar="N", help="Rank files analysed in parallel, over all runs: processes (local; default: all cores) or CPUs of a local Ray.")] = None,
+    address: AddressOpt = None,
+    config: Annotated[Optional[Path], config_opt("Run configuration (run.toml) for MFU, for runs whose manifest names none.")] = None,
+    step_range: StepRangeOpt = "ProfilerStep",
+    cache: CacheOpt = True,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (a bar on a terminal, else a line per run).")] = False,
 ) -> None:
     """Analyse nightly runs into a Parquet store (skips runs stored on the same inputs); summary at the end.
@@ -68,7 +64,7 @@ def batch(
 
     try:
         summary = run_batch(roots, store, force=force, engine=engine.value, workers=workers, address=address,
-                            config=config, step_range=step_range, cache=not no_cache, on_plan=on_plan, on_done=on_done,
+                            config=config, step_range=step_range, cache=cache, on_plan=on_plan, on_done=on_done,
                             on_notice=lambda msg: err_console.print(f"batch: {msg}", markup=False, soft_wrap=True, highlight=False))
     finally:
         if progress is not None:
@@ -87,6 +83,11 @@ def batch(
     for run_id, warns in summary.warnings.items():
         for w in warns:
             err_console.print(warning_line(f"{run_id}: {w}"), soft_wrap=True)
+    if summary.failed:
+        from traceanalyzer.errors import RunsFailed
+
+        raise RunsFailed(f"{len(summary.failed)} of {total} run(s) failed (the others are stored in {store}): "
+                         + ", ".join(f["run_id"] for f in summary.failed))
 
 
 def register(app: typer.Typer) -> None:

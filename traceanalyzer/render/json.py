@@ -123,6 +123,14 @@ def dumps(doc: dict) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
 
 
+def steps_table(analysis: Analysis) -> pl.DataFrame:
+    """The breakdown as one row per (rank, step): exact integer nanoseconds of every bucket and
+    cause (``breakdown -f csv|parquet``); each row's buckets sum to ``duration_ns``."""
+    cols = ["rank", "step", "start_ns", *[f"{f}_ns" for f in FIELDS]]
+    cols += [f"{f}_ns" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in analysis.steps.columns]
+    return analysis.steps.select(cols).sort("rank", "step")
+
+
 def steps_frame(doc: dict) -> pl.DataFrame:
     """Inverse view for tests and tools: one row per (rank, step) from a document."""
     return pl.DataFrame([{"rank": r["rank"], **s} for r in doc["ranks"] for s in r["steps"]])
