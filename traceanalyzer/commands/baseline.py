@@ -57,7 +57,7 @@ def baseline(
     collective = getattr(collective, "value", collective)
     scope = getattr(scope, "value", scope)
     sections = []
-    doc: dict[str, Any] = {}
+    doc: dict[str, Any] = {"schema": "traceanalyzer.baseline", "schema_version": 1}
     base = None
     if files:
         base = pl.concat([read_nccl_tests(f, collective=collective, nranks=nranks, scope=scope) for f in files])

@@ -92,7 +92,7 @@ def plan(
                  tflops=tflops, mfu=mfu, gpu=gpu, measured=measured, price_per_gpu_hour=price_per_gpu_hour,
                  gpu_power_w=gpu_power_w, pue=pue, margins=margins,
                  run_step_times=run_steps)
-    emit(plan_sections(p), format, {"plan": p}, output, outputs)
+    emit(plan_sections(p), format, {"schema": "traceanalyzer.plan", "schema_version": 1, "plan": p}, output, outputs)
 
 
 def register(app: typer.Typer) -> None:

@@ -69,7 +69,7 @@ def predict(
                          baseline=base)
              for g in batches]
     sections = prediction_sections(preds[0])
-    doc: dict[str, Any] = {"prediction": preds[0]}
+    doc: dict[str, Any] = {"schema": "traceanalyzer.predict", "schema_version": 1, "prediction": preds[0]}
     if len(preds) > 1:
         title = (f"Global batch unknown: the spread [{preds[0]['convention']}]" if spread else None)
         sections.append(sweep_section(preds, title))

@@ -63,7 +63,7 @@ def reconcile(
     if output is not None:
         outputs.check(output)
     wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu, workers, quiet, comm_kernel, cache)
-    emit(waterfall_sections(wf), format, _public(wf), output, outputs)
+    emit(waterfall_sections(wf), format, {"schema": "traceanalyzer.reconcile", "schema_version": 1, **_public(wf)}, output, outputs)
     print_warnings(warnings)
 
 
@@ -99,7 +99,8 @@ def compare(
         an_a = analyse_paths([trace_a], steps, cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
         an_b = analyse_paths([trace_b], steps, cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
         cmp_t = compare_time(an_a, an_b)
-        emit(time_comparison_sections(cmp_t), format, {"comparison": _public(cmp_t)}, output, outputs)
+        emit(time_comparison_sections(cmp_t), format,
+             {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "time", "comparison": _public(cmp_t)}, output, outputs)
         print_warnings([*an_a.warnings, *an_b.warnings])
         return
     if whole_trace:
@@ -108,7 +109,8 @@ def compare(
     wb, warn_b = _waterfall(trace_b, cb, None, convention, step_range, workers=workers, quiet=quiet, comm_kernel=comm_kernel, cache=cache)
     cmp = compare_waterfalls(wa, wb)
     sections = waterfall_sections(wa) + waterfall_sections(wb) + trace_comparison_sections(cmp)
-    emit(sections, format, {"a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output, outputs)
+    emit(sections, format, {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "waterfall",
+                            "a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output, outputs)
     print_warnings(list(dict.fromkeys([*warn_a, *warn_b])))
 
 

@@ -59,7 +59,7 @@ def trend(
     else:
         with outputs.stream(output) as fh:
             write_frame(frame, format.value, fh, schema="traceanalyzer.trend",
-                        extra={"metric": metric_name, "unit": unit, "since": since, "job": job})
+                        extra={"schema_version": 1, "metric": metric_name, "unit": unit, "since": since, "job": job})
     if plot is not None:
         with outputs.open(plot, "wb") as fh:
             plot_trend(frame, metric_name, fh)

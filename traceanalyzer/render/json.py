@@ -12,6 +12,7 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, IDLE_FIELDS, Analysis
 
+SCHEMA = "traceanalyzer.breakdown"  # traceanalyzer/schemas/breakdown.schema.json
 SCHEMA_VERSION = 1
 STEP_FIELDS = ["step", "start_ns", "start_us", *[f"{f}_us" for f in FIELDS]]
 CAUSE_FIELDS = [f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]]
@@ -110,6 +111,7 @@ def document(analysis: Analysis) -> dict:
             }
         )
     return {
+        "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "traceanalyzer", "version": __version__},
         "inputs": [str(s) for s in analysis.trace.sources],
