@@ -341,8 +341,8 @@ def test_store_doc_polars_query_runs_as_written(stored, monkeypatch):
     got = scope["per_night"]
     want = ta.breakdown(ta.load(runs["dlrm/20261119"]))
     row = got.filter((pl.col("job") == "dlrm") & (pl.col("date").cast(pl.String) == "2026-11-19")).row(0, named=True)
-    assert row["step_time_us"] == pytest.approx(want["duration_us"].mean() / 1000)
-    assert row["idle_us"] == pytest.approx(want["idle_us"].mean() / 1000)
+    assert row["step_time_ms"] == pytest.approx(want["duration_us"].mean() / 1000)
+    assert row["idle_ms"] == pytest.approx(want["idle_us"].mean() / 1000)
     assert got.height == Store(store).runs().filter(pl.col("status") == "ok").select("job", "date").n_unique()
 
 
