@@ -100,13 +100,20 @@ def _bad_values(p) -> list[str]:
         if lo is None and hasattr(p, "type") and hasattr(p.type, "min"):
             lo = p.type.min
         return bad + ([str(lo - 1)] if lo is not None else [])
-    if kind == "float":
-        return ["abc", "nan", "-1"]
+    if kind == "float":  # every float option refuses NaN (common.finite_number, positive_number, ...)
+        return ["abc", "nan"]
     for opt in p.opts:
         if opt in TEXT_VALUED:
             return [TEXT_VALUED[opt]]
     return []
 
+
+#: out-of-range values of options whose range the type does not show
+OUT_OF_RANGE = [("breakdown", "--bus-bw", "-1"), ("breakdown", "--bus-bw", "inf"), ("baseline", "--nvlink-gbps", "0"),
+                ("baseline", "--net-gbps", "-5"), ("predict", "--kernel-efficiency", "1.5"), ("predict", "--kernel-efficiency", "0"),
+                ("plan", "--pue", "0.9"), ("plan", "--gpu-power-w", "0"), ("plan", "--price-per-gpu-hour", "-1"),
+                ("gate", "--max-regression", "-3%"), ("trend", "--since", "2026-02-30"), ("plan", "--mfu", "150%"),
+                ("plan", "--tokens", "0"), ("report", "--rank", "-1"), ("report", "--top", "1001")]
 
 CASES = [
     (name, p.opts[-1] if p.opts[-1].startswith("--") else p.opts[0], bad)
@@ -114,7 +121,7 @@ CASES = [
     for p in GROUP.commands[name].params
     if p.param_type_name == "option" and not p.is_flag
     for bad in _bad_values(p)
-]
+] + OUT_OF_RANGE
 
 
 def test_the_bad_value_cases_cover_the_known_options():

@@ -250,6 +250,17 @@ def positive_number(ctx, param, value):
     return value
 
 
+def finite_number(ctx, param, value):
+    """Any finite number (NaN and infinity refused), or None."""
+    import math
+
+    if value is not None:
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if not math.isfinite(v):
+                raise typer.BadParameter(f"{v} is not a finite number")
+    return value
+
+
 def non_negative_number(ctx, param, value):
     """A finite number >= 0, or None."""
     import math
