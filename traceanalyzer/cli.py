@@ -174,7 +174,8 @@ def _usage_error(exc) -> int:
         return exc.exit_code
     ctx = getattr(exc, "ctx", None)
     where = ctx.command_path if ctx is not None else "traceanalyzer"
-    print(f"{where}: usage error: {_one_line(exc.format_message())} (see {where} --help)", file=sys.stderr)
+    message = _one_line(exc.format_message()).replace("Value error, ", "")  # newer typer's wording of a bad choice
+    print(f"{where}: usage error: {message} (see {where} --help)", file=sys.stderr)
     return exc.exit_code
 
 

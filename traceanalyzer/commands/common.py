@@ -1,4 +1,18 @@
-"""Helpers shared by the command modules: analysing with progress, writing output, warnings."""
+"""What the command modules share: the CLI vocabulary and helpers.
+
+* the shared options, one name / short form / metavar per idea (stable names): ``traces_arg``,
+  ``trace_arg``, ``ConfigOpt`` / ``config_opt`` (``-c/--config``), ``OutputOpt`` / ``output_opt``
+  (``-o/--output``), ``format_opt`` (``-f/--format``; with :class:`Format` or :class:`TableFormat`),
+  ``StepRangeOpt``, ``WholeTraceOpt`` (with :func:`step_name`), ``CacheOpt``, ``WorkersOpt``,
+  ``QuietOpt``, ``EngineOpt``, ``AddressOpt``, ``CommKernelOpt``, ``StoreOpt``, ``JobOpt``,
+  ``trace_opt``; :func:`choices` for an enumerated value;
+* validators for values a type cannot check (a bad value is a usage error, exit 2):
+  :func:`positive_number`, :func:`finite_number`, :func:`non_negative_number`, :func:`fraction`,
+  :func:`regex`, :func:`parsed_by`;
+* :class:`Command`, the class of every command of the app (``-V``, ``--no-color``, readable
+  metavars), set by ``cli.app`` for every command registered on it;
+* analysing with progress (:func:`analyse_paths`), writing output, warnings.
+"""
 
 from __future__ import annotations
 
