@@ -129,3 +129,90 @@ def test_annotate_round_trip_on_shared_traces(tmp_path, name):
     assert main(["annotate", str(src), "-o", str(out)]) == 0
     steps = _same_breakdown(src, out)
     _check_tracks(_load_doc(out), steps, int(steps["rank"][0]))
+
+
+# --- --merge, Nsight Systems input, -o semantics ---------------------------------------------------
+
+def _rank_sums(doc: dict, pid: int) -> dict:
+    """(step, bucket) -> ns of the classification track of process ``pid``."""
+    sums = defaultdict(int)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == CATEGORY and e["pid"] == pid and e["tid"] == 1:
+            sums[(e["args"]["step"], LABEL_TO_BUCKET[e["name"]])] += round(e["args"]["length_us"] * 1000)
+    return sums
+
+
+def _check_rebuilt(doc: dict, src, ranks: list[int]):
+    """One process per rank, named after it; every parsed event of the rank in its process at
+    its exact nanosecond; the classification tracks sum to the partition."""
+    trace = ta.load(src)
+    steps = ta.breakdown(trace)
+    base = doc["baseTimeNanoseconds"]
+    procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert sorted(procs) == [r + 1 for r in ranks] and all(procs[r + 1].startswith(f"rank {r}") for r in ranks)
+    assert all(isinstance(e["pid"], int) and isinstance(e["tid"], int) for e in doc["traceEvents"])
+    for r in ranks:
+        mine = trace.events.filter(pl.col("rank") == r, pl.col("start_ns").is_not_null())
+        got = sorted(_ns(e["ts"]) + base for e in doc["traceEvents"]
+                     if e["ph"] == "X" and e["pid"] == r + 1 and e["cat"] != CATEGORY)
+        assert got == sorted(mine["start_ns"].to_list())  # every event, at its exact ns
+        kernels = sorted((_ns(e["ts"]) + base, e["name"]) for e in doc["traceEvents"]
+                         if e["ph"] == "X" and e["pid"] == r + 1 and e["cat"] == "kernel")
+        want = mine.filter(pl.col("kind") == "kernel").sort("start_ns", "name")
+        assert kernels == list(zip(want["start_ns"].to_list(), want["name"].to_list()))
+        sums = _rank_sums(doc, r + 1)
+        for row in steps.filter(pl.col("rank") == r).iter_rows(named=True):
+            for b in BUCKETS:
+                assert sums[(row["step"], b)] == row[f"{b}_ns"], (r, row["step"], b)
+        # the classification threads come first in the process, then the GPU streams
+        names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == r + 1}
+        assert names[1].startswith("buckets") and names[2].startswith("steps")
+        assert any(n.startswith("GPU ") for n in names.values())
+
+
+def test_annotate_merge_writes_one_multi_rank_trace(tmp_path):
+    out = tmp_path / "merged.json.gz"
+    r = run_cli("annotate", DLRM, "--merge", "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    doc = _load_doc(out)
+    _check_rebuilt(doc, DLRM, list(range(8)))
+    # an existing directory: merged.json.gz inside it
+    d = tmp_path / "d"
+    d.mkdir()
+    assert main(["annotate", str(DLRM), "--merge", "-o", str(d), "-q"]) == 0
+    assert [p.name for p in d.iterdir()] == ["merged.json.gz"]
+
+
+def test_annotate_accepts_nsys_input(tmp_path):
+    src = FIXTURES / "nsys" / "mfu_2gpu_before_cut.sqlite"  # one export, two ranks
+    out = tmp_path / "nsys.json"
+    r = run_cli("annotate", src, "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    _check_rebuilt(orjson.loads(out.read_bytes()), src, [0, 1])
+    # into a directory: named after the export, as Chrome-trace JSON
+    r = run_cli("annotate", src, "-o", tmp_path / "dir", "-q")
+    assert r.returncode == 0, r.stderr
+    assert [p.name for p in (tmp_path / "dir").iterdir()] == ["mfu_2gpu_before_cut.json.gz"]
+
+
+def test_annotate_output_names_a_file_or_a_directory(tmp_path, capsys):
+    # several rank files and a file name: refused before any work, nothing created
+    out = tmp_path / "x.json.gz"
+    assert main(["annotate", str(DLRM), "-o", str(out), "-q"]) == 3
+    assert "--merge" in capsys.readouterr().err and not out.exists()
+    # --merge with a directory-like name that does not exist: refused, nothing created
+    out = tmp_path / "merged"
+    assert main(["annotate", str(DLRM), "--merge", "-o", str(out), "-q"]) == 3
+    assert "NAME.json" in capsys.readouterr().err and not out.exists()
+    # one rank file and a name without .json: a directory holding the trace under its own name
+    out = tmp_path / "annotated"
+    assert main(["annotate", str(DEMO), "-o", str(out), "-q"]) == 0
+    assert [p.name for p in out.iterdir()] == [DEMO.name]
+    # never an input: the input itself as -o, merged or not
+    src = tmp_path / "in.json.gz"
+    src.write_bytes(DEMO.read_bytes())
+    for extra in ([], ["--merge"]):
+        assert main(["annotate", str(src), "-o", str(src), "-q", *extra]) == 3
+        assert "refusing to overwrite" in capsys.readouterr().err
+    assert src.read_bytes() == DEMO.read_bytes()

@@ -112,20 +112,22 @@ def test_measured_margins_from_a_trace():
     assert any("8 GPUs is assumed to hold on 64" in n for n in p["notes"])
 
 
-@pytest.mark.parametrize("args, msg", [
-    (["--tokens", "15X", "--params", "405B", "--tflops", "400"], "--tokens '15X': unknown unit 'X'"),
-    (["--tokens", "0", "--params", "405B", "--tflops", "400"], "--tokens '0': must be a positive number"),
-    (["--tokens", "-3T", "--params", "405B", "--tflops", "400"], "must be a positive number"),
-    (["--tokens", "15T", "--params", "405B"], "give exactly one throughput"),
-    (["--tokens", "15T", "--params", "405B", "--mfu", "150%", "--gpu", "H100"], "a fraction of the peak"),
-    (["--tokens", "15T", "--tflops", "400"], "needs the parameter count"),
-    (["--tokens", "15T", "--params", "405B", "--tflops", "400", "--margin", "jitter"], "expected NAME=LOW-HIGH"),
-    (["--tokens", "15T", "--params", "405B", "--tflops", "400", "--margin", "weather=5%"], "--margin weather"),
-    (["--tokens", "15T", "--params", "405B", "--tflops", "400", "--gpus", "0"], "--gpus 0"),
+@pytest.mark.parametrize("args, msg, code", [
+    # a bad value of one option: a usage error (exit 2) naming it
+    (["--tokens", "15X", "--params", "405B", "--tflops", "400"], "--tokens '15X': unknown unit 'X'", 2),
+    (["--tokens", "0", "--params", "405B", "--tflops", "400"], "--tokens '0': must be a positive number", 2),
+    (["--tokens", "-3T", "--params", "405B", "--tflops", "400"], "must be a positive number", 2),
+    (["--tokens", "15T", "--params", "405B", "--mfu", "150%", "--gpu", "H100"], "a fraction of the peak", 2),
+    (["--tokens", "15T", "--params", "405B", "--tflops", "400", "--gpus", "0"], "'--gpus'", 2),
+    # a run that cannot be planned from what was given: exit 7
+    (["--tokens", "15T", "--params", "405B"], "give exactly one throughput", 7),
+    (["--tokens", "15T", "--tflops", "400"], "needs the parameter count", 7),
+    (["--tokens", "15T", "--params", "405B", "--tflops", "400", "--margin", "jitter"], "expected NAME=LOW-HIGH", 7),
+    (["--tokens", "15T", "--params", "405B", "--tflops", "400", "--margin", "weather=5%"], "--margin weather", 7),
 ])
-def test_bad_inputs_exit_7_in_one_line(args, msg):
+def test_bad_inputs_exit_in_one_line(args, msg, code):
     r = run_cli("plan", *args)
-    assert r.returncode == 7, (r.returncode, r.stderr)
+    assert r.returncode == code, (r.returncode, r.stderr)
     assert r.stderr.count("\n") == 1 and msg in r.stderr, r.stderr
 
 

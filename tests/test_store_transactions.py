@@ -317,7 +317,7 @@ def test_broken_manifest_is_a_failed_run_and_the_others_are_stored(tmp_path):
     missing_cfg = _put(root / "zeta-2026-11-20", ROCM)
     (missing_cfg / "traceanalyzer-run.toml").write_text('config = "nowhere.toml"\n')
     r = run_cli("batch", root, "--store", store, "--workers", "1")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 9, r.stderr  # runs failed: exit 9 after storing the others
     assert "3 run(s): 1 analysed" in r.stdout and "2 failed" in r.stdout
     runs = Store(store).runs()
     assert runs.filter(pl.col("status") == "ok")["run_id"].to_list() == ["zeta-2026-11-18"]

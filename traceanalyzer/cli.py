@@ -9,41 +9,51 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from typing import Annotated, Optional
 
 import typer
 
 from traceanalyzer import __version__
 from traceanalyzer.commands import annotate, baseline, batch, breakdown, critpath, gate, kernels, launch_stats, memory, plan, predict, reconcile, report, trend, user_annotations, whatif
+from traceanalyzer.commands.common import NoColorOpt, VersionOpt
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
 from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals
 from traceanalyzer.outputs import remove_temporaries
 
 _EPILOG = "Exit codes: " + "; ".join(f"{k} {v.split(':')[0]}" for k, v in EXIT_CODES.items()) + "."
 
-app = typer.Typer(
+
+
+class _App(typer.Typer):
+    """The app: every command registered on it gets the common options (``-h``, ``-V``,
+    ``--no-color``) and readable metavars (:class:`traceanalyzer.commands.common.Command`),
+    however it is registered."""
+
+    def command(self, *args, **kwargs):
+        from traceanalyzer.commands.common import Command
+
+        kwargs["cls"] = kwargs.get("cls") or Command
+        return super().command(*args, **kwargs)
+
+
+app = _App(
     name="traceanalyzer",
     help="Where did my MFU go? Measured, explained breakdowns of training traces.",
     epilog=_EPILOG,
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 for _module in (breakdown, report, kernels, reconcile, predict, whatif, memory, annotate, batch, trend, gate, baseline, plan, launch_stats, user_annotations, critpath):
     _module.register(app)
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"traceanalyzer {__version__}")
-        raise typer.Exit()
-
-
 @app.callback()
 def _root(
-    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")] = None,
+    version: VersionOpt = None,
+    no_color: NoColorOpt = False,
 ) -> None:
     """Where did my MFU go? Measured, explained breakdowns of training traces."""
 
@@ -149,13 +159,25 @@ def main(argv: list[str] | None = None) -> int:
     except GeneratorExit:  # pragma: no cover - never raised into main
         raise
     except BaseException as exc:  # noqa: BLE001 - a bug, or a panic in a native library (a BaseException)
-        # usage errors (typer's, or click's in older typer): its own message, exit code 2
+        # usage errors (typer's, or click's in older typer): one line, exit code 2
         if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
-            exc.show()
-            return exc.exit_code
+            return _usage_error(exc)
         return _internal(exc)
     finally:
         remove_temporaries()
+
+
+def _usage_error(exc) -> int:
+    """A usage error (bad option or value, missing argument): one line naming the command and
+    the option, exit 2. ``traceanalyzer`` alone prints the help (click's NoArgsIsHelpError)."""
+    if type(exc).__name__ == "NoArgsIsHelpError" or not callable(getattr(exc, "format_message", None)):
+        exc.show()
+        return exc.exit_code
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "traceanalyzer"
+    message = _one_line(exc.format_message()).replace("Value error, ", "")  # newer typer's wording of a bad choice
+    print(f"{where}: usage error: {message} (see {where} --help)", file=sys.stderr)
+    return exc.exit_code
 
 
 _PATH_ERRNOS = {

@@ -18,6 +18,7 @@ EXIT_CODES = {
     6: "internal consistency check failed (partition invariant violated): the input is named",
     7: "invalid run configuration (missing or inconsistent model/parallel settings)",
     8: "regression gate failed (traceanalyzer gate)",
+    9: "some runs failed (traceanalyzer batch): the others were stored; the summary names each failure",
     130: "interrupted: SIGINT (Ctrl-C); no partial output is left",
     143: "terminated: SIGTERM; no partial output is left",
 }
@@ -70,3 +71,7 @@ class InvalidArgument(TraceAnalyzerError, ValueError):
     API's counterpart of a command-line usage error (exit 2). Also a :class:`ValueError`."""
 
     exit_code = 2
+class RunsFailed(TraceAnalyzerError):
+    """``batch``: at least one run failed; every other run was analysed and stored."""
+
+    exit_code = 9

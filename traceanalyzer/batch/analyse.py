@@ -73,7 +73,7 @@ def _base(spec: RunSpec, step_range: str) -> dict:
         "job": spec.job,
         "path": spec.path,
         "n_files": len(spec.files),
-        "analysed_at": dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+        "analysed_at": dt.datetime.now(dt.timezone.utc),
         "tool_version": __version__,
         "step_range": spec.step_range or step_range,
     }

@@ -70,7 +70,7 @@ RUN_SCHEMA: dict[str, pl.DataType] = {
     "warnings": pl.List(pl.String),
     "step_range": pl.String,
     "tool_version": pl.String,
-    "analysed_at": pl.Datetime("us"),  # UTC
+    "analysed_at": pl.Datetime("us", "UTC"),  # timezone-aware (stores written before read as UTC too)
     "seconds": pl.Float64,  # wall time of the analysis (load + classify)
     "write_id": pl.String,  # the write whose ranks/steps files belong to this row (null: older store)
 }
@@ -321,7 +321,7 @@ class Store:
                     on_wait(f"{self.root}: another batch is writing this store ({holder}); waiting for it to finish")
                 fcntl.flock(fd, fcntl.LOCK_EX)
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} since {dt.datetime.now().isoformat(timespec='seconds')}\n".encode(), 0)
+            os.pwrite(fd, f"pid {os.getpid()} since {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}\n".encode(), 0)
             yield self
         finally:
             os.close(fd)  # releases the lock

@@ -7,27 +7,35 @@ from typing import Annotated
 
 import typer
 
-from traceanalyzer.commands.common import CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, err_console, print_warnings
+from traceanalyzer.commands.common import (
+    CacheOpt, CommKernelOpt, QuietOpt, StepRangeOpt, WholeTraceOpt, WorkersOpt, analyse_paths, comm_patterns, err_console, output_opt,
+    print_warnings, step_name, traces_arg,
+)
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.parsers import discover
 
 
 def annotate(
-    paths: Annotated[list[Path], typer.Argument(help="Kineto trace file(s) or a directory of rank traces.", show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Annotated trace to write (.json or .json.gz), or a directory to write into (required for several rank files; created if missing, not its parents).", show_default=False)],
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    paths: Annotated[list[Path], traces_arg()],
+    output: Annotated[Path, output_opt("A name ending in .json or .json.gz: the one file to write (one rank file, or --merge). Any other name: a directory to write each rank's trace into (created if missing, not its parents). Never an input.")],
+    merge: Annotated[bool, typer.Option("--merge", help="Write every rank into one trace (one process per rank, for Perfetto), rebuilt from the parsed events.")] = False,
+    step_range: StepRangeOpt = "ProfilerStep",
+    whole_trace: WholeTraceOpt = False,
     comm_kernel: CommKernelOpt = None,
+    cache: CacheOpt = False,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Write the trace with one extra track per rank showing compute / recompute / exposed comm / other / idle (open it in Perfetto UI)."""
+    """Write the trace with tracks per rank showing compute / recompute / exposed comm / other / idle (open it in Perfetto UI).
+
+    Kineto input keeps its own events; Nsight Systems input (and --merge) is rebuilt from the parsed events."""
     from traceanalyzer.report.annotate import annotate as write_annotated, check_output
 
     patterns = comm_patterns(comm_kernel)
     outputs = Outputs(paths)
-    check_output(outputs, output, sum(len(discover(p)) for p in paths))
-    analysis = analyse_paths(paths, step_range, keep="events", workers=workers, quiet=quiet, comm_kernels=patterns)
-    written = write_annotated(analysis, output, outputs)
+    check_output(outputs, output, sum(len(discover(p)) for p in paths), merge)
+    analysis = analyse_paths(paths, step_name(step_range, whole_trace), keep="events", cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
+    written = write_annotated(analysis, output, outputs, merge)
     print_warnings(analysis.warnings)
     for f in written:
         err_console.print(f"wrote {f}", highlight=False, soft_wrap=True)

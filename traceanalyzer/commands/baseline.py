@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -10,24 +11,40 @@ import typer
 
 from traceanalyzer.baselines import BINARIES, health_summary, link_health, read_nccl_tests, read_topology, tp_group_links
 from traceanalyzer.outputs import Outputs
+from traceanalyzer.commands.common import (
+    CacheOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, analyse_paths, choices, config_opt, format_opt, positive_number,
+    print_warnings, trace_opt,
+)
 from traceanalyzer.render.predictions import Format, emit
 from traceanalyzer.errors import ConfigError
 
 
+Collective = choices("Collective", dict.fromkeys(BINARIES.values()))
+
+
+class Scope(str, Enum):
+    intra = "intra"
+    inter = "inter"
+
+
 def baseline(
-    files: Annotated[Optional[list[Path]], typer.Argument(help="nccl-tests output files (any *_perf binary; a log may hold several tests).", show_default=False)] = None,
-    topo: Annotated[Optional[Path], typer.Option("--topo", help="`nvidia-smi topo -m` output.")] = None,
-    trace: Annotated[Optional[list[Path]], typer.Option("--trace", "-t", help="Trace file(s) or directory: set each collective against the baseline.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML): with --topo, flags TP groups that span non-NVLink pairs.")] = None,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU for the link figures when the files do not name it (e.g. 'H100 SXM').")] = None,
-    nvlink_gbps: Annotated[Optional[float], typer.Option("--nvlink-gbps", help="Override the NVLink line rate, GB/s per direction.")] = None,
-    net_gbps: Annotated[Optional[float], typer.Option("--net-gbps", help="Override the NIC bandwidth per GPU, GB/s per direction.")] = None,
-    collective: Annotated[Optional[str], typer.Option("--collective", help=f"Collective of files that do not say ({', '.join(BINARIES.values())}).")] = None,
-    nranks: Annotated[Optional[int], typer.Option("--nranks", help="Rank count of files that do not list their ranks.")] = None,
-    scope: Annotated[Optional[str], typer.Option("--scope", help="intra or inter, for files that do not list their hosts.")] = None,
+    files: Annotated[Optional[list[Path]], typer.Argument(metavar="[NCCL_TESTS_OUTPUT]...", help="nccl-tests output files (any *_perf binary; a log may hold several tests).", show_default=False)] = None,
+    topo: Annotated[Optional[Path], typer.Option("--topo", metavar="FILE", help="`nvidia-smi topo -m` output.", show_default=False)] = None,
+    trace: Annotated[Optional[list[Path]], trace_opt("Trace file(s) or directory: set each collective against the baseline; repeatable.")] = None,
+    config: Annotated[Optional[Path], config_opt("Run configuration (TOML): with --topo, flags TP groups that span non-NVLink pairs.")] = None,
+    gpu: Annotated[Optional[str], typer.Option("--gpu", metavar="NAME", help="GPU for the link figures when the files do not name it (e.g. 'H100 SXM').")] = None,
+    nvlink_gbps: Annotated[Optional[float], typer.Option("--nvlink-gbps", metavar="GB/S", callback=positive_number, help="Override the NVLink line rate, GB/s per direction.")] = None,
+    net_gbps: Annotated[Optional[float], typer.Option("--net-gbps", metavar="GB/S", callback=positive_number, help="Override the NIC bandwidth per GPU, GB/s per direction.")] = None,
+    collective: Annotated[Optional[Collective], typer.Option("--collective", help="Collective of files that do not say.")] = None,  # type: ignore[valid-type]
+    nranks: Annotated[Optional[int], typer.Option("--nranks", min=1, metavar="N", help="Rank count of files that do not list their ranks.")] = None,
+    scope: Annotated[Optional[Scope], typer.Option("--scope", help="intra or inter (node), for files that do not list their hosts.")] = None,
     all_sizes: Annotated[bool, typer.Option("--all-sizes", help="Show messages below 1 MiB too.")] = False,
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    format: Annotated[Format, format_opt()] = Format.table,
+    output: OutputOpt = None,
+    step_range: StepRangeOpt = "ProfilerStep",
+    cache: CacheOpt = False,
+    workers: WorkersOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Health of the cluster's own baseline (nccl-tests, nvidia-smi topo -m) and, with --trace, the bus bandwidth each collective reached against it."""
     outputs = Outputs([*(files or []), topo, *(trace or [])])
@@ -37,10 +54,10 @@ def baseline(
 
     if not files and topo is None and not trace:
         raise ConfigError("give nccl-tests output files, --topo FILE and/or --trace (collectives against the hardware table)")
-    if scope is not None and scope not in ("intra", "inter"):
-        raise ConfigError(f"--scope {scope!r}: use intra or inter")
+    collective = getattr(collective, "value", collective)
+    scope = getattr(scope, "value", scope)
     sections = []
-    doc: dict[str, Any] = {}
+    doc: dict[str, Any] = {"schema": "traceanalyzer.baseline", "schema_version": 1}
     base = None
     if files:
         base = pl.concat([read_nccl_tests(f, collective=collective, nranks=nranks, scope=scope) for f in files])
@@ -63,9 +80,8 @@ def baseline(
         raise ConfigError("--config flags TP groups against a topology: give --topo FILE too")
     if trace:
         from traceanalyzer.classify.busbw import achieved_busbw, busbw_summary, exposed_split
-        from traceanalyzer.commands.common import analyse_paths, print_warnings
 
-        an = analyse_paths(list(trace))
+        an = analyse_paths(list(trace), step_range, cache=cache, workers=workers, quiet=quiet)
         dev = gpu or next(iter(an.trace.meta["device_name"].drop_nulls().to_list()), None)
         per = achieved_busbw(an.collectives, baseline=base, gpu=dev)
         if not per.height:

@@ -10,26 +10,32 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer.batch import run_batch
-from traceanalyzer.commands.common import err_console, out_console, warning_line
+from traceanalyzer.commands.common import (
+    AddressOpt, CacheOpt, Engine, EngineOpt, OutputOpt, StepRangeOpt, config_opt, err_console, format_opt, out_console, store_opt,
+    warning_line,
+)
+
+
+class BatchFormat(str, Enum):
+    text = "text"
+    json = "json"
+
 from traceanalyzer.outputs import Outputs
 
 
-class Engine(str, Enum):
-    local = "local"
-    ray = "ray"
-
-
 def batch(
-    roots: Annotated[list[Path], typer.Argument(help="Directories (searched recursively) or trace files; each run = a directory of rank traces or one trace.", show_default=False)],
-    store: Annotated[Path, typer.Option("--store", help="Store directory (Parquet dataset, created if missing).", show_default=False)],
+    roots: Annotated[list[Path], typer.Argument(metavar="RUN...", help="Directories (searched recursively) or trace files; each run = a directory of rank traces or one trace.", show_default=False)],
+    store: Annotated[Path, store_opt("Store directory (Parquet dataset, created if missing).")],
     force: Annotated[bool, typer.Option("--force", help="Re-analyse runs already stored, replacing their rows.")] = False,
-    engine: Annotated[Engine, typer.Option("--engine", help="local: process pool on this machine; ray: Ray tasks.")] = Engine.local,
-    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Rank files analysed in parallel, over all runs: processes (local; default: all cores) or CPUs of a local Ray.")] = None,
-    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray://host:10001 or host:6379); default: a local Ray.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", help="Run configuration (run.toml) for MFU, for runs whose manifest names none.")] = None,
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parse cache ($TRACEANALYZER_CACHE, default: the user cache directory).")] = False,
+    engine: EngineOpt = Engine.local,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, metavar="N", help="Rank files analysed in parallel, over all runs: processes (local; default: all cores) or CPUs of a local Ray.")] = None,
+    address: AddressOpt = None,
+    config: Annotated[Optional[Path], config_opt("Run configuration (run.toml) for MFU, for runs whose manifest names none.")] = None,
+    step_range: StepRangeOpt = "ProfilerStep",
+    cache: CacheOpt = True,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (a bar on a terminal, else a line per run).")] = False,
+    format: Annotated[BatchFormat, format_opt("text: the summary in words; json: the summary as a document (schema traceanalyzer.batch).")] = BatchFormat.text,
+    output: OutputOpt = None,
 ) -> None:
     """Analyse nightly runs into a Parquet store (skips runs stored on the same inputs); summary at the end.
 
@@ -38,7 +44,11 @@ def batch(
         from traceanalyzer.errors import InputNotFound
 
         raise InputNotFound("configuration file not found", config)
-    Outputs([*roots, config]).check_dir(store)  # the store: a directory (created inside an existing parent)
+    outputs = Outputs([*roots, config])
+    outputs.check_dir(store)  # the store: a directory (created inside an existing parent)
+    if output is not None:
+        outputs.protect(store)
+        outputs.check(output)
     show = sys.stderr.isatty() and not quiet
     lines = not sys.stderr.isatty() and not quiet  # cron logs: one line per run
     progress = None
@@ -68,25 +78,58 @@ def batch(
 
     try:
         summary = run_batch(roots, store, force=force, engine=engine.value, workers=workers, address=address,
-                            config=config, step_range=step_range, cache=not no_cache, on_plan=on_plan, on_done=on_done,
+                            config=config, step_range=step_range, cache=cache, on_plan=on_plan, on_done=on_done,
                             on_notice=lambda msg: err_console.print(f"batch: {msg}", markup=False, soft_wrap=True, highlight=False))
     finally:
         if progress is not None:
             progress.stop()
-    out = out_console(width=160)
     total = len(summary.analysed) + len(summary.skipped) + len(summary.failed)
-    out.print(
-        f"batch: {total} run(s): {len(summary.analysed)} analysed"
-        f"{f' ({len(summary.reanalysed)} again: input changed)' if summary.reanalysed else ''}"
-        f" ({summary.cache_hits} from the parse cache), {len(summary.skipped)} skipped (already stored"
-        f"{'' if force else '; --force re-analyses'}), {len(summary.failed)} failed; store: {store}",
-        soft_wrap=True,
-    )
-    for f in summary.failed:
-        out.print(f"  failed: {f['run_id']}: {f['error']} (exit code {f['exit_code']}, {f['error_class']})", soft_wrap=True)
+    if format is BatchFormat.json:
+        from traceanalyzer.render.json import dumps
+
+        with outputs.stream(output) as fh:
+            fh.write(dumps(summary_document(summary, store, force)))
+    else:
+        with outputs.stream(output, "w") as fh:
+            out = out_console(None if output is None else fh, 160)
+            out.print(
+                f"batch: {total} run(s): {len(summary.analysed)} analysed"
+                f"{f' ({len(summary.reanalysed)} again: input changed)' if summary.reanalysed else ''}"
+                f" ({summary.cache_hits} from the parse cache), {len(summary.skipped)} skipped (already stored"
+                f"{'' if force else '; --force re-analyses'}), {len(summary.failed)} failed; store: {store}",
+                soft_wrap=True,
+            )
+            for f in summary.failed:
+                out.print(f"  failed: {f['run_id']}: {f['error']} (exit code {f['exit_code']}, {f['error_class']})", soft_wrap=True)
     for run_id, warns in summary.warnings.items():
         for w in warns:
             err_console.print(warning_line(f"{run_id}: {w}"), soft_wrap=True)
+    if summary.failed:
+        from traceanalyzer.errors import RunsFailed
+
+        raise RunsFailed(f"{len(summary.failed)} of {total} run(s) failed (the others are stored in {store}): "
+                         + ", ".join(f["run_id"] for f in summary.failed))
+
+
+def summary_document(summary, store: Path, force: bool) -> dict:
+    """The batch summary for machines (``batch -f json``; schema ``traceanalyzer.batch``)."""
+    import datetime as dt
+
+    return {
+        "schema": "traceanalyzer.batch",
+        "schema_version": 1,
+        "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "store": str(store),
+        "force": force,
+        "runs": len(summary.analysed) + len(summary.skipped) + len(summary.failed),
+        "analysed": list(summary.analysed),
+        "reanalysed": list(summary.reanalysed),
+        "skipped": list(summary.skipped),
+        "failed": [{k: f[k] for k in ("run_id", "error", "exit_code", "error_class")} for f in summary.failed],
+        "cache_hits": summary.cache_hits,
+        "warnings": {k: list(v) for k, v in summary.warnings.items()},
+        "ok": not summary.failed,
+    }
 
 
 def register(app: typer.Typer) -> None:

@@ -2,42 +2,38 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from traceanalyzer.commands.common import (
-    AddressOpt, CommKernelOpt, Engine, EngineOpt, Format, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, out_console, print_warnings,
+    AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, OutputOpt, QuietOpt, StepRangeOpt, TableFormat, WholeTraceOpt, WorkersOpt,
+    analyse_paths, binary_output_check, comm_patterns, config_opt, format_opt, out_console, positive_number, print_warnings, regex,
+    step_name, traces_arg,
 )
 from traceanalyzer.commands.common import RanksOpt, RankView
+from traceanalyzer.render.frames import write_frame
 from traceanalyzer.render import json as json_render
 from traceanalyzer.classify.comm import DEFAULT_BUS_BW_GBPS
-from traceanalyzer.errors import ConfigError
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.table import print_breakdown, print_detail
 
 
 def breakdown(
-    paths: Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite).", show_default=False)],
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
-    whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: analyse each rank's whole GPU span as one step.")] = False,
+    paths: Annotated[list[Path], traces_arg()],
+    format: Annotated[TableFormat, format_opt(
+        "table: the terminal table; json: the full document; csv / parquet: one row per rank and step, "
+        "exact integer nanoseconds (parquet needs -o or a pipe).")] = TableFormat.table,
+    output: OutputOpt = None,
+    step_range: StepRangeOpt = "ProfilerStep",
+    whole_trace: WholeTraceOpt = False,
     detail: Annotated[bool, typer.Option("--detail", help="Also print the causes: idle by cause, communication by type/group, recomputed ops, cross-rank skew.")] = False,
-    recompute_range: Annotated[Optional[str], typer.Option("--recompute-range", help="Regex of extra host/NVTX ranges whose contents are recompute (e.g. 'CheckpointFunctionBackward').")] = None,
-    bus_bw: Annotated[float, typer.Option("--bus-bw", help="Bus bandwidth (GB/s) for estimating collective transfer time when only one rank of a group is loaded.")] = DEFAULT_BUS_BW_GBPS,
+    recompute_range: Annotated[Optional[str], typer.Option("--recompute-range", metavar="REGEX", help="Regex of extra host/NVTX ranges whose contents are recompute (e.g. 'CheckpointFunctionBackward').", callback=regex)] = None,
+    bus_bw: Annotated[float, typer.Option("--bus-bw", metavar="GB/S", callback=positive_number, help="Bus bandwidth (GB/s) for estimating collective transfer time when only one rank of a group is loaded.")] = DEFAULT_BUS_BW_GBPS,
     comm_kernel: CommKernelOpt = None,
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML): its [trace] section (comm_kernels) is applied.")] = None,
-    cache: Annotated[
-        bool,
-        typer.Option(
-            "--cache/--no-cache",
-            help="Keep parsed traces as Parquet in $TRACEANALYZER_CACHE (default: the user cache directory, "
-            "~/.cache/traceanalyzer on Linux) and reuse them for files with the same bytes.",
-        ),
-    ] = False,
+    config: Annotated[Optional[Path], config_opt("Run configuration (TOML): its [trace] section (comm_kernels) is applied.")] = None,
+    cache: CacheOpt = False,
     workers: WorkersOpt = None,
     engine: EngineOpt = Engine.local,
     address: AddressOpt = None,
@@ -45,22 +41,19 @@ def breakdown(
     ranks: RanksOpt = RankView.auto,
 ) -> None:
     """Split every rank's GPU time, per step, into compute / recompute / exposed comm / other / idle."""
-    if not bus_bw > 0 or bus_bw == float("inf"):  # also NaN
-        raise ConfigError(f"--bus-bw must be a finite positive number (GB/s), got {bus_bw}")
-    if recompute_range is not None:
-        try:
-            re.compile(recompute_range)
-        except re.error as exc:
-            raise ConfigError(f"--recompute-range is not a valid regex: {exc}") from None
+    binary_output_check(format, output)
     patterns = comm_patterns(comm_kernel, config)
     outputs = Outputs([*paths, config])
     if output is not None:
         outputs.check(output)
-    analysis = analyse_paths(paths, None if whole_trace else step_range, recompute_pattern=recompute_range, bus_bw_gbps=bus_bw,
+    analysis = analyse_paths(paths, step_name(step_range, whole_trace), recompute_pattern=recompute_range, bus_bw_gbps=bus_bw,
                              cache=cache, workers=workers, engine=engine, address=address, quiet=quiet, comm_kernels=patterns)
-    if format is Format.json:
+    if format is TableFormat.json:
         with outputs.stream(output) as fh:
             fh.write(json_render.dumps(json_render.document(analysis)))
+    elif format is not TableFormat.table:
+        with outputs.stream(output) as fh:
+            write_frame(json_render.steps_table(analysis), format.value, fh)
     else:
         with outputs.stream(output, "w") as fh:
             console = out_console(None if output is None else fh, 120 if output is None else 160)

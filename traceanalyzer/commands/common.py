@@ -1,7 +1,22 @@
-"""Helpers shared by the command modules: analysing with progress, writing output, warnings."""
+"""What the command modules share: the CLI vocabulary and helpers.
+
+* the shared options, one name / short form / metavar per idea (stable names): ``traces_arg``,
+  ``trace_arg``, ``ConfigOpt`` / ``config_opt`` (``-c/--config``), ``OutputOpt`` / ``output_opt``
+  (``-o/--output``), ``format_opt`` (``-f/--format``; with :class:`Format` or :class:`TableFormat`),
+  ``StepRangeOpt``, ``WholeTraceOpt`` (with :func:`step_name`), ``CacheOpt``, ``WorkersOpt``,
+  ``QuietOpt``, ``EngineOpt``, ``AddressOpt``, ``CommKernelOpt``, ``StoreOpt``, ``JobOpt``,
+  ``trace_opt``; :func:`choices` for an enumerated value;
+* validators for values a type cannot check (a bad value is a usage error, exit 2):
+  :func:`positive_number`, :func:`finite_number`, :func:`non_negative_number`, :func:`fraction`,
+  :func:`regex`, :func:`parsed_by`;
+* :class:`Command`, the class of every command of the app (``-V``, ``--no-color``, readable
+  metavars), set by ``cli.app`` for every command registered on it;
+* analysing with progress (:func:`analyse_paths`), writing output, warnings.
+"""
 
 from __future__ import annotations
 
+import functools
 import sys
 from enum import Enum
 from pathlib import Path
@@ -32,18 +47,294 @@ class Engine(str, Enum):
 
 
 class Format(str, Enum):
+    """Output of a command that prints a report-like document (sections of tables)."""
+
     table = "table"
     json = "json"
 
 
+class TableFormat(str, Enum):
+    """Output of a command that prints one table: the terminal table, or the rows for machines."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+    parquet = "parquet"
+
+
+def choices(name: str, values) -> type[Enum]:
+    """An Enum of string ``values`` for an option (``--help`` lists them; a bad one is exit 2)."""
+    return Enum(name, {v: v for v in values}, type=str)  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared vocabulary: one name, one short form, one metavar per idea, for every command.
+# Commands use the aliases below (or the ``*_opt`` factories for a command-specific help text);
+# these names are stable.
+# ---------------------------------------------------------------------------------------------
+
+TRACES_HELP = "Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite/.nsys-rep export)."
+
+
+def traces_arg(help: str = TRACES_HELP):
+    """Positional trace files / directories (one or more)."""
+    return typer.Argument(metavar="TRACE...", help=help, show_default=False)
+
+
+def trace_arg(help: str = "Trace file or directory of rank traces.", metavar: str = "TRACE"):
+    return typer.Argument(metavar=metavar, help=help, show_default=False)
+
+
+def config_opt(help: str = "Run configuration (TOML)."):
+    return typer.Option("--config", "-c", metavar="TOML", help=help, show_default=False)
+
+
+def output_opt(help: str = "Write to FILE instead of stdout (never over an input; whole or not at all)."):
+    return typer.Option("--output", "-o", metavar="FILE", help=help, show_default=False)
+
+
+def format_opt(help: str = "Output format."):
+    return typer.Option("--format", "-f", help=help)
+
+
+def step_range_opt(help: str = "Name of the range that marks a training step."):
+    return typer.Option("--step-range", metavar="NAME", help=help)
+
+
+def store_opt(help: str = "Store directory written by `traceanalyzer batch`."):
+    return typer.Option("--store", metavar="DIR", help=help, show_default=False)
+
+
+def job_opt(help: str = "Only this job."):
+    return typer.Option("--job", metavar="JOB", help=help, show_default=False)
+
+
+def trace_opt(help: str = "Trace file(s) or directory of rank traces; repeatable."):
+    return typer.Option("--trace", "-t", metavar="TRACE", help=help, show_default=False)
+
+
+ConfigOpt = Annotated[Optional[Path], config_opt()]
+OutputOpt = Annotated[Optional[Path], output_opt()]
+StepRangeOpt = Annotated[str, step_range_opt()]
+WholeTraceOpt = Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: analyse each rank's whole GPU span as one step.")]
+CacheOpt = Annotated[
+    bool,
+    typer.Option(
+        "--cache/--no-cache",
+        help="Keep parsed traces as Parquet in $TRACEANALYZER_CACHE (default: the user cache directory, "
+        "~/.cache/traceanalyzer on Linux) and reuse them for files with the same bytes.",
+    ),
+]
 #: options every command that loads traces takes
 WorkersOpt = Annotated[
     Optional[int],
-    typer.Option("--workers", min=1, help="Rank files analysed in parallel (processes; default: all cores; 1: in this process)."),
+    typer.Option("--workers", min=1, metavar="N", help="Rank files analysed in parallel (processes; default: all cores; 1: in this process)."),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (warnings and errors still go there).")]
 EngineOpt = Annotated[Engine, typer.Option("--engine", help="local: process pool on this machine; ray: one Ray task per rank file.")]
-AddressOpt = Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (ray://host:10001 or host:6379); default: a local Ray.")]
+AddressOpt = Annotated[Optional[str], typer.Option("--address", metavar="ADDRESS", help="Ray cluster address (ray://host:10001 or host:6379); default: a local Ray.")]
+StoreOpt = Annotated[Path, store_opt()]
+JobOpt = Annotated[Optional[str], job_opt()]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from traceanalyzer import __version__
+
+        typer.echo(f"traceanalyzer {__version__}")
+        raise typer.Exit()
+
+
+def no_color(value: bool = True) -> None:
+    """Plain output: no colour on stderr or stdout (as the ``NO_COLOR`` environment variable)."""
+    if value:
+        import os
+
+        os.environ["NO_COLOR"] = "1"  # consoles made from now on (out_console) read it
+        err_console.no_color = True
+
+
+def _no_color(value: bool) -> None:
+    no_color(value)
+
+
+VersionOpt = Annotated[Optional[bool], typer.Option("--version", "-V", callback=_version, is_eager=True, help="Show the version and exit.")]
+NoColorOpt = Annotated[bool, typer.Option("--no-color", callback=_no_color, is_eager=True, help="No colour in the output (also: the NO_COLOR environment variable).")]
+
+#: metavar of an option whose command did not name one, by its kind (:func:`param_kind`)
+_METAVARS = {"path": "PATH", "file": "FILE", "text": "TEXT", "integer": "INTEGER", "float": "NUMBER"}
+
+
+def param_kind(p) -> tuple[str, tuple[str, ...]]:
+    """(kind, choices) of a click parameter of the app, whichever typer built it: kind is one of
+    choice, integer, float, path, file, text, bool (typer >= 0.20 describes the type with a
+    ``type_descriptor``, older ones with a click ``ParamType``)."""
+    import typing
+
+    desc = getattr(p, "type_descriptor", None)
+    if desc is None:
+        t = p.type
+        name = getattr(t, "name", "")
+        if name == "choice":
+            return "choice", tuple(map(str, t.choices))
+        return {"integer range": "integer", "float range": "float", "filename": "file", "boolean": "bool"}.get(name, name), ()
+    if desc.is_choice:
+        return "choice", tuple(str(getattr(c, "value", c)) for c in desc.choices)
+    ann = desc.annotation
+    while typing.get_origin(ann) in (list, tuple, typing.Union) or str(typing.get_origin(ann)) == "types.UnionType":
+        args = [a for a in typing.get_args(ann) if a is not type(None)]
+        ann = args[0] if args else str
+    if desc.is_file:
+        return "file", ()
+    if desc.is_path or ann is Path:
+        return "path", ()
+    return {int: "integer", float: "float", bool: "bool", str: "text"}.get(ann, "text"), ()
+
+
+@functools.lru_cache(maxsize=1)
+def _common_params() -> tuple:
+    """``-V/--version`` and ``--no-color`` as click parameters of the running typer (built by
+    typer itself, so they look like every other option of its version)."""
+    probe = typer.Typer(add_completion=False)
+
+    @probe.command("probe")
+    def _probe(version: VersionOpt = None, no_color: NoColorOpt = False) -> None:  # pragma: no cover - never run
+        pass
+
+    @probe.command("other")
+    def _other() -> None:  # pragma: no cover - a second command keeps the probe a group
+        pass
+
+    group = typer.main.get_command(probe)
+    params = list(group.commands["probe"].params)
+    for p in params:
+        p.expose_value = False
+    return tuple(params)
+
+
+class Command(typer.core.TyperCommand):
+    """Every command of the app: the common options (``-V/--version``, ``--no-color``) besides
+    ``-h/--help``, and a readable metavar for any option or argument that did not name one
+    (``PATH``, ``TEXT``, ``INTEGER``..., never typer's ``<list[Path]>`` or ``{paths}``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        names = {n for p in self.params for n in getattr(p, "opts", [])}
+        self.params += [p for p in _common_params() if not names & set(p.opts)]
+        for p in self.params:
+            if p.param_type_name == "argument":
+                _argument_metavar(p)
+                continue
+            if p.metavar is not None or getattr(p, "is_flag", False) or getattr(p, "count", False):
+                continue
+            kind, _ = param_kind(p)
+            if kind != "choice":  # the choices are the metavar
+                p.metavar = _METAVARS.get(kind, "VALUE")
+
+
+def _argument_metavar(p) -> None:
+    """``TRACE...`` (one or more), ``[FILE]...`` (any number), ``TRACE`` (one): the same in the
+    usage line and the help of every typer version (newer ones add ``{paths}`` / ``<list[Path]>``)."""
+    base = (p.metavar or p.name or "ARG").upper().strip(".[]")
+    shown = base + ("..." if p.nargs != 1 else "")
+    if not p.required:
+        shown = f"[{base}]" + ("..." if p.nargs != 1 else "")
+    p.metavar = shown
+    if hasattr(p, "_usage_display_name"):  # typer >= 0.20 builds these itself
+        p._usage_display_name = lambda: shown
+        p.display_type_rich = lambda ctx: None
+
+
+def step_name(step_range: str, whole_trace: bool) -> str | None:
+    """The step marker to analyse with: none with ``--whole-trace``."""
+    return None if whole_trace else step_range
+
+
+# --- validators for values the option type alone cannot check: a bad one is a usage error (exit 2)
+
+def positive_number(ctx, param, value):
+    """A finite number > 0 (NaN and infinity refused), or None."""
+    import math
+
+    if value is None:
+        return value
+    for v in value if isinstance(value, (list, tuple)) else [value]:
+        if not (v > 0 and math.isfinite(v)):
+            raise typer.BadParameter(f"{v} is not a finite positive number")
+    return value
+
+
+def finite_number(ctx, param, value):
+    """Any finite number (NaN and infinity refused), or None."""
+    import math
+
+    if value is not None:
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if not math.isfinite(v):
+                raise typer.BadParameter(f"{v} is not a finite number")
+    return value
+
+
+def non_negative_number(ctx, param, value):
+    """A finite number >= 0, or None."""
+    import math
+
+    if value is not None and not (value >= 0 and math.isfinite(value)):
+        raise typer.BadParameter(f"{value} is not a finite number >= 0")
+    return value
+
+
+def fraction(ctx, param, value):
+    """A number in (0, 1], or None."""
+    if value is not None and not (0 < value <= 1):
+        raise typer.BadParameter(f"{value} is not in (0, 1]")
+    return value
+
+
+def parsed_by(parse):
+    """A callback that checks a text value with ``parse`` (which raises a TraceAnalyzerError on a
+    bad value) and keeps the text: a bad value is a usage error naming the option."""
+
+    def callback(ctx, param, value):
+        from traceanalyzer.errors import TraceAnalyzerError
+
+        if value is None:
+            return value
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            try:
+                parse(v)
+            except (TraceAnalyzerError, ValueError) as exc:
+                raise typer.BadParameter(getattr(exc, "message", None) or str(exc)) from None
+        return value
+
+    return callback
+
+
+def regex(ctx, param, value):
+    """A valid Python regular expression, or None."""
+    import re
+
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise typer.BadParameter(f"{value!r} is not a valid regular expression: {exc}") from None
+    return value
+
+
+def binary_output_check(format, output) -> None:
+    """Parquet is binary: to a file (-o) or a pipe, never to a terminal."""
+    if getattr(format, "value", format) == "parquet" and output is None and sys.stdout.isatty():
+        raise typer.BadParameter("parquet is binary: give -o FILE (or pipe the output)", param_hint="'-f'")
+
+
+def iso_date(text: str):
+    import datetime as dt
+
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a date (YYYY-MM-DD)") from None
 
 
 def analyse_paths(
@@ -75,7 +366,7 @@ def analyse_paths(
 #: the option every command that classifies kernels takes
 CommKernelOpt = Annotated[
     Optional[list[str]],
-    typer.Option("--comm-kernel", help="Regex (case-insensitive) of kernel names that are communication, besides the known "
+    typer.Option("--comm-kernel", metavar="REGEX", help="Regex (case-insensitive) of kernel names that are communication, besides the known "
                  "libraries (NCCL/RCCL, DeepEP, NVSHMEM, userbuffers, custom all-reduce, MSCCL++). Repeatable; "
                  "also [trace] comm_kernels in the run configuration."),
 ]

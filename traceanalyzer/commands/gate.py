@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,25 +10,49 @@ import typer
 
 from traceanalyzer.batch.gate import LAST_GOOD, gate_check, parse_threshold
 from traceanalyzer.batch.store import Store
-from traceanalyzer.commands.common import print_store_warnings
+from traceanalyzer.commands.common import StoreOpt, format_opt, output_opt, parsed_by, print_store_warnings
 from traceanalyzer.errors import GateFailed
+from traceanalyzer.outputs import Outputs
+
+
+class GateFormat(str, Enum):
+    text = "text"
+    json = "json"
 
 
 def gate(
-    store: Annotated[Path, typer.Option("--store", help="Store written by `traceanalyzer batch`.", show_default=False)],
-    baseline: Annotated[str, typer.Option("--baseline", help="A run id, or last-good (the last run that did not regress).")] = LAST_GOOD,
-    max_regression: Annotated[str, typer.Option("--max-regression", help="Largest allowed slowdown of mean step time, e.g. 3%.")] = "3%",
-    job: Annotated[Optional[str], typer.Option("--job", help="Check this job only (default: the latest run of every job).")] = None,
+    store: StoreOpt,
+    baseline: Annotated[str, typer.Option("--baseline", metavar="RUN", help="A run id, or last-good (the last run that did not regress).")] = LAST_GOOD,
+    max_regression: Annotated[str, typer.Option("--max-regression", metavar="PERCENT", callback=parsed_by(parse_threshold), help="Largest allowed slowdown of mean step time, e.g. 3%.")] = "3%",
+    job: Annotated[Optional[str], typer.Option("--job", metavar="JOB", help="Check this job only (default: the latest run of every job).")] = None,
+    format: Annotated[GateFormat, format_opt("text: one line per job; json: the verdict per job (schema traceanalyzer.gate).")] = GateFormat.text,
+    output: Annotated[Optional[Path], output_opt()] = None,
+    junit: Annotated[Optional[Path], typer.Option("--junit", metavar="FILE", help="Also write the verdict as JUnit XML (one test case per job) for CI systems.", show_default=False)] = None,
 ) -> None:
-    """Compare the latest run with a baseline on mean step time; exit code 8 with an explanation if it regressed."""
+    """Compare the latest run with a baseline on mean step time; exit code 8 with an explanation if it regressed.
+
+    The outputs (-o, --junit) are written before the exit code is set, pass or fail."""
     threshold = parse_threshold(max_regression)
+    outputs = Outputs([store])
+    for o in (output, junit):
+        if o is not None:
+            outputs.check(o)
     st = Store(store)
     results = gate_check(st, baseline, threshold, job)
     print_store_warnings(st)  # the damaged files skipped (an error above is one line on its own)
     failed = [r for r in results if not r.passed]
-    for r in results:
-        if r.passed:
-            typer.echo(r.message)
+    from traceanalyzer.render import gate as render
+
+    if format is GateFormat.json:
+        with outputs.stream(output) as fh:
+            fh.write(render.json_bytes(results, baseline, threshold, job))
+    else:
+        with outputs.stream(output, "w") as fh:
+            for r in results:
+                if r.passed or output is not None:
+                    fh.write(r.message + "\n")
+    if junit is not None:
+        outputs.write_bytes(junit, render.junit_xml(results, threshold))
     if failed:
         raise GateFailed("gate failed. " + " ".join(r.message for r in failed))
 

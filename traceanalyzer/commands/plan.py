@@ -10,29 +10,55 @@ import typer
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.predictions import Format, emit
 from traceanalyzer.errors import ConfigError
-from traceanalyzer.model.runplan import PLAN_CONVENTIONS, plan_run, trace_measurement
+from traceanalyzer.model.runplan import PLAN_CONVENTIONS, parse_count, parse_range, plan_run, trace_measurement
+from traceanalyzer.commands.common import (
+    CacheOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, analyse_paths, choices, config_opt, format_opt, job_opt, non_negative_number,
+    parsed_by, positive_number, store_opt, trace_opt,
+)
+
+
+def _pue(ctx, param, value):
+    import math
+
+    if value is not None and not (value >= 1 and math.isfinite(value)):
+        raise typer.BadParameter(f"{value} is not a finite number >= 1")
+    return value
+
+
+
+PlanConvention = choices("PlanConvention", PLAN_CONVENTIONS)
+
+
+def _mfu(text: str) -> None:
+    lo, hi = parse_range(text, "--mfu", percent_ok=True)
+    if hi > 1:
+        raise ConfigError(f"--mfu {text!r}: a fraction of the peak (≤ 1, or a percentage)")
 
 
 def plan(
-    tokens: Annotated[str, typer.Option("--tokens", help="Training tokens: 15T, 300B, 1.5e13.")],
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML): model size, GPU, GPU count.")] = None,
-    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Megatron-LM launch arguments or a training log that prints them.")] = None,
-    trace: Annotated[Optional[list[Path]], typer.Option("--trace", "-t", help="Trace of the run (measured throughput and step-time spread; needs -c).")] = None,
-    tflops: Annotated[Optional[str], typer.Option("--tflops", help="Sustained TFLOP/s per GPU under the convention; a range such as 145-155 is allowed.")] = None,
-    mfu: Annotated[Optional[str], typer.Option("--mfu", help="Model FLOPs utilisation, e.g. 0.4 or 38-43%, of the GPU's dense peak.")] = None,
-    params: Annotated[Optional[str], typer.Option("--params", help="Parameter count (e.g. 405B), instead of the configuration's.")] = None,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", help="GPUs of the planned run (default: the configuration's).")] = None,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU model for the peak (with --mfu), e.g. 'H100 SXM'.")] = None,
-    convention: Annotated[str, typer.Option("--convention", help=f"FLOPs convention: {', '.join(PLAN_CONVENTIONS)}.")] = "6nt",
+    tokens: Annotated[str, typer.Option("--tokens", metavar="COUNT", callback=parsed_by(lambda t: parse_count(t, "--tokens")), help="Training tokens: 15T, 300B, 1.5e13.")],
+    config: Annotated[Optional[Path], config_opt("Run configuration (TOML): model size, GPU, GPU count.")] = None,
+    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch arguments or a training log that prints them.")] = None,
+    trace: Annotated[Optional[list[Path]], trace_opt("Trace of the run (measured throughput and step-time spread; needs -c); repeatable.")] = None,
+    tflops: Annotated[Optional[str], typer.Option("--tflops", metavar="TFLOPS", callback=parsed_by(lambda t: parse_range(t, "--tflops")), help="Sustained TFLOP/s per GPU under the convention; a range such as 145-155 is allowed.")] = None,
+    mfu: Annotated[Optional[str], typer.Option("--mfu", metavar="FRACTION", callback=parsed_by(_mfu), help="Model FLOPs utilisation, e.g. 0.4 or 38-43%, of the GPU's dense peak.")] = None,
+    params: Annotated[Optional[str], typer.Option("--params", metavar="COUNT", callback=parsed_by(lambda t: parse_count(t, "--params")), help="Parameter count (e.g. 405B), instead of the configuration's.")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, metavar="N", help="GPUs of the planned run (default: the configuration's).")] = None,
+    gpu: Annotated[Optional[str], typer.Option("--gpu", metavar="NAME", help="GPU model for the peak (with --mfu), e.g. 'H100 SXM'.")] = None,
+    convention: Annotated[PlanConvention, typer.Option("--convention", help="FLOPs convention.")] = "6nt",  # type: ignore[valid-type]
     hardware_flops: Annotated[bool, typer.Option("--hardware-flops", help="The throughput counts recompute too (hardware FLOPs, e.g. Megatron-DeepSpeed's logged TFLOP/s).")] = False,
-    price_per_gpu_hour: Annotated[Optional[float], typer.Option("--price-per-gpu-hour", help="Price of one GPU-hour.")] = None,
-    gpu_power_w: Annotated[Optional[float], typer.Option("--gpu-power-w", help="Board power per GPU, W (energy = GPU-hours × W).")] = None,
-    pue: Annotated[float, typer.Option("--pue", help="Power usage effectiveness of the data centre (energy × PUE); 1.0 = GPUs only.")] = 1.0,
-    store: Annotated[Optional[Path], typer.Option("--store", help="Batch store: the step-time spread across its runs (nights) sets the jitter margin.")] = None,
-    job: Annotated[Optional[str], typer.Option("--job", help="With --store: only this job's runs.")] = None,
-    margin: Annotated[Optional[list[str]], typer.Option("--margin", help="Override a margin: NAME=LOW-HIGH (fractions or %), NAME one of framework, jitter, data, interruptions; repeatable.")] = None,
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    price_per_gpu_hour: Annotated[Optional[float], typer.Option("--price-per-gpu-hour", metavar="PRICE", callback=non_negative_number, help="Price of one GPU-hour.")] = None,
+    gpu_power_w: Annotated[Optional[float], typer.Option("--gpu-power-w", metavar="WATTS", callback=positive_number, help="Board power per GPU, W (energy = GPU-hours × W).")] = None,
+    pue: Annotated[float, typer.Option("--pue", metavar="PUE", callback=_pue, help="Power usage effectiveness of the data centre (energy × PUE, ≥ 1); 1.0 = GPUs only.")] = 1.0,
+    store: Annotated[Optional[Path], store_opt("Batch store: the step-time spread across its runs (nights) sets the jitter margin.")] = None,
+    job: Annotated[Optional[str], job_opt("With --store: only this job's runs.")] = None,
+    margin: Annotated[Optional[list[str]], typer.Option("--margin", metavar="NAME=LOW-HIGH", help="Override a margin: NAME=LOW-HIGH (fractions or %), NAME one of framework, jitter, data, interruptions; repeatable.")] = None,
+    format: Annotated[Format, format_opt()] = Format.table,
+    output: OutputOpt = None,
+    step_range: StepRangeOpt = "ProfilerStep",
+    cache: CacheOpt = False,
+    workers: WorkersOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Total FLOPs, GPU-hours, wall-clock days, energy and cost of training on --tokens tokens, with margins."""
     outputs = Outputs([config, megatron_args, *(trace or []), store])
@@ -55,20 +81,18 @@ def plan(
     if trace:
         if cfg is None:
             raise ConfigError("--trace needs the run configuration (-c) for the FLOPs of one step")
-        from traceanalyzer.commands.common import analyse_paths
-
-        an = analyse_paths(list(trace))
-        measured = trace_measurement(cfg, an.steps, convention, "hardware" if hardware_flops else "model", params)
+        an = analyse_paths(list(trace), step_range, cache=cache, workers=workers, quiet=quiet)
+        measured = trace_measurement(cfg, an.steps, getattr(convention, 'value', convention), "hardware" if hardware_flops else "model", params)
     run_steps = None
     if store is not None:
         from traceanalyzer.batch.trend import trend_frame
 
         run_steps = (trend_frame(store, "step_time", job=job)["value"] / 1e3).to_list()  # ms -> s
-    p = plan_run(tokens, cfg, params=params, gpus=gpus, convention=convention, flops="hardware" if hardware_flops else "model",
+    p = plan_run(tokens, cfg, params=params, gpus=gpus, convention=getattr(convention, 'value', convention), flops="hardware" if hardware_flops else "model",
                  tflops=tflops, mfu=mfu, gpu=gpu, measured=measured, price_per_gpu_hour=price_per_gpu_hour,
                  gpu_power_w=gpu_power_w, pue=pue, margins=margins,
                  run_step_times=run_steps)
-    emit(plan_sections(p), format, {"plan": p}, output, outputs)
+    emit(plan_sections(p), format, {"schema": "traceanalyzer.plan", "schema_version": 1, "plan": p}, output, outputs)
 
 
 def register(app: typer.Typer) -> None:

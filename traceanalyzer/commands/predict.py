@@ -7,12 +7,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from traceanalyzer.commands.common import print_warnings
-from traceanalyzer.errors import ConfigError
+from traceanalyzer.commands.common import ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
 from traceanalyzer.model import compare_predictions, load_config, predict as predict_run
 from traceanalyzer.model.config import CONVENTIONS
 from traceanalyzer.model.flops import HFU_CONVENTIONS
-from traceanalyzer.model.validate import check_fraction
 from traceanalyzer.render.predictions import Format, comparison_sections, emit, prediction_sections, sweep_section
 
 #: microbatches per pipeline shown when the global batch is unknown: the spread of the verdict
@@ -20,27 +18,25 @@ SPREAD_MICROBATCHES = (1, 2, 4, 8, 16, 32)
 from traceanalyzer.outputs import Outputs
 
 
+Convention = choices("Convention", CONVENTIONS)
+HfuConvention = choices("HfuConvention", HFU_CONVENTIONS)
+
+
 def predict(
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML).")] = None,
-    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Megatron-LM launch script, arguments or a training log.")] = None,
-    vs: Annotated[Optional[Path], typer.Option("--vs", help="Reference configuration (TOML) to compare with; its [reported] throughput sets the kernel efficiency.")] = None,
-    global_batch: Annotated[Optional[list[int]], typer.Option("--global-batch", help="Override the global batch; repeat for a sweep.")] = None,
-    convention: Annotated[Optional[str], typer.Option("--convention", help=f"FLOPs convention: {', '.join(CONVENTIONS)}.")] = None,
-    hfu: Annotated[str, typer.Option("--hfu", help=f"How recompute counts in HFU: {', '.join(HFU_CONVENTIONS)}.")] = "forward",
-    kernel_efficiency: Annotated[Optional[float], typer.Option("--kernel-efficiency", help="Fraction of peak reached by compute kernels, in (0, 1] (default: implied by [reported], the --vs run, else 1.0).")] = None,
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", help="nccl-tests output: bandwidth by message size instead of the hardware table's.")] = None,
+    config: ConfigOpt = None,
+    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch script, arguments or a training log.")] = None,
+    vs: Annotated[Optional[Path], typer.Option("--vs", metavar="TOML", help="Reference configuration (TOML) to compare with; its [reported] throughput sets the kernel efficiency.")] = None,
+    global_batch: Annotated[Optional[list[int]], typer.Option("--global-batch", min=1, metavar="N", help="Override the global batch; repeat for a sweep.")] = None,
+    convention: Annotated[Optional[Convention], typer.Option("--convention", help="FLOPs convention (default: the configuration's).")] = None,  # type: ignore[valid-type]
+    hfu: Annotated[HfuConvention, typer.Option("--hfu", help="How recompute counts in HFU.")] = "forward",  # type: ignore[valid-type]
+    kernel_efficiency: Annotated[Optional[float], typer.Option("--kernel-efficiency", metavar="FRACTION", callback=fraction, help="Fraction of peak reached by compute kernels, in (0, 1] (default: implied by [reported], the --vs run, else 1.0).")] = None,
+    format: Annotated[Format, format_opt()] = Format.table,
+    output: OutputOpt = None,
+    baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", metavar="FILE", help="nccl-tests output: bandwidth by message size instead of the hardware table's; repeatable.")] = None,
 ) -> None:
     """Predict FLOPs, bubble, recompute and communication of a run; with --vs, split the gap into causes."""
-    if convention is not None and convention not in CONVENTIONS:
-        raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
-    if hfu not in HFU_CONVENTIONS:
-        raise ConfigError(f"--hfu {hfu!r} is not one of {', '.join(HFU_CONVENTIONS)}")
-    check_fraction("--kernel-efficiency", kernel_efficiency)
-    for g in global_batch or []:
-        if g < 1:
-            raise ConfigError(f"--global-batch {g} must be at least 1")
+    convention = getattr(convention, "value", convention)
+    hfu = getattr(hfu, "value", hfu)
     outputs = Outputs([config, megatron_args, vs])
     if output is not None:
         outputs.check(output)
@@ -73,7 +69,7 @@ def predict(
                          baseline=base)
              for g in batches]
     sections = prediction_sections(preds[0])
-    doc: dict[str, Any] = {"prediction": preds[0]}
+    doc: dict[str, Any] = {"schema": "traceanalyzer.predict", "schema_version": 1, "prediction": preds[0]}
     if len(preds) > 1:
         title = (f"Global batch unknown: the spread [{preds[0]['convention']}]" if spread else None)
         sections.append(sweep_section(preds, title))

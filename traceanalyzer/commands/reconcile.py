@@ -7,7 +7,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from traceanalyzer.commands.common import CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, print_warnings
+from traceanalyzer.commands.common import (
+    CacheOpt, CommKernelOpt, ConfigOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, analyse_paths, choices, comm_patterns, config_opt,
+    format_opt, print_warnings, step_name, trace_arg,
+)
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import load_config
 from traceanalyzer.model.config import CONVENTIONS
@@ -19,21 +22,23 @@ from traceanalyzer.render.predictions import (
 )
 
 
+Convention = choices("Convention", CONVENTIONS)
+HfuConvention = choices("HfuConvention", HFU_CONVENTIONS)
+
+
 def _public(d: dict[str, Any]) -> dict[str, Any]:
     """Drop the exact fractions (kept for tests and the sum checks) from a JSON document."""
     return {k: v for k, v in d.items() if k != "exact"}
 
 
-def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path], convention: Optional[str], step_range: str,
-               hfu: str = "forward", workers: Optional[int] = None, quiet: bool = False, comm_kernel: list[str] | None = None,
-               baseline: list[Path] | None = None):
-    if convention is not None and convention not in CONVENTIONS:
-        raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
-    if hfu not in HFU_CONVENTIONS:
-        raise ConfigError(f"--hfu {hfu!r} is not one of {', '.join(HFU_CONVENTIONS)}")
+def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path], convention, step_range: str,
+               hfu="forward", workers: Optional[int] = None, quiet: bool = False, comm_kernel: list[str] | None = None,
+               baseline: list[Path] | None = None, cache: bool = False):
+    convention = getattr(convention, "value", convention)
+    hfu = getattr(hfu, "value", hfu)
     cfg = load_config(config, megatron_args)
     patterns = comm_patterns(comm_kernel, config, megatron_args)
-    analysis = analyse_paths([path], step_range, keep="events", workers=workers, quiet=quiet, comm_kernels=patterns)
+    analysis = analyse_paths([path], step_range, keep="events", cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
     base = None
     if baseline:
         import polars as pl
@@ -47,15 +52,16 @@ def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path]
 
 
 def reconcile(
-    trace: Annotated[Path, typer.Argument(help="Trace file or directory of rank traces.", show_default=False)],
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML).")] = None,
-    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Megatron-LM launch arguments or a training log.")] = None,
-    convention: Annotated[Optional[str], typer.Option("--convention", help=f"FLOPs convention: {', '.join(CONVENTIONS)}.")] = None,
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
-    hfu: Annotated[str, typer.Option("--hfu", help=f"How recompute counts in HFU: {', '.join(HFU_CONVENTIONS)}.")] = "forward",
+    trace: Annotated[Path, trace_arg()],
+    config: ConfigOpt = None,
+    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch arguments or a training log.")] = None,
+    convention: Annotated[Optional[Convention], typer.Option("--convention", help="FLOPs convention (default: the configuration's).")] = None,  # type: ignore[valid-type]
+    format: Annotated[Format, format_opt()] = Format.table,
+    output: OutputOpt = None,
+    step_range: StepRangeOpt = "ProfilerStep",
+    hfu: Annotated[HfuConvention, typer.Option("--hfu", help="How recompute counts in HFU.")] = "forward",  # type: ignore[valid-type]
     comm_kernel: CommKernelOpt = None,
+    cache: CacheOpt = False,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,
     baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", help="nccl-tests output: predicted communication at the bandwidth of its message size and scope.")] = None,
@@ -64,22 +70,24 @@ def reconcile(
     outputs = Outputs([trace, config, megatron_args, *(baseline or [])])
     if output is not None:
         outputs.check(output)
-    wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu, workers, quiet, comm_kernel, baseline)
-    emit(waterfall_sections(wf), format, _public(wf), output, outputs)
+    wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu, workers, quiet, comm_kernel, baseline, cache)
+    emit(waterfall_sections(wf), format, {"schema": "traceanalyzer.reconcile", "schema_version": 1, **_public(wf)}, output, outputs)
     print_warnings(warnings)
 
 
 def compare(
-    trace_a: Annotated[Path, typer.Argument(help="Trace A (file or directory).", show_default=False)],
-    trace_b: Annotated[Path, typer.Argument(help="Trace B (file or directory).", show_default=False)],
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration for both traces.")] = None,
-    config_a: Annotated[Optional[Path], typer.Option("--config-a", help="Run configuration of trace A.")] = None,
-    config_b: Annotated[Optional[Path], typer.Option("--config-b", help="Run configuration of trace B.")] = None,
-    convention: Annotated[Optional[str], typer.Option("--convention", help=f"FLOPs convention: {', '.join(CONVENTIONS)}.")] = None,
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    trace_a: Annotated[Path, trace_arg("Trace A (file or directory).", "TRACE_A")],
+    trace_b: Annotated[Path, trace_arg("Trace B (file or directory).", "TRACE_B")],
+    config: Annotated[Optional[Path], config_opt("Run configuration for both traces.")] = None,
+    config_a: Annotated[Optional[Path], typer.Option("--config-a", metavar="TOML", help="Run configuration of trace A.")] = None,
+    config_b: Annotated[Optional[Path], typer.Option("--config-b", metavar="TOML", help="Run configuration of trace B.")] = None,
+    convention: Annotated[Optional[Convention], typer.Option("--convention", help="FLOPs convention (default: the configurations').")] = None,  # type: ignore[valid-type]
+    format: Annotated[Format, format_opt()] = Format.table,
+    output: OutputOpt = None,
+    step_range: StepRangeOpt = "ProfilerStep",
+    whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Without run configurations: ignore step markers, each rank's whole GPU span is one step.")] = False,
     comm_kernel: CommKernelOpt = None,
+    cache: CacheOpt = False,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -95,25 +103,32 @@ def compare(
         outputs.check(output)
     if ca is None:
         from traceanalyzer.classify.tables import analysis_with_tables
+        from traceanalyzer.errors import InvariantViolation
         from traceanalyzer.reconcile.kerneldiff import bucket_gaps, kernel_diff
         from traceanalyzer.render.kerneltable import kernel_diff_sections
 
         patterns = tuple(comm_patterns(comm_kernel))
-        an_a = analysis_with_tables([trace_a], step_range, workers=workers, quiet=quiet, comm_kernels=patterns)
-        an_b = analysis_with_tables([trace_b], step_range, workers=workers, quiet=quiet, comm_kernels=patterns)
+        steps = step_name(step_range, whole_trace)
+        an_a = analysis_with_tables([trace_a], steps, cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
+        an_b = analysis_with_tables([trace_b], steps, cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
         cmp_t = compare_time(an_a, an_b)
         diff = kernel_diff(an_a, an_b)
         gaps = bucket_gaps(cmp_t)
-        assert all(diff["exact"][f"{b}_ns"] == gaps[b] for b in gaps), "kernel diff does not sum to the bucket differences"
-        doc = {"comparison": {**_public(cmp_t), "kernels": _public(diff)}}
-        emit(time_comparison_sections(cmp_t) + kernel_diff_sections(diff), format, doc, output, outputs)
+        if any(diff["exact"][f"{b}_ns"] != gaps[b] for b in gaps):
+            raise InvariantViolation(f"the kernel diff does not sum to the bucket differences of {trace_a} and {trace_b}")
+        emit(time_comparison_sections(cmp_t) + kernel_diff_sections(diff), format,
+             {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "time",
+              "comparison": {**_public(cmp_t), "kernels": _public(diff)}}, output, outputs)
         print_warnings([*an_a.warnings, *an_b.warnings])
         return
-    wa, warn_a = _waterfall(trace_a, ca, None, convention, step_range, workers=workers, quiet=quiet, comm_kernel=comm_kernel)
-    wb, warn_b = _waterfall(trace_b, cb, None, convention, step_range, workers=workers, quiet=quiet, comm_kernel=comm_kernel)
+    if whole_trace:
+        raise typer.BadParameter("the waterfall (with run configurations) needs the step markers", param_hint="'--whole-trace'")
+    wa, warn_a = _waterfall(trace_a, ca, None, convention, step_range, workers=workers, quiet=quiet, comm_kernel=comm_kernel, cache=cache)
+    wb, warn_b = _waterfall(trace_b, cb, None, convention, step_range, workers=workers, quiet=quiet, comm_kernel=comm_kernel, cache=cache)
     cmp = compare_waterfalls(wa, wb)
     sections = waterfall_sections(wa) + waterfall_sections(wb) + trace_comparison_sections(cmp)
-    emit(sections, format, {"a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output, outputs)
+    emit(sections, format, {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "waterfall",
+                            "a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output, outputs)
     print_warnings(list(dict.fromkeys([*warn_a, *warn_b])))
 
 

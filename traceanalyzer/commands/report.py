@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer.commands.common import (
-    AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, print_warnings,
+    AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, StepRangeOpt, WholeTraceOpt, WorkersOpt, analyse_paths,
+    comm_patterns, config_opt, format_opt, output_opt, print_warnings, step_name, traces_arg,
 )
 from traceanalyzer.commands.common import RanksOpt, RankView
 from traceanalyzer.outputs import Outputs
@@ -22,7 +23,7 @@ class ReportFormat(str, Enum):
 
 
 def _command(paths: list[Path], config: Path | None, fmt: ReportFormat, embed: bool, output: Path | None,
-             rank: int | None, step_range: str, top: int, baseline: list[Path] | None = None) -> list[str]:
+             rank: int | None, step_range: str, top: int, baseline: list[Path] | None = None, whole_trace: bool = False) -> list[str]:
     """The command line that reproduces this report (canonical form of the options given)."""
     cmd = ["traceanalyzer", "report", *map(str, paths)]
     if config is not None:
@@ -32,7 +33,9 @@ def _command(paths: list[Path], config: Path | None, fmt: ReportFormat, embed: b
         cmd.append("--embed")
     if rank is not None:
         cmd += ["--rank", str(rank)]
-    if step_range != "ProfilerStep":
+    if whole_trace:
+        cmd.append("--whole-trace")
+    elif step_range != "ProfilerStep":
         cmd += ["--step-range", step_range]
     if top != 10:
         cmd += ["--top", str(top)]
@@ -44,16 +47,18 @@ def _command(paths: list[Path], config: Path | None, fmt: ReportFormat, embed: b
 
 
 def report(
-    paths: Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces.", show_default=False)],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Report file to write (required for html and markdown; json goes to stdout without it).")] = None,
-    format: Annotated[ReportFormat, typer.Option("--format", "-f", help="html: one self-contained file; markdown: GitHub-flavoured, PNGs beside it; json: the full report model.")] = ReportFormat.html,
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML) for achieved TFLOP/s, MFU and the waterfall; its [trace] section is applied.")] = None,
+    paths: Annotated[list[Path], traces_arg()],
+    output: Annotated[Optional[Path], output_opt("Report file to write (required for html and markdown; json goes to stdout without it).")] = None,
+    format: Annotated[ReportFormat, format_opt("html: one self-contained file; markdown: GitHub-flavoured, PNGs beside it; json: the full report model.")] = ReportFormat.html,
+    config: Annotated[Optional[Path], config_opt("Run configuration (TOML) for achieved TFLOP/s, MFU and the waterfall; its [trace] section is applied.")] = None,
     embed: Annotated[bool, typer.Option("--embed", help="Markdown: embed the plots as data: URIs instead of PNG files beside it.")] = False,
-    rank: Annotated[Optional[int], typer.Option("--rank", help="Rank whose per-step timeline is shown (default: the slowest).")] = None,
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
-    top: Annotated[int, typer.Option("--top", min=1, max=1000, help="Rows in the top-kernel and top-collective tables.")] = 10,
-    baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", help="nccl-tests output of this cluster (repeatable): the collective-efficiency section sets each collective's bus bandwidth against it (default: the hardware table).")] = None,
+    rank: Annotated[Optional[int], typer.Option("--rank", min=0, metavar="RANK", help="Rank whose per-step timeline is shown (default: the slowest).")] = None,
+    step_range: StepRangeOpt = "ProfilerStep",
+    whole_trace: WholeTraceOpt = False,
+    top: Annotated[int, typer.Option("--top", min=1, max=1000, metavar="N", help="Rows in the top-kernel and top-collective tables.")] = 10,
+    baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", metavar="FILE", help="nccl-tests output of this cluster (repeatable): the collective-efficiency section sets each collective's bus bandwidth against it (default: the hardware table).")] = None,
     comm_kernel: CommKernelOpt = None,
+    cache: CacheOpt = False,
     workers: WorkersOpt = None,
     engine: EngineOpt = Engine.local,
     address: AddressOpt = None,
@@ -76,7 +81,8 @@ def report(
         from traceanalyzer.baselines import read_nccl_tests
 
         base = pl.concat([read_nccl_tests(f) for f in baseline])
-    analysis = analyse_paths(paths, step_range, keep="report", workers=workers, engine=engine, address=address, quiet=quiet,
+    steps = step_name(step_range, whole_trace)
+    analysis = analyse_paths(paths, steps, keep="report", cache=cache, workers=workers, engine=engine, address=address, quiet=quiet,
                              comm_kernels=patterns)
     trace = analysis.trace
     if rank is not None and rank not in trace.ranks:
@@ -85,10 +91,10 @@ def report(
 
     shown = rank if rank is not None else report_model.default_rank(analysis)
     if shown is not None:  # the timeline's rank: its GPU work again (the workers kept only tables)
-        analysis = with_rank_gpu(analysis, shown, Options(step_name=step_range, comm_kernels=tuple(patterns)))
+        analysis = with_rank_gpu(analysis, shown, Options(step_name=steps, comm_kernels=tuple(patterns)))
     m = report_model.build(
         analysis, rank=rank, config=config, step_range=step_range, top=top, baseline=base,
-        command=_command(paths, config, format, embed, output, rank, step_range, top, baseline) + ([] if ranks is RankView.auto else ["--ranks", ranks.value]),
+        command=_command(paths, config, format, embed, output, rank, step_range, top, baseline, whole_trace) + ([] if ranks is RankView.auto else ["--ranks", ranks.value]),
         ranks=ranks.value,
     )
     _write(m, format, embed, output, outputs)

@@ -1,5 +1,10 @@
-"""Render a result frame as a terminal table, JSON or CSV. Formatting only: every number comes
-from the frame (``*_ns`` columns are shown in ms in the table; JSON and CSV keep integer ns)."""
+"""Result frames for people and machines: a terminal table (``*_ns`` shown in ms), JSON, CSV,
+Parquet. Formatting only: every number comes from the frame (the command computes it).
+
+Parquet is written by polars' own Rust writer (no pyarrow on this path); CSV with a header row;
+:func:`write_frame`'s JSON is ``{"schema": ..., "columns": [...], "rows": [{...}, ...]}`` so that
+it carries its schema id like every other JSON output.
+"""
 
 from __future__ import annotations
 
@@ -64,3 +69,20 @@ def json_bytes(command: str, frames: dict[str, pl.DataFrame], **header) -> bytes
 def write_csv(df: pl.DataFrame, fh: IO[bytes]) -> None:
     """CSV with a header row (integer ns as written, floats in full)."""
     fh.write(df.write_csv().encode())
+
+
+def write_frame(frame: pl.DataFrame, fmt: str, fh: IO[bytes], *, schema: str | None = None, extra: dict | None = None) -> None:
+    """``frame`` in ``fmt`` (csv, parquet or json) to the binary stream ``fh``."""
+    if fmt == "csv":
+        fh.write(frame.write_csv().encode())
+    elif fmt == "parquet":
+        import io
+
+        buf = io.BytesIO()  # polars needs a seekable target; stdout is not
+        frame.write_parquet(buf)
+        fh.write(buf.getvalue())
+    elif fmt == "json":
+        doc = {**({"schema": schema} if schema else {}), **(extra or {}), "columns": frame.columns, "rows": frame.to_dicts()}
+        fh.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS) + b"\n")
+    else:  # pragma: no cover - the command's Enum allows only these
+        raise ValueError(f"unknown table format {fmt!r}")

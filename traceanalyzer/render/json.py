@@ -12,6 +12,7 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, IDLE_FIELDS, Analysis
 
+SCHEMA = "traceanalyzer.breakdown"  # traceanalyzer/schemas/breakdown.schema.json
 SCHEMA_VERSION = 1
 STEP_FIELDS = ["step", "start_ns", "start_us", *[f"{f}_us" for f in FIELDS]]
 CAUSE_FIELDS = [f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]]
@@ -110,6 +111,7 @@ def document(analysis: Analysis) -> dict:
             }
         )
     return {
+        "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "traceanalyzer", "version": __version__},
         "inputs": [str(s) for s in analysis.trace.sources],
@@ -121,6 +123,14 @@ def document(analysis: Analysis) -> dict:
 
 def dumps(doc: dict) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+def steps_table(analysis: Analysis) -> pl.DataFrame:
+    """The breakdown as one row per (rank, step): exact integer nanoseconds of every bucket and
+    cause (``breakdown -f csv|parquet``); each row's buckets sum to ``duration_ns``."""
+    cols = ["rank", "step", "start_ns", *[f"{f}_ns" for f in FIELDS]]
+    cols += [f"{f}_ns" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in analysis.steps.columns]
+    return analysis.steps.select(cols).sort("rank", "step")
 
 
 def steps_frame(doc: dict) -> pl.DataFrame:

@@ -25,7 +25,7 @@ import orjson
 import polars as pl
 
 from traceanalyzer.classify import BUCKETS, Analysis
-from traceanalyzer.errors import InvalidTrace, OutputError
+from traceanalyzer.errors import OutputError
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.parsers import kineto
 from traceanalyzer.report.document import LABELS, bucket_runs, segments
@@ -122,54 +122,104 @@ def _free_pid(analysis: Analysis, rank: int) -> int:
     return pid
 
 
-def targets(files: list[tuple[int, Path]], output: Path) -> list[Path]:
-    """Where each rank's annotated trace goes. ``output`` an existing directory, or several rank
-    files: into that directory, each under its file's name, prefixed ``rank<R>_`` where two
-    ranks' files share a name. Otherwise ``output`` is the one file to write."""
-    if len(files) == 1 and not os.path.isdir(output):
+FILE_SUFFIXES = (".json", ".json.gz", ".gz")
+
+
+def names_a_file(output: Path) -> bool:
+    """``-o`` names a file when it ends in .json / .json.gz (and is not an existing directory);
+    any other name is a directory (existing, or created inside an existing parent)."""
+    return output.name.lower().endswith(FILE_SUFFIXES) and not os.path.isdir(output)
+
+
+def _out_name(f: Path, kineto_input: bool) -> str:
+    """The name of a rank's annotated trace in an output directory: the input's own name for a
+    Kineto trace; ``<stem>.json.gz`` for an Nsight Systems export (.sqlite / .nsys-rep / ...)."""
+    if kineto_input:
+        return f.name
+    stem = f.name.split(".")[0] or f.name
+    return f"{stem}.json.gz"
+
+
+def targets(files: list[tuple[int, Path]], output: Path, kineto_input: bool = True) -> list[Path]:
+    """Where each rank's annotated trace goes: ``output`` itself when it names a file (one rank
+    file only), else into the directory ``output``, each under its input's name (see
+    :func:`_out_name`), prefixed ``rank<R>_`` where two ranks' files share a name."""
+    if names_a_file(output):
         return [output]
-    names = [f.name for _r, f in files]
-    return [output / (f"rank{r}_{f.name}" if names.count(f.name) > 1 else f.name) for r, f in files]
+    names = [_out_name(f, kineto_input) for _r, f in files]
+    return [output / (f"rank{r}_{n}" if names.count(n) > 1 else n) for (r, _f), n in zip(files, names)]
 
 
-def check_output(outputs: Outputs, output: Path, n_files: int) -> None:
-    """Refuse an unusable ``-o`` before any work: for one file, a file (or an existing directory);
-    for several rank files, a directory (existing, or to create inside an existing parent)."""
+def merged_target(output: Path) -> Path:
+    """``--merge``: the one file to write (``output``, or ``merged.json.gz`` in an existing directory)."""
     if os.path.isdir(output):
-        outputs.check_dir(output)
-    elif n_files == 1:
+        return output / "merged.json.gz"
+    if not names_a_file(output):
+        raise OutputError("--merge writes one file: give -o NAME.json or NAME.json.gz (or an existing directory)", output)
+    return output
+
+
+def check_output(outputs: Outputs, output: Path, n_files: int, merge: bool = False) -> None:
+    """Refuse an unusable ``-o`` before any work (exit 3 naming it): a file name (.json,
+    .json.gz) for one rank file or with ``--merge``; otherwise a directory (existing, or to
+    create inside an existing parent). Never an input."""
+    if merge:
+        outputs.check(merged_target(output))
+    elif names_a_file(output):
+        if n_files > 1:
+            raise OutputError(f"{n_files} rank files need a directory, not a file name: give -o DIR, or --merge for "
+                              "one multi-rank file", output)
         outputs.check(output)
-    elif output.name.lower().endswith((".json", ".json.gz", ".gz")):
-        raise OutputError(f"{n_files} rank files need a directory, not a file name: give -o DIR", output)
     else:
         outputs.check_dir(output)
 
 
-def annotate(analysis: Analysis, output: Path, outputs: Outputs | None = None) -> list[Path]:
+def annotate(analysis: Analysis, output: Path, outputs: Outputs | None = None, merge: bool = False) -> list[Path]:
     """Write the annotated trace(s); returns the files written.
 
-    One input file: ``output`` is the file to write (gzip when it ends in ``.gz``), or an
-    existing directory to write it into. Several rank files: ``output`` is a directory (created
-    if missing, not its parents); see :func:`targets` for the names. ``outputs``: the command's
-    inputs (no input is ever overwritten; each file is written whole or not at all).
+    Kineto input: each rank file's own events, unchanged and first, plus the classification
+    tracks. Nsight Systems input, or ``merge``: a trace rebuilt from the canonical events
+    (:mod:`traceanalyzer.report.rebuilt`), one process per rank; ``merge`` puts every rank in
+    one file. ``output``: see :func:`check_output` and :func:`targets`. ``outputs``: the
+    command's inputs (no input is ever overwritten; each file is written whole or not at all).
     """
     meta = analysis.trace.meta
-    if meta.height and (meta.get_column("format") != "kineto").any():
-        raise InvalidTrace("annotate writes Chrome-trace JSON: only PyTorch Profiler (Kineto) input is supported",
-                           analysis.trace.sources[0] if analysis.trace.sources else None)
+    kineto_input = not meta.height or bool((meta.get_column("format") == "kineto").all())
     outputs = outputs or Outputs()
     rows = meta.select("rank", "file", "base_time_ns").iter_rows()  # one row per rank
     files = [(r, Path(f), b or 0) for r, f, b in rows]
     for _r, f, _b in files:
         outputs.protect(f)
+    if merge:
+        from traceanalyzer.report import rebuilt
+
+        target = merged_target(output)
+        outputs.check(target)
+        outputs.write_bytes(target, rebuilt.dumps(rebuilt.document(analysis), target.name.endswith(".gz")))
+        return [target]
+    if not kineto_input:  # one output per input file (an Nsight Systems export may hold several ranks)
+        from traceanalyzer.report import rebuilt
+
+        by_file: dict[Path, list[int]] = {}
+        for r, f, _b in files:
+            by_file.setdefault(f, []).append(r)
+        check_output(outputs, output, len(by_file))
+        if not names_a_file(output):
+            outputs.make_dir(output)
+        paths = targets([(ranks[0], f) for f, ranks in by_file.items()], output, kineto_input=False)
+        for t in paths:
+            outputs.check(t)
+        for (f, ranks), target in zip(by_file.items(), paths):
+            outputs.write_bytes(target, rebuilt.dumps(rebuilt.document(analysis, ranks), target.name.endswith(".gz")))
+        return paths
     check_output(outputs, output, len(files))
-    if len(files) > 1:
+    if not names_a_file(output):
         outputs.make_dir(output)
     paths = targets([(r, f) for r, f, _b in files], output)
     for t in paths:  # every target checked before anything is written
         outputs.check(t)
-    runs = bucket_runs(analysis, segments(analysis))
     written = []
+    runs = bucket_runs(analysis, segments(analysis))
     for (rank, path, base), target in zip(files, paths):
         raw, cut = kineto.read_bytes(path)
         doc, _kept = kineto.decode_document(raw, path, cut)
