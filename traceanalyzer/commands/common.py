@@ -284,6 +284,13 @@ def non_negative_number(ctx, param, value):
     return value
 
 
+def share(ctx, param, value):
+    """A number in [0, 1] (NaN refused), or None."""
+    if value is not None and not (0 <= value <= 1):
+        raise typer.BadParameter(f"{value} is not a share between 0 and 1")
+    return value
+
+
 def fraction(ctx, param, value):
     """A number in (0, 1], or None."""
     if value is not None and not (0 < value <= 1):

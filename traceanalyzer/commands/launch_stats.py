@@ -11,9 +11,9 @@ import typer
 
 from traceanalyzer.commands.user_annotations import FrameFormat
 from traceanalyzer.commands.common import (
+    share,
     AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, comm_patterns, err_console, out_console, print_warnings,
 )
-from traceanalyzer.errors import ConfigError
 from traceanalyzer.outputs import Outputs
 
 
@@ -48,7 +48,7 @@ def launches(
     paths: Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite).", show_default=False)],
     view: Annotated[View, typer.Option("--view", help="steps: launch statistics per rank and step (table: with the queue summary); queue: "
                                        "queue length per stream; kernels: one row per launched GPU item; queue-series: queue length over time.")] = View.steps,
-    threshold: Annotated[float, typer.Option("--threshold", help="Share of a step (0-1) the GPU must wait on launch calls not yet made "
+    threshold: Annotated[float, typer.Option("--threshold", callback=share, help="Share of a step (0-1) the GPU must wait on launch calls not yet made "
                                              "for the step to be launch-bound.")] = 0.10,
     format: Annotated[FrameFormat, typer.Option("--format", "-f", help="Output format.")] = FrameFormat.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
@@ -67,8 +67,6 @@ def launches(
     from traceanalyzer.engine import Options, analyse
     from traceanalyzer.render import frames
 
-    if not 0 <= threshold <= 1:
-        raise ConfigError(f"--threshold must be a share between 0 and 1, got {threshold}")
     patterns = comm_patterns(comm_kernel, config)
     outputs = Outputs([*paths, config])
     if output is not None:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands.common import print_warnings
+from traceanalyzer.commands.common import non_negative_number, print_warnings
 from traceanalyzer.model.memory import DEFAULT_RESERVE_GIB, GIB
 from traceanalyzer.outputs import Outputs
 
@@ -23,7 +23,7 @@ def memory(
     paths: Annotated[Optional[list[Path]], typer.Argument(help="Trace file(s) or a directory of rank traces recorded with profile_memory=True (optional).", show_default=False)] = None,
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML) for the prediction.")] = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Megatron-LM launch script, arguments or a training log.")] = None,
-    reserve: Annotated[float, typer.Option("--reserve", help="GiB kept free for what the model does not count (CUDA context, NCCL/cuBLAS buffers, fragmentation).")] = DEFAULT_RESERVE_GIB,
+    reserve: Annotated[float, typer.Option("--reserve", callback=non_negative_number, metavar="GIB", help="GiB kept free for what the model does not count (CUDA context, NCCL/cuBLAS buffers, fragmentation).")] = DEFAULT_RESERVE_GIB,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
     format: Annotated[MemoryFormat, typer.Option("--format", "-f", help="table; json (prediction, measured peaks, copies, timeline); csv (the timeline with a trace, else the components).")] = MemoryFormat.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,

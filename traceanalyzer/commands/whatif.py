@@ -7,7 +7,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from traceanalyzer.commands.common import CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, print_warnings
+from traceanalyzer.commands.common import (
+    CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, non_negative_number, positive_number, print_warnings,
+)
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import load_config
 from traceanalyzer.model.config import CONVENTIONS
@@ -28,8 +30,8 @@ def whatif(
     search: Annotated[bool, typer.Option("--search", help="Rank every valid layout on the same GPUs and global batch by predicted "
                                                           "TFLOP/s/GPU; layouts that do not fit in memory are dropped.")] = False,
     top: Annotated[int, typer.Option("--top", min=0, help="Layouts shown by --search (0: all).")] = 10,
-    capacity_gb: Annotated[Optional[float], typer.Option("--capacity-gb", help="Memory of one GPU in GiB (default: [hardware] memory_gb, else the GPU table's).")] = None,
-    reserve_gb: Annotated[Optional[float], typer.Option("--reserve-gb", help="Memory kept free per GPU in GiB (CUDA context, NCCL buffers, fragmentation; default 4).")] = None,
+    capacity_gb: Annotated[Optional[float], typer.Option("--capacity-gb", callback=positive_number, metavar="GIB", help="Memory of one GPU in GiB (default: [hardware] memory_gb, else the GPU table's).")] = None,
+    reserve_gb: Annotated[Optional[float], typer.Option("--reserve-gb", callback=non_negative_number, metavar="GIB", help="Memory kept free per GPU in GiB (CUDA context, NCCL buffers, fragmentation; default 4).")] = None,
     baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", help="nccl-tests output: bandwidth by message size and scope instead of the hardware table's.")] = None,
     convention: Annotated[Optional[str], typer.Option("--convention", help=f"FLOPs convention: {', '.join(CONVENTIONS)}.")] = None,
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
