@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 __all__ = ["load", "breakdown", "analyze", "plan", "Trace", "__version__"]
 
-_LAZY = {"analyze": "traceanalyzer.classify", "breakdown": "traceanalyzer.classify",
+_LAZY = {"analyze": "traceanalyzer.engine", "breakdown": "traceanalyzer.engine",
          "load": "traceanalyzer.parsers", "Trace": "traceanalyzer.schema",
          "plan": ("traceanalyzer.model.runplan", "plan_run")}
 
