@@ -143,7 +143,8 @@ def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
 
     Fields become columns through C-level iteration (``map`` over ``attrgetter`` /
     ``astuple``, ``zip`` to transpose); the other phases (flow, instant, metadata: a third to a
-    half of a Kineto trace) are left out before that, so their fields are never touched.
+    half of a Kineto trace) decode into empty Structs (:data:`OTHER_PHASES`), so the decoder
+    skips their fields natively and they are only counted.
     """
     try:
         events = _DECODER.decode(piece)
