@@ -113,7 +113,7 @@ def test_bucket_split_is_exact_and_steps_hold_all(path):
 def test_profiler_step_range_equals_its_window_when_it_covers_it():
     """On the MI300X demo trace the host ProfilerStep#N's GPU projection is the work launched
     from the main thread; its bucket time inside its own step never exceeds that step's."""
-    from traceanalyzer.classify import analyze
+    from traceanalyzer.engine import analyze
 
     tr = load(DEMO)
     a = analyze(tr)
@@ -132,7 +132,7 @@ def test_mfu_of_a_whole_step_range_is_the_step_mfu(tmp_path):
     cfg = tmp_path / "run.toml"
     cfg.write_text('[model]\nfwd_flops_per_sample = 1e9\n[batch]\nglobal_batch = 8\n[hardware]\npeak_tflops = 100\nnum_gpus = 2\n')
     tr = load(ANNOT)
-    from traceanalyzer.classify import analyze
+    from traceanalyzer.engine import analyze
 
     step = analyze(tr, step_name=None).steps.row(0, named=True)
     df = annotations(tr, step_name=None, config=cfg)

@@ -165,7 +165,7 @@ def _check_invariants(cp):
 
 
 def test_joint_path_crosses_ranks_through_a_collective(dlrm):
-    from traceanalyzer.classify import analyze
+    from traceanalyzer.engine import analyze
 
     a = analyze(dlrm)
     cp = critical_path(dlrm, analysis=a)

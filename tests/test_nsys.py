@@ -462,7 +462,7 @@ def test_dispatcher_routes_nsys_exports():
 
 def _breakdown():
     try:
-        from traceanalyzer.classify import breakdown
+        from traceanalyzer.engine import breakdown
     except ImportError:
         pytest.skip("traceanalyzer.classify.breakdown not on this branch yet")
     return breakdown

@@ -58,7 +58,7 @@ def rebuild(path: Path, table: str, keep: list[str]) -> list[str]:
 
 
 def buckets(path: Path) -> pl.DataFrame:
-    from traceanalyzer.classify import breakdown
+    from traceanalyzer.engine import breakdown
 
     return breakdown(load_nsys(path)).select(BUCKETS).sort("rank", "step")
 

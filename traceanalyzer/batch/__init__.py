@@ -20,9 +20,9 @@ from typing import Callable
 import polars as pl
 
 from traceanalyzer import __version__
-from traceanalyzer.batch.analyse import RunResult, analyse_run, failed_result, load_run_config
+from traceanalyzer.batch.analyse import RunResult, failed_result, load_run_config
 from traceanalyzer.batch.discover import MANIFEST, RunSpec, discover_runs
-from traceanalyzer.batch.engines import execute
+from traceanalyzer.batch.engines import analyse_run, execute
 from traceanalyzer.batch.gate import GateResult, gate_check
 from traceanalyzer.batch.store import Store, file_stem
 from traceanalyzer.batch.trend import METRICS, trend_frame

@@ -79,14 +79,6 @@ def _base(spec: RunSpec, step_range: str) -> dict:
     }
 
 
-def analyse_run(spec: RunSpec, cache_dir: str | None, step_range: str = DEFAULT_STEP) -> RunResult:
-    """Analyse one run in this process; a failure becomes a ``status='failed'`` row with its
-    message and exit code (see :func:`traceanalyzer.batch.engines.execute` for many runs)."""
-    from traceanalyzer.batch.engines import execute
-
-    return next(iter(execute([spec], cache_dir, step_range, workers=1)))[1]
-
-
 def run_result(spec: RunSpec, step_range: str, analyse, input_key, t0: float) -> RunResult:
     """The store rows of one run: ``analyse()`` returns (its Analysis, whether every rank came
     from the parse cache); ``input_key()`` its input key. Never raises: a failure is a row."""

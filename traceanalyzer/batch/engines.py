@@ -19,6 +19,7 @@ from typing import Iterator
 
 from traceanalyzer.batch.analyse import RunResult, failed_result, run_result
 from traceanalyzer.batch.discover import RunSpec
+from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.engine import WorkerDied, default_workers  # noqa: F401 - default_workers: batch's API
 from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
 from traceanalyzer.engine.pool import ENGINES, run_tasks
@@ -100,3 +101,9 @@ def execute(specs: list[RunSpec], cache_dir: str | None, step_range: str, engine
     except WorkerDied as exc:  # the pool is gone: the runs still waiting fail with it
         for g in list(got):
             yield specs[g], failed_result(specs[g], exc, step_range, t0=t0[g])
+
+
+def analyse_run(spec: RunSpec, cache_dir: str | None, step_range: str = DEFAULT_STEP) -> RunResult:
+    """Analyse one run in this process; a failure becomes a ``status='failed'`` row with its
+    message and exit code (see :func:`execute` for many runs)."""
+    return next(iter(execute([spec], cache_dir, step_range, workers=1)))[1]

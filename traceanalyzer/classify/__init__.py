@@ -1,7 +1,8 @@
 """Classifiers: canonical frames -> per-rank, per-step partition of GPU time.
 
-Public surface: :func:`analyze` (everything the renderers need) and :func:`breakdown`
-(the per-rank, per-step partition as one polars DataFrame). Classifiers never print.
+Public surface: :class:`Analysis` (everything the renderers need), built from the per-rank
+classifiers here by :func:`traceanalyzer.engine.analyze` (map per rank, reduce per job).
+Classifiers never print.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import polars as pl
 
 from traceanalyzer.classify import comm, idle
 from traceanalyzer.classify.partition import BUCKETS, FIELDS
-from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.schema import Trace
 
-__all__ = ["Analysis", "analyze", "breakdown", "BUCKETS", "FIELDS", "IDLE_FIELDS", "COMM_DIM_FIELDS"]
+__all__ = ["Analysis", "BUCKETS", "FIELDS", "IDLE_FIELDS", "COMM_DIM_FIELDS"]
 
 #: idle split by cause (``idle_<cause>_ns/_us`` columns of ``Analysis.steps``; sum = idle)
 IDLE_FIELDS = [f"idle_{c}" for c in idle.CAUSES]
@@ -71,27 +71,3 @@ class Analysis:
             .with_columns(*[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in self._fields()])
             .sort("rank")
         )
-
-
-def analyze(
-    trace: Trace,
-    step_name: str | None = DEFAULT_STEP,
-    recompute_pattern: str | None = None,
-    bus_bw_gbps: float = comm.DEFAULT_BUS_BW_GBPS,
-    comm_kernels: list[str] | None = None,
-) -> Analysis:
-    """Classify a trace. ``step_name`` names the step range (``None``: whole trace = one step);
-    ``recompute_pattern``: regex of extra host ranges (e.g. NVTX) whose contents are recompute;
-    ``bus_bw_gbps``: bus bandwidth for single-rank transfer estimates;
-    ``comm_kernels``: extra kernel-name regexes that are communication (``--comm-kernel``).
-
-    Each rank is classified on its own and the ranks are then reduced to the job
-    (:mod:`traceanalyzer.engine`): the same code as the parallel path of the commands."""
-    from traceanalyzer.engine import Options, analyse_trace
-
-    return analyse_trace(trace, Options(step_name, recompute_pattern, bus_bw_gbps, comm_kernels=tuple(comm_kernels or ())))
-
-
-def breakdown(trace: Trace, step_name: str | None = DEFAULT_STEP) -> pl.DataFrame:
-    """Per-rank, per-step exact partition of GPU time (see :mod:`.partition`)."""
-    return analyze(trace, step_name).steps

@@ -333,16 +333,12 @@ _INSTANCE_COLS = [
 def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS) -> pl.DataFrame:
     """Wait and transfer of every collective kernel from the instances of all loaded ranks
     (:func:`collective_instances`, concatenated in load order): instance *i* of a group is
-    aligned across its ranks, else the transfer is estimated from the bytes."""
-    j = inst.lazy().with_row_index("__k")
-    counts = j.group_by("pg_name", "rank").agg(pl.len().alias("n"))
-    aligned_groups = (
-        counts.group_by("pg_name")
-        .agg(pl.col("rank").n_unique().alias("nranks"), pl.col("n").n_unique().alias("ncounts"))
-        .filter((pl.col("nranks") >= 2) & (pl.col("ncounts") == 1))
-        .select("pg_name", pl.lit(True).alias("__aligned"))
-    )
-    last = j.group_by("pg_name", "instance").agg(pl.col("start_ns").max().alias("last_arrival_ns"), pl.col("rank").n_unique().alias("ranks_seen"))
+    aligned across its ranks, else the transfer is estimated from the bytes.
+
+    The matching runs on a narrow frame of the columns it reads, with window expressions (no
+    join, no sort: rows stay in load order), and its four result columns are put beside the
+    instances: a job of many ranks never copies the wide text columns (kernel names, groups).
+    """
     bw = bus_bw_gbps * 1e9  # bytes per second
     n = pl.col("group_size").cast(pl.Float64)
     factor = (
@@ -351,33 +347,60 @@ def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS
         .otherwise(1.0)
     )
     est = (pl.col("bytes").cast(pl.Float64) * factor.fill_null(1.0) / bw * 1e9).round(0).cast(pl.Int64)
-    j = (
-        j.join(aligned_groups, on="pg_name", how="left")
-        .join(last, on=["pg_name", "instance"], how="left")
-        # with a Seq arg the instance is exact; without, only groups whose ranks agree on the count
-        .with_columns((pl.col("__aligned").fill_null(False) | pl.col("coll_seq").is_not_null()) & (pl.col("ranks_seen") >= 2))
-        .with_columns(
-            pl.when(pl.col("__aligned"))
-            .then((pl.col("end_ns") - pl.max_horizontal("last_arrival_ns", "start_ns")).clip(0))
-            .when(est.is_not_null())
-            .then(pl.min_horizontal(est, "dur_ns"))
-            .alias("transfer_ns"),
-            (~pl.col("__aligned") & est.is_not_null()).alias("transfer_estimated"),
-        )
-        .with_columns(
-            pl.when(pl.col("transfer_ns").is_not_null()).then(pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"),
-            pl.when(pl.col("__aligned")).then(pl.col("last_arrival_ns")).alias("last_arrival_ns"),
-        )
-    )
-    return (
-        j.sort("__k")
+    # a group is aligned when at least two ranks hold it and they agree on its number of instances
+    aligned = (pl.col("rank").n_unique().over("__g") >= 2) & (pl.col("__n").n_unique().over("__g") == 1)
+    last = pl.col("start_ns").max().over("__g", "instance")
+    matched = (
+        inst
         .select(
-            "rank", "step", "name", "stream", "start_ns", "end_ns", "dur_ns", "coll_type", "bytes",
-            "pg_name", "pg_desc", "group_size", "pg_ranks", "dim", "instance", "last_arrival_ns",
-            "wait_ns", "transfer_ns", "transfer_estimated",
+            pl.col("pg_name").rank("dense").alias("__g"), "rank", "instance", "start_ns", "end_ns", "dur_ns",
+            pl.col("coll_seq").is_not_null().alias("__seq"), est.alias("__est"),
         )
-        .collect()
+        .with_columns(pl.len().over("__g", "rank").alias("__n"))
+        # with a Seq arg the instance is exact; without, only groups whose ranks agree on the count
+        .select(
+            ((aligned | pl.col("__seq")) & (pl.col("rank").n_unique().over("__g", "instance") >= 2)).alias("__aligned"),
+            last.alias("__last"), "start_ns", "end_ns", "dur_ns", "__est",
+        )
+        .select(
+            pl.when(pl.col("__aligned")).then(pl.col("__last")).alias("last_arrival_ns"),
+            pl.when(pl.col("__aligned"))
+            .then((pl.col("end_ns") - pl.max_horizontal("__last", "start_ns")).clip(0))
+            .when(pl.col("__est").is_not_null())
+            .then(pl.min_horizontal("__est", "dur_ns"))
+            .alias("transfer_ns"),
+            (~pl.col("__aligned") & pl.col("__est").is_not_null()).alias("transfer_estimated"),
+            "dur_ns",
+        )
+        .select(
+            "last_arrival_ns",
+            pl.when(pl.col("transfer_ns").is_not_null()).then(pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"),
+            "transfer_ns",
+            "transfer_estimated",
+        )
     )
+    kept = inst.select(
+        "rank", "step", "name", "stream", "start_ns", "end_ns", "dur_ns", "coll_type", "bytes",
+        "pg_name", "pg_desc", "group_size", "pg_ranks", "dim", "instance",
+    )
+    return kept.hstack(_cut_like(matched, kept).get_columns())
+
+
+def _cut_like(df: pl.DataFrame, like: pl.DataFrame) -> pl.DataFrame:
+    """``df`` cut into the chunks of ``like`` (same height): a frame whose columns are cut
+    differently is copied whole (every column) by the next group-by. ``like`` is the
+    concatenation of every rank's table, one chunk per rank, which is not copied."""
+    lengths = {tuple(s.chunk_lengths()) for s in like.get_columns()}
+    if len(lengths) != 1 or df.n_chunks() != 1:
+        return df
+    (cuts,) = lengths
+    if len(cuts) < 2:
+        return df
+    parts, at = [], 0
+    for n in cuts:
+        parts.append(df.slice(at, n))
+        at += n
+    return pl.concat(parts, rechunk=False)
 
 
 def _keyed_classes(coll: pl.DataFrame) -> dict[str, list[str]]:
@@ -441,23 +464,48 @@ def exposure(gpu: pl.DataFrame, coll: pl.DataFrame, windows: pl.DataFrame) -> pl
 
 
 def summary(coll: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, step, by, key): count, bytes, time, wait, transfer, exposed, overlapped."""
+    """Per (rank, step, by, key): count, bytes, time, wait, transfer, exposed, overlapped.
+
+    The kernels are grouped once by (rank, step, type, group, dimension), a few rows per rank
+    and step, and the three views are sums over those groups (a job of many ranks has a row per
+    collective kernel: one pass over it, not three). ``first`` values come from the group
+    holding the earliest kernel, as a group-by over the kernels gives them."""
+    sums = ["bytes", "wait_ns", "transfer_ns"]
+    fine = (
+        coll.select(
+            "rank", "step", "coll_type", "pg_name", "dim", *sums, "dur_ns", "transfer_estimated",
+            "pg_desc", "group_size", "pg_ranks",
+        )
+        .with_row_index("__k")
+        .group_by("rank", "step", "coll_type", "pg_name", "dim")
+        .agg(
+            pl.col("__k").first(),
+            pl.len().alias("count"),
+            *[pl.col(c).sum() for c in sums],
+            *[pl.col(c).is_not_null().any().alias(f"__has_{c}") for c in sums],
+            pl.col("dur_ns").sum().alias("time_ns"),
+            pl.col("transfer_estimated").any(),
+            pl.col("pg_desc").first(),
+            pl.col("group_size").first(),
+            pl.col("pg_ranks").first(),
+        )
+        .filter(pl.col("step").is_not_null())
+        .sort("__k")
+    )
     parts = []
     for by, col in (("type", "coll_type"), ("group", "pg_name"), ("dim", "dim")):
         parts.append(
-            coll.filter(pl.col("step").is_not_null())
-            .group_by("rank", "step", pl.col(col).alias("key"))
+            fine.group_by("rank", "step", pl.col(col).alias("key"), maintain_order=True)
             .agg(
-                pl.len().alias("count"),
-                pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()).alias("bytes"),
-                pl.col("dur_ns").sum().alias("time_ns"),
-                pl.when(pl.col("wait_ns").is_not_null().any()).then(pl.col("wait_ns").sum()).alias("wait_ns"),
-                pl.when(pl.col("transfer_ns").is_not_null().any()).then(pl.col("transfer_ns").sum()).alias("transfer_ns"),
-                pl.col("transfer_estimated").any().alias("transfer_estimated"),
-                pl.col("pg_desc").first().alias("pg_desc"),
-                pl.col("group_size").first().alias("group_size"),
-                pl.col("pg_ranks").first().alias("pg_ranks"),
-                pl.col("dim").first().alias("dim"),
+                pl.col("count").sum().cast(pl.UInt32),
+                *[pl.when(pl.col(f"__has_{c}").any()).then(pl.col(c).sum()).alias(c) for c in ["bytes"]],
+                pl.col("time_ns").sum(),
+                *[pl.when(pl.col(f"__has_{c}").any()).then(pl.col(c).sum()).alias(c) for c in ["wait_ns", "transfer_ns"]],
+                pl.col("transfer_estimated").any(),
+                pl.col("pg_desc").first(),
+                pl.col("group_size").first(),
+                pl.col("pg_ranks").first(),
+                pl.col("dim").first(),
             )
             .with_columns(pl.lit(by).alias("by"))
         )
@@ -485,10 +533,10 @@ def comm_warnings(coll: pl.DataFrame, meta: pl.DataFrame) -> list[str]:
             "of another library, name them with --comm-kernel REGEX"
         )
     if coll.height:
-        unknown = coll.filter(pl.col("transfer_ns").is_null())
-        if unknown.height:
+        unknown = coll.get_column("transfer_ns").null_count()
+        if unknown:
             out.append(
-                f"collective wait/transfer for {unknown.height} of {coll.height} kernels is unknown: the trace gives "
+                f"collective wait/transfer for {unknown} of {coll.height} kernels is unknown: the trace gives "
                 "no byte count and not all ranks of its group are loaded"
             )
     return out

@@ -66,7 +66,8 @@ def check_event_span(events: pl.DataFrame, source: str) -> None:
 
 
 def check_windows(windows: pl.DataFrame, events: pl.DataFrame, source: str) -> None:
-    span = events.group_by("rank").agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
+    # the columns read first: a group-by over the events frame would copy all of it
+    span = events.select("rank", "start_ns", "end_ns").group_by("rank").agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
     bad = (
         windows.sort("rank", "wstart_ns")
         .with_columns(pl.col("wend_ns").shift(1).over("rank").alias("prev_end"), pl.col("step").shift(1).over("rank").alias("prev_step"))

@@ -9,9 +9,9 @@
 * **where the maps run** (:mod:`.pool`): this process, a local process pool, or Ray tasks;
 * **progress** (:mod:`.progress`): bytes read of the whole job.
 
-Every command and ``batch`` call :func:`analyse`; ``traceanalyzer.analyze(trace)`` runs the same
-map (in this process, over an already loaded trace) and the same reduce, so both give identical
-numbers.
+Every command and ``batch`` call :func:`analyse`; :func:`analyze` (``traceanalyzer.analyze(trace)``)
+runs the same map (in this process, over an already loaded trace) and the same reduce, so both
+give identical numbers.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from typing import Iterable
 
 import polars as pl
 
+from traceanalyzer.classify import comm
+from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
 from traceanalyzer.engine.pool import ENGINES, WorkerDied, run_tasks
 from traceanalyzer.engine.progress import JobProgress, json_bytes
@@ -31,7 +33,8 @@ from traceanalyzer.errors import ConfigError, InputNotFound
 #: processes, ~1 s each, would cost more than they save)
 POOL_BYTES = 32 * 2**20
 
-__all__ = ["analyse", "analyse_trace", "Options", "RankResult", "ENGINES", "KEEP", "WorkerDied", "default_workers", "analyse_any"]
+__all__ = ["analyze", "breakdown", "analyse", "analyse_trace", "analyse_any", "Options", "RankResult", "ENGINES", "KEEP", "WorkerDied",
+           "default_workers"]
 
 
 def _source(files: list[Path]) -> str:
@@ -49,6 +52,29 @@ def analyse_trace(trace, opts: Options):
     tables = opts.tables or opts.keep == "report"  # the report's kernel section reads the kernel rows
     classify_ranks(trace.events, trace.meta, Options(**{**opts.__dict__, "keep": "gpu", "tables": tables}), source, results)
     return reduce_job(results, trace, opts, source)
+
+
+def analyze(
+    trace,
+    step_name: str | None = DEFAULT_STEP,
+    recompute_pattern: str | None = None,
+    bus_bw_gbps: float = comm.DEFAULT_BUS_BW_GBPS,
+    comm_kernels: list[str] | None = None,
+):
+    """Classify a loaded trace into the :class:`~traceanalyzer.classify.Analysis`.
+    ``step_name`` names the step range (``None``: whole trace = one step);
+    ``recompute_pattern``: regex of extra host ranges (e.g. NVTX) whose contents are recompute;
+    ``bus_bw_gbps``: bus bandwidth for single-rank transfer estimates;
+    ``comm_kernels``: extra kernel-name regexes that are communication (``--comm-kernel``).
+
+    Each rank is classified on its own and the ranks are then reduced to the job: the same code
+    as the parallel path of the commands."""
+    return analyse_trace(trace, Options(step_name, recompute_pattern, bus_bw_gbps, comm_kernels=tuple(comm_kernels or ())))
+
+
+def breakdown(trace, step_name: str | None = DEFAULT_STEP) -> pl.DataFrame:
+    """Per-rank, per-step exact partition of GPU time (see :mod:`traceanalyzer.classify.partition`)."""
+    return analyze(trace, step_name).steps
 
 
 def kineto_files(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:

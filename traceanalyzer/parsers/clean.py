@@ -383,7 +383,8 @@ def check_job(events: pl.DataFrame, meta: pl.DataFrame) -> list[str]:
     """
     if meta.height < 2:
         return []
-    return judge_job(meta, step_starts(events), events.group_by("rank").agg(pl.col("start_ns").median().alias("mid")))
+    mids = events.select("rank", "start_ns").group_by("rank").agg(pl.col("start_ns").median().alias("mid"))
+    return judge_job(meta, step_starts(events), mids)
 
 
 def step_starts(events: pl.DataFrame) -> pl.DataFrame:

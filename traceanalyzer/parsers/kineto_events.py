@@ -25,7 +25,7 @@ import json
 import re
 from itertools import compress
 from operator import attrgetter
-from typing import Annotated
+from typing import Annotated, Union
 
 import msgspec
 from msgspec.structs import astuple
@@ -95,30 +95,43 @@ _Args = msgspec.defstruct("_Args", _arg_fields, frozen=True, gc=False)
 _NO_ARGS = _Args()
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: str | None = None
-    cat: str | None = None
-    name: str | None = None
+_EVENT_FIELDS = [
+    ("cat", str | None, None),
+    ("name", str | None, None),
     # a missing pid/tid is "" (the canonical frame fills nulls with "" anyway), so that the
     # column is ``map(str, ...)`` of ints and strings; an explicit null goes to the dict decoder
-    pid: _I64 | str = ""
-    tid: _I64 | str = ""
-    ts: float | None = None
-    dur: float | None = None
-    args: _Args = _NO_ARGS
+    ("pid", _I64 | str, ""),
+    ("tid", _I64 | str, ""),
+    ("ts", float | None, None),
+    ("dur", float | None, None),
+    ("args", _Args, _NO_ARGS),
+]
+#: the phases whose events become rows (complete, begin, end); the others only count
+KEPT_PHASES = ["X", "B", "E"]
+#: every other phase of the Chrome trace event format (flow, instant, counter, async, sample,
+#: object, metadata, memory dump, mark, context): decoded as an empty Struct, so the decoder
+#: skips their fields natively and builds nothing for them. A phase outside both lists (or an
+#: event without ``ph``) is a ``ValidationError``: that chunk goes to the dict decoder.
+OTHER_PHASES = ["i", "I", "C", "b", "n", "e", "S", "T", "p", "F", "s", "t", "f", "P", "N", "O", "D", "M", "V", "v", "R", "c", "(", ")"]
 
-
-_DECODER = msgspec.json.Decoder(list[_Event])
+#: one Struct type per phase, tagged by ``ph``: the type of a decoded event is its phase
+_KEPT_TYPES = {
+    ph: msgspec.defstruct(
+        f"_Event_{ph}", [(k, t, msgspec.field(default=d)) for k, t, d in _EVENT_FIELDS], tag_field="ph", tag=ph, gc=False
+    )
+    for ph in [*KEPT_PHASES, "x"]  # "x" (no such phase in the Chrome trace format) is "X" written lower-case
+}
+_OTHER_TYPES = [msgspec.defstruct(f"_Other_{i}", [], tag_field="ph", tag=ph, gc=False) for i, ph in enumerate(OTHER_PHASES)]
+#: the type of a decoded event -> its ``ph`` column value (None: not kept)
+_PH_OF_TYPE = {**{t: ("X" if ph == "x" else ph) for ph, t in _KEPT_TYPES.items()}, **dict.fromkeys(_OTHER_TYPES)}
+_DECODER = msgspec.json.Decoder(list[Union[tuple([*_KEPT_TYPES.values(), *_OTHER_TYPES])]])
 #: pyarrow builds the columns from the decoded values (polars scans a mostly-null Python
 #: sequence in Python for its first value; pyarrow converts in C)
 _ARROW = {pl.Int64: pa.int64(), pl.Float64: pa.float64(), pl.String: pa.large_string()}
 #: malloc, not pyarrow's default mimalloc pool: the columns are handed to polars, and memory
 #: freed there goes back to the process instead of staying cached in a second allocator
 _POOL = pa.system_memory_pool()
-_GET_PH = attrgetter("ph")
 _GET_REST = attrgetter(*[k for k in TOP_SCHEMA if k != "ph"], "args")
-#: the phases whose events become rows (complete, begin, end); the others only count
-KEPT_PHASES = ["X", "B", "E"]
 
 
 def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
@@ -130,21 +143,21 @@ def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
 
     Fields become columns through C-level iteration (``map`` over ``attrgetter`` /
     ``astuple``, ``zip`` to transpose); the other phases (flow, instant, metadata: a third to a
-    half of a Kineto trace) are left out before that, so their fields are never touched.
+    half of a Kineto trace) decode into empty Structs (:data:`OTHER_PHASES`), so the decoder
+    skips their fields natively and they are only counted.
     """
     try:
         events = _DECODER.decode(piece)
     except msgspec.ValidationError:
         return None
     n = len(events)
-    ph = pl.Series("ph", list(map(_GET_PH, events)), dtype=pl.String)
-    no_ph = ph.null_count()
-    ph = pl.select(pl.when(ph == "x").then(pl.lit("X")).otherwise(ph).alias("ph")).to_series()
-    keep = ph.is_in(KEPT_PHASES)
-    rows = keep.arg_true()
+    phs = list(map(_PH_OF_TYPE.__getitem__, map(type, events)))
+    ph = pl.Series("ph", phs, dtype=pl.String)
+    rows = ph.is_not_null().arg_true()
     if rows.len() < n:
-        events = list(compress(events, keep.to_list()))
+        events = list(compress(events, phs))  # the kept phases' values are non-empty strings
         ph = ph.gather(rows)
+    del phs
     cols: dict[str, pl.Series] = {"row": rows.cast(pl.Int64), "ph": ph}
     if events:
         *top, args = zip(*map(_GET_REST, events))
@@ -153,8 +166,12 @@ def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
         top, arg_cols = [()] * (len(TOP_SCHEMA) - 1), [()] * (len(ARG_SCHEMA) + 1)
     arrays = {}
     for (k, dtype), values in zip(list(TOP_SCHEMA.items())[1:], top):
-        if k in ("pid", "tid"):  # ints and strings, as text
-            values = list(map(str, values))
+        if k in ("pid", "tid"):  # ints (Kineto) or strings ("Spans", "Traces"...), as text
+            try:
+                cols[k] = pl.from_arrow(pa.array(values, type=pa.int64(), memory_pool=_POOL)).cast(pl.String).alias(k)
+                continue
+            except (pa.ArrowInvalid, pa.ArrowTypeError):  # strings among them: "" and the names as they are
+                values = list(map(str, values))
         if dtype == pl.String:  # nearly never null: polars builds these natively
             cols[k] = pl.Series(k, values, dtype=pl.String)
         else:
@@ -166,7 +183,7 @@ def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
             cols[f"args.{k}"] = pl.Series(values, dtype=pl.String, strict=False).cast(dtype, strict=False)
     df = pl.DataFrame(cols).hstack(pl.from_arrow(pa.table(arrays)).get_columns()).select("row", *list(RAW_SCHEMA)[:-1])
     dims = arg_cols[-1]
-    return df.with_columns(_input_dims(df, lambda i: _raw_dims(dims[i]))), n, no_ph
+    return df.with_columns(_input_dims(df, lambda i: _raw_dims(dims[i]))), n, 0  # an event without "ph" is a ValidationError (dict decoder)
 
 
 def _raw_dims(raw) -> object:

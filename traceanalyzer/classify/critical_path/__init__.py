@@ -138,7 +138,7 @@ def critical_path(
     """
     from pathlib import Path
 
-    from traceanalyzer.classify import analyze
+    from traceanalyzer.engine import analyze
 
     if isinstance(trace, (str, Path)):
         from traceanalyzer.parsers import load
