@@ -241,7 +241,10 @@ def _check_junit(path: Path, expect: dict[str, str | None]) -> None:
 
 def test_every_schema_was_exercised():
     """Runs last in this module (pytest keeps file order): each shipped schema validated a real
-    document above (under xdist the module's tests may be split: then it only checks its own)."""
+    document above (under xdist the module's tests may be split: then it only checks its own); the
+    views' schemas (kernels, ops, ..., whatif) are exercised in test_machine_outputs_views.py."""
+    from test_machine_outputs_views import NEW as VIEWS
+
     if len(VALIDATED) < 3:
         pytest.skip("the other tests of this module ran in another worker")
-    assert set(schemas.SCHEMAS) == VALIDATED
+    assert set(schemas.SCHEMAS) - set(VIEWS) == VALIDATED

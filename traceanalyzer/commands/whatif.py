@@ -95,7 +95,7 @@ def whatif(
                  + (" (those that fit in memory)" if df["fits"].null_count() < df.height else ""))
         sections = search_sections(df, top or df.height, title, notes)
         sized = df.height - df["fits"].null_count()
-        doc = {"anchor": anchor.description, "anchor_source": anchor.source, "convention": anchor.convention,
+        doc = {"schema": "traceanalyzer.whatif_search", "schema_version": 1, "anchor": anchor.description, "anchor_source": anchor.source, "convention": anchor.convention,
                "valid_layouts": df.height, "sized_layouts": sized, "fitting_layouts": int(df["fits"].sum() or 0),
                "not_fitting_layouts": sized - int(df["fits"].sum() or 0),
                "pinned": fixed, "layouts": shown.to_dicts()}
@@ -104,7 +104,7 @@ def whatif(
         if res["predicted"]["memory"] is None:
             warnings.append("the memory model cannot size this configuration: memory per GPU is not predicted")
         sections = whatif_sections(res)
-        doc = res
+        doc = {"schema": "traceanalyzer.whatif", "schema_version": 1, **res}
     warnings = list(dict.fromkeys(warnings))
     doc["warnings"] = warnings
     emit(sections, format, doc, output, outputs)

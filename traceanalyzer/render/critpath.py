@@ -10,6 +10,7 @@ from traceanalyzer import __version__
 from traceanalyzer.classify.critical_path import CP_BUCKETS, CriticalPath
 from traceanalyzer.classify.partition import BUCKET_LABELS
 
+SCHEMA = "traceanalyzer.critical_path"  # traceanalyzer/schemas/critical_path.schema.json
 SCHEMA_VERSION = 1
 LABELS = {**BUCKET_LABELS, "host": "host"}
 
@@ -51,8 +52,9 @@ def print_critical_path(cp: CriticalPath, console: Console, top: int = 10) -> No
 
 
 def json_bytes(cp: CriticalPath) -> bytes:
-    """``{"schema_version", "version", "summary": [...], "segments": [...]}``; rows as objects."""
-    head = f'{{"schema_version":{SCHEMA_VERSION},"version":"{__version__}","summary":'
+    """``{"schema", "schema_version", "version", "summary": [...], "segments": [...]}``; rows as objects
+    (schema ``traceanalyzer.critical_path``)."""
+    head = f'{{"schema":"{SCHEMA}","schema_version":{SCHEMA_VERSION},"version":"{__version__}","summary":'
     return (head + cp.summary.write_json() + ',"segments":' + cp.segments.write_json() + "}\n").encode()
 
 

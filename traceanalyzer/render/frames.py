@@ -59,8 +59,9 @@ def print_table(df: pl.DataFrame, title: str, console: Console, **kw) -> None:
 
 
 def json_bytes(command: str, frames: dict[str, pl.DataFrame], **header) -> bytes:
-    """``{"command", "version", "units", <header>..., <name>: [row objects]...}``."""
-    doc: dict = {"command": command, "version": __version__, "units": "ns (integer) unless named otherwise", **header}
+    """``{"schema", "schema_version", "command", "version", "units", <header>..., <name>: [row objects]...}``;
+    the schema is ``traceanalyzer.<command>`` (``traceanalyzer/schemas/<command>.schema.json``)."""
+    doc: dict = {"schema": f"traceanalyzer.{command}", "schema_version": 1, "command": command, "version": __version__, "units": "ns (integer) unless named otherwise", **header}
     for name, df in frames.items():
         doc[name] = df.to_dicts()
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"

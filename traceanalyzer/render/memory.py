@@ -67,8 +67,10 @@ def measured_sections(measured: pl.DataFrame, copies: pl.DataFrame, predicted_to
 
 
 def document(result, reserve_bytes: float, with_timeline: bool = True) -> dict[str, Any]:
-    """The JSON document of the ``memory`` command."""
+    """The JSON document of the ``memory`` command (schema ``traceanalyzer.memory``)."""
     doc: dict[str, Any] = {
+        "schema": "traceanalyzer.memory",
+        "schema_version": 1,
         "predicted": None if result.estimate is None else result.estimate.as_dict(reserve_bytes),
         "fit": result.fit.to_dicts()[0] if result.fit.height else None,
         "measured": result.measured.to_dicts(),
