@@ -445,3 +445,18 @@ def test_report_steps_carry_exact_integer_start_ns():
 
     w = dict(analysis.windows.filter(pl.col("rank") == 0).select("step", "wstart_ns").iter_rows())
     assert {x["step"]: x["start_ns"] for x in m["timeline"]["steps"]} == w
+
+
+def test_mfu_is_a_percentage_everywhere_in_the_report(tmp_path):
+    """One unit for MFU: the headline table shows the percentage the summary sentence states."""
+    import re as _re
+
+    cfg = ROOT / "docs" / "examples" / "traces" / "mi300x-resnet18-ckpt.toml"
+    md = _report(tmp_path, DEMO, "markdown", "-c", cfg).read_text()
+    doc = orjson.loads(_report(tmp_path, DEMO, "json", "-c", cfg).read_bytes())
+    mfu = doc["headline"]["mfu"]
+    assert doc["headline"]["mfu_pct"] == pytest.approx(100 * mfu)
+    said = _re.search(r"MFU (\d+\.\d)%", md).group(1)
+    shown = _re.search(r"\| MFU \(% of peak\) \| (\d+\.\d) \|", md).group(1)
+    assert said == shown == f"{100 * mfu:.1f}"
+    assert "fraction of peak" not in md

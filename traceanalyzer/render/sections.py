@@ -78,9 +78,9 @@ def headline_cells(model: dict[str, Any]) -> list[tuple[str, Cell]]:
     if h["achieved_tflops"] is not None:
         out.append(("achieved TFLOP/s per GPU", num(model, "headline.achieved_tflops", TFLOPS)))
     if h["mfu"] is not None:
-        out.append(("MFU (fraction of peak)", num(model, "headline.mfu", "{:.3f}")))
+        out.append(("MFU (% of peak)", num(model, "headline.mfu_pct", PCT)))
     if h["hfu"] is not None:
-        out.append(("HFU (fraction of peak)", num(model, "headline.hfu", "{:.3f}")))
+        out.append(("HFU (% of peak)", num(model, "headline.hfu_pct", PCT)))
     return out
 
 

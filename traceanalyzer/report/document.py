@@ -260,12 +260,16 @@ def _headline(totals: pl.DataFrame, ranks: list[dict], slowest: int, wf: dict | 
         "achieved_tflops": None,
         "mfu": None,
         "hfu": None,
+        "mfu_pct": None,
+        "hfu_pct": None,
         "peak_tflops": None,
         "sentence": sentence,
     }
     if wf:
         for k in ("achieved_tflops", "mfu", "hfu", "peak_tflops"):
             head[k] = wf.get(k)
+        for k in ("mfu", "hfu"):  # the same number as a percentage, as every renderer shows it
+            head[f"{k}_pct"] = None if wf.get(k) is None else 100 * wf[k]
         if wf.get("achieved_tflops") is not None:
             extra = f" Achieved {wf['achieved_tflops']:.1f} TFLOP/s per GPU"
             if wf.get("mfu") is not None:
