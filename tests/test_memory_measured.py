@@ -152,8 +152,8 @@ def test_memory_command_measured_beside_prediction_table_and_csv():
 
 
 @pytest.mark.parametrize("args,code,key", [
-    (["--reserve", "-1"], 7, "--reserve"),
-    (["--reserve", "nan"], 7, "--reserve"),
+    (["--reserve", "-1"], 2, "--reserve"),
+    (["--reserve", "nan"], 2, "--reserve"),
     (["--reserve", "x"], 2, "--reserve"),
     ([], 2, "TRACE"),
 ])
