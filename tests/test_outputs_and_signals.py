@@ -350,3 +350,26 @@ def test_a_markdown_reports_pngs_never_replace_an_input(tmp_path):
     assert r.returncode == 3, r.stderr
     assert "refusing to overwrite an input" in one_error_line(r, str(cfg))
     assert snapshot(tmp_path) == before  # no report, no other PNG
+
+
+def test_a_signal_inside_a_callback_is_not_lost_or_printed():
+    """A signal that lands while Python runs a callback whose exceptions it cannot propagate
+    (a weakref or import-lock callback at the end of a run) used to print "Exception ignored ...
+    Traceback" and be lost; it is raised when the signal-handling block ends instead."""
+    code = """
+import gc, signal, weakref
+from traceanalyzer.interrupts import Interrupted, catch_signals
+class A: pass
+def cb(_):
+    signal.raise_signal(signal.SIGTERM)
+    sum(range(1000))  # the handler runs here, inside the callback
+try:
+    with catch_signals():
+        a = A(); r = weakref.ref(a, cb); del a; gc.collect()
+        print("went on")
+except Interrupted as exc:
+    print("raised at the end:", exc.exit_code)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT)
+    assert done.stdout.split("\n")[:2] == ["went on", "raised at the end: 143"]
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr

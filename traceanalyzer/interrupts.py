@@ -11,6 +11,7 @@ the parent, which prints one line) and :func:`stop_pool` when anything interrupt
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Iterator
@@ -62,9 +63,25 @@ def catch_signals() -> Iterator[None]:
         yield
         return
     previous = {s: signal.signal(s, _raise) for s in HANDLED}
+    hook = sys.unraisablehook
+    swallowed: list[Interrupted] = []
+
+    def unraisable(info) -> None:
+        # a signal that arrives while Python runs a callback whose exceptions it cannot
+        # propagate (a weakref or import-lock callback, a __del__): the Interrupted raised there
+        # would be printed with a traceback and lost; keep it and raise it when the block ends
+        if isinstance(info.exc_value, Interrupted):
+            swallowed.append(info.exc_value)
+        else:
+            hook(info)
+
+    sys.unraisablehook = unraisable
     try:
         yield
+        if swallowed:
+            raise swallowed[0]
     finally:
+        sys.unraisablehook = hook
         for s, h in previous.items():
             signal.signal(s, h)
 
