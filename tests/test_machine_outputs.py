@@ -248,3 +248,32 @@ def test_every_schema_was_exercised():
     if len(VALIDATED) < 3:
         pytest.skip("the other tests of this module ran in another worker")
     assert set(schemas.SCHEMAS) - set(VIEWS) == VALIDATED
+
+
+def test_a_panic_in_one_rank_fails_that_run_only(tmp_path, capsysbinary, monkeypatch):
+    """A native panic (polars raises a BaseException) while analysing one run's rank file fails
+    that run with exit code 1 and a line naming the file; the batch goes on and stores the rest."""
+    import traceanalyzer.engine.rank as rank_mod
+
+    class FakePanic(BaseException):  # what pyo3's PanicException is: not an Exception
+        pass
+
+    root = tmp_path / "nightly"
+    for run in ("good-2026-11-20", "panics-2026-11-20"):
+        (root / run).mkdir(parents=True)
+        shutil.copy(DEMO, root / run / DEMO.name)
+    real = rank_mod.classify_ranks
+
+    def classify(events, meta, opts, source, results):
+        if "panics-" in source:
+            raise FakePanic("called `Option::unwrap()` on a `None` value")
+        return real(events, meta, opts, source, results)
+
+    monkeypatch.setattr(rank_mod, "classify_ranks", classify)
+    code, out, err = _cli(capsysbinary, "batch", root, "--store", tmp_path / "store", "-f", "json", "-q", "--workers", "1")
+    assert code == 9, err
+    doc = validate(orjson.loads(out))
+    assert doc["analysed"] == ["good-2026-11-20"]
+    [failed] = doc["failed"]
+    assert failed["run_id"] == "panics-2026-11-20" and failed["exit_code"] == 1
+    assert "FakePanic" in failed["error"] and DEMO.name in failed["error"] and "please report it" in failed["error"]

@@ -36,6 +36,13 @@ class TraceAnalyzerError(Exception):
         return (type(self), (self.message, self.path))
 
 
+class InternalFailure(TraceAnalyzerError):
+    """An unexpected failure (a bug, or a panic in a native library) while analysing one rank
+    file in a worker: carried back as that file's error, so that a batch fails that run only."""
+
+    exit_code = 1
+
+
 class InputNotFound(TraceAnalyzerError):
     exit_code = 3
 

@@ -27,7 +27,7 @@ from traceanalyzer.classify.invariants import check_event_span, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import FIELDS, check_causes, partition
 from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows, outside_steps, refuse_duplicate_steps
-from traceanalyzer.errors import InputNotFound, TraceAnalyzerError
+from traceanalyzer.errors import InputNotFound, InternalFailure, TraceAnalyzerError
 from traceanalyzer.parsers.clean import step_starts
 from traceanalyzer.schema import GPU_WORK_KINDS
 
@@ -266,7 +266,32 @@ ProgressFn = Callable[[int], None]  # bytes of the file read since the last call
 
 
 def analyse_rank_file(task: RankTask, progress: ProgressFn | None = None) -> RankResult:
-    """Parse, clean and classify one Kineto rank file (never raises for bad input)."""
+    """Parse, clean and classify one Kineto rank file (never raises for bad input).
+
+    Anything unexpected — a bug, or a panic in a native library (polars raises a
+    ``BaseException`` then) — is returned as the file's :class:`InternalFailure` (exit 1,
+    naming the file) instead of escaping the worker: ``batch`` then fails that run alone and
+    stores the others. A signal (``Interrupted``, ``KeyboardInterrupt``) still stops the work;
+    ``TRACEANALYZER_DEBUG=1`` lets the original exception through, with its traceback."""
+    from traceanalyzer.interrupts import Interrupted
+
+    try:
+        return _analyse_rank_file(task, progress)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, Interrupted):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - see the docstring
+        if os.environ.get("TRACEANALYZER_DEBUG"):
+            raise
+        res = RankResult(index=task.index, file=task.path, rank=task.index, shift_borrowed=task.shift_ns,
+                         pid=os.getpid(), threads=pl.thread_pool_size())
+        res.group = task.group
+        what = " ".join(str(exc).split())[:300]
+        res.error = InternalFailure(f"internal error while analysing this rank file ({type(exc).__name__}: {what}); "
+                                    "please report it with the file", task.path)
+        return res
+
+
+def _analyse_rank_file(task: RankTask, progress: ProgressFn | None) -> RankResult:
     from traceanalyzer.parsers import kineto
 
     t0 = time.perf_counter()
