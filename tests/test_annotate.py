@@ -13,7 +13,7 @@ import pytest
 import traceanalyzer as ta
 from traceanalyzer.classify import BUCKETS
 from traceanalyzer.cli import main
-from traceanalyzer.report.annotate import CATEGORY
+from traceanalyzer.report.tracks import CATEGORY
 from traceanalyzer.report.document import LABELS
 
 from conftest import DEMO, DLRM, FIXTURES, TRACES, real_gpu_traces, run_cli
