@@ -21,7 +21,7 @@ directory is passed explicitly. Layout::
   ``parsers._parse_kineto_file`` returns (rank column null); ``meta["file"]`` and the paths in
   the warnings are those of the path asked for, wherever the bytes were first seen.
 * Per run (batch): :func:`cache_key` — the input key of a set of files (their names and
-  SHA-256s); :func:`load_cached` — ``parsers.load`` through the cache, saying whether every file
+  SHA-256s); :func:`traceanalyzer.parsers.load_cached` — ``parsers.load`` through the cache, saying whether every file
   was a hit.
 * Hashing: SHA-256, streamed (about 1.4 GB/s here with the CPU's SHA extensions: 38 ms for the
   54 MB JSON trace, 2 ms for its 3 MB gzip). The digest of a file is remembered under its
@@ -42,16 +42,13 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 import orjson
 import polars as pl
 
 from traceanalyzer import __version__
 from traceanalyzer.outputs import replace_atomically
-
-if TYPE_CHECKING:
-    from traceanalyzer.schema import Trace
 
 #: part of every entry key: bump whenever the parser's canonical output changes (the package
 #: version is in the key too, so a release always starts with an empty cache)
@@ -228,17 +225,3 @@ def _write_entry(events: pl.DataFrame, info: bytes, target: Path) -> None:
 def _read_info(entry: Path) -> bytes:
     return pl.read_parquet_metadata(entry)[_META_KEY.decode()].encode()
 
-
-def load_cached(paths: str | Path | list[str | Path], cache_dir: str | Path | None, key: str | None = None) -> tuple["Trace", str, bool]:
-    """``parsers.load(paths)`` through the cache: (trace, input key, whether every file was a hit).
-
-    ``cache_dir=None``: the cache is neither read nor written (the key is still computed)."""
-    from traceanalyzer.parsers import discover, load
-
-    items = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    files = [f for p in items for f in discover(Path(p))]
-    key = key or cache_key(files, directory=cache_dir)
-    hits, misses = stats["hits"], stats["misses"]
-    trace = load(files if len(files) > 1 else files[0], cache=Path(cache_dir) if cache_dir is not None else False)
-    hit = cache_dir is not None and stats["misses"] == misses and stats["hits"] > hits
-    return trace, key, hit

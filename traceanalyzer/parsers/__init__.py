@@ -227,3 +227,18 @@ def _merge(traces: list[Trace]) -> Trace:
         warnings=[w for t in traces for w in t.warnings],
         sources=[s for t in traces for s in t.sources],
     )
+
+
+def load_cached(paths: str | Path | list[str | Path], cache_dir: str | Path | None, key: str | None = None) -> tuple["Trace", str, bool]:
+    """``parsers.load(paths)`` through the cache: (trace, input key, whether every file was a hit).
+
+    ``cache_dir=None``: the cache is neither read nor written (the key is still computed)."""
+    from traceanalyzer.cache import cache_key, stats
+
+    items = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    files = [f for p in items for f in discover(Path(p))]
+    key = key or cache_key(files, directory=cache_dir)
+    hits, misses = stats["hits"], stats["misses"]
+    trace = load(files if len(files) > 1 else files[0], cache=Path(cache_dir) if cache_dir is not None else False)
+    hit = cache_dir is not None and stats["misses"] == misses and stats["hits"] > hits
+    return trace, key, hit
