@@ -373,3 +373,34 @@ except Interrupted as exc:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT)
     assert done.stdout.split("\n")[:2] == ["went on", "raised at the end: 143"]
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+
+
+def test_a_signal_turned_into_another_exception_by_native_code_is_still_a_signal():
+    """polars calls back into Python; an Interrupted raised there comes out as a TypeError
+    ("... is not a Polars data type"). The signal block still ends in Interrupted, and a handler
+    that would record the error as the input's fault (batch: a failed run) re-raises it first."""
+    code = """
+import signal
+from traceanalyzer.interrupts import Interrupted, catch_signals, check
+def native():  # what pyo3 does with an exception raised in a callback
+    try:
+        signal.raise_signal(signal.SIGINT); sum(range(1000))
+    except BaseException as exc:
+        raise TypeError("'<unprintable str object>' is not a Polars data type") from None
+try:
+    with catch_signals():
+        try:
+            native()
+        except Exception:
+            check()
+            print("recorded as a failed run")
+except Interrupted as exc:
+    print("interrupted:", exc.exit_code)
+try:
+    with catch_signals():
+        native()
+except Interrupted as exc:
+    print("interrupted:", exc.exit_code, type(exc.__cause__).__name__)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT)
+    assert done.stdout.split("\n")[:2] == ["interrupted: 130", "interrupted: 130 TypeError"], done.stdout + done.stderr

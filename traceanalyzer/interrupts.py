@@ -30,13 +30,25 @@ class Interrupted(BaseException):
 
 _held = 0  # depth of held_signals() blocks
 _pending: list[int] = []
+#: signals received inside catch_signals(): the Interrupted raised for one can be swallowed on
+#: its way out — by native code that calls back into Python (polars turns it into a TypeError)
+#: or by a callback Python cannot propagate from — so the block remembers that it came
+_received: list[int] = []
 
 
 def _raise(signum: int, _frame: object) -> None:
+    _received.append(signum)
     if _held:
         _pending.append(signum)
         return
     raise Interrupted(signum)
+
+
+def check() -> None:
+    """Raise :class:`Interrupted` if a signal arrived whose exception may have been swallowed
+    on its way (call it before treating an unexpected exception as a failure of the input)."""
+    if _received:
+        raise Interrupted(_received[0])
 
 
 @contextmanager
@@ -76,11 +88,19 @@ def catch_signals() -> Iterator[None]:
             hook(info)
 
     sys.unraisablehook = unraisable
+    _received.clear()
     try:
         yield
-        if swallowed:
+        if swallowed:  # a signal whose Interrupted a callback could not propagate
             raise swallowed[0]
+    except Interrupted:
+        raise
+    except BaseException as exc:
+        if _received:  # the Interrupted was turned into another exception on its way (native code)
+            raise Interrupted(_received[0]) from exc
+        raise
     finally:
+        _received.clear()
         sys.unraisablehook = hook
         for s, h in previous.items():
             signal.signal(s, h)

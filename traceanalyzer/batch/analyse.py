@@ -119,6 +119,9 @@ def run_result(spec: RunSpec, step_range: str, analyse, input_key, t0: float) ->
         }
         warnings = list(analysis.warnings)
     except Exception as exc:  # noqa: BLE001 - a bad run fails alone, never the batch
+        from traceanalyzer.interrupts import check
+
+        check()  # unless it was Ctrl-C turned into another exception by native code: not the run's fault
         return failed_result(spec, exc, step_range, base, t0)
     run["seconds"] = time.perf_counter() - t0
     run_row = pl.DataFrame([run], schema=RUN_SCHEMA)

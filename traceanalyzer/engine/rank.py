@@ -280,6 +280,9 @@ def analyse_rank_file(task: RankTask, progress: ProgressFn | None = None) -> Ran
     except (KeyboardInterrupt, SystemExit, GeneratorExit, Interrupted):
         raise
     except BaseException as exc:  # noqa: BLE001 - see the docstring
+        from traceanalyzer.interrupts import check
+
+        check()  # a signal that native code turned into another exception is still a signal
         if os.environ.get("TRACEANALYZER_DEBUG"):
             raise
         res = RankResult(index=task.index, file=task.path, rank=task.index, shift_borrowed=task.shift_ns,
