@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import re
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from traceanalyzer.commands.common import (
-    AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, comm_patterns, out_console, print_warnings,
+    AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, OutputOpt, QuietOpt, StepRangeOpt, TableFormat, WholeTraceOpt,
+    WorkersOpt, comm_patterns, config_opt, format_opt, out_console, print_warnings,
 )
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.outputs import Outputs
-
-
-class TableFormat(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
-    parquet = "parquet"
 
 
 PathsArg = Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite).", show_default=False)]
@@ -29,13 +22,9 @@ RankOpt = Annotated[Optional[list[int]], typer.Option("--rank", help="Only this 
 StepOpt = Annotated[Optional[list[int]], typer.Option("--step", help="Only this step number, N of ProfilerStep#N (repeatable).")]
 TopOpt = Annotated[Optional[int], typer.Option("--top", help="Show the first N rows after sorting (table default: 20; other formats: all).")]
 PrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="Precision of kernels whose name states none (bf16, fp16, fp8, tf32, fp32): needed for bytes and the roofline.")]
-FormatOpt = Annotated[TableFormat, typer.Option("--format", "-f", help="Output format (csv and parquet: integer-ns columns as they are).")]
-OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")]
-StepRangeOpt = Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")]
-WholeOpt = Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: each rank's whole GPU span is one step.")]
+FormatOpt = Annotated[TableFormat, format_opt("Output format (csv and parquet: integer-ns columns as they are).")]
+ConfigOpt = Annotated[Optional[Path], config_opt("Run configuration (TOML): its [trace] section (comm_kernels) is applied.")]
 RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute-range", help="Regex of extra host/NVTX ranges whose contents are recompute.")]
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML): its [trace] section (comm_kernels) is applied.")]
-CacheOpt = Annotated[bool, typer.Option("--cache/--no-cache", help="Reuse parsed traces from the parse cache ($TRACEANALYZER_CACHE).")]
 
 DEFAULT_TOP = 20
 
@@ -81,8 +70,10 @@ def _run(what: str, paths, name, rank, step, sort, top, precision, format, outpu
         with outputs.stream(output) as fh:
             fh.write(render.json_document(frame, what, context))
     else:
+        from traceanalyzer.render.frames import write_frame
+
         with outputs.stream(output) as fh:
-            render.write_frame(frame, format.value, fh)
+            write_frame(frame, format.value, fh)
     print_warnings(an.warnings)
 
 
@@ -112,7 +103,7 @@ def kernels(
     format: FormatOpt = TableFormat.table,
     output: OutputOpt = None,
     step_range: StepRangeOpt = "ProfilerStep",
-    whole_trace: WholeOpt = False,
+    whole_trace: WholeTraceOpt = False,
     recompute_range: RecomputeOpt = None,
     comm_kernel: CommKernelOpt = None,
     config: ConfigOpt = None,
@@ -138,7 +129,7 @@ def ops(
     format: FormatOpt = TableFormat.table,
     output: OutputOpt = None,
     step_range: StepRangeOpt = "ProfilerStep",
-    whole_trace: WholeOpt = False,
+    whole_trace: WholeTraceOpt = False,
     recompute_range: RecomputeOpt = None,
     comm_kernel: CommKernelOpt = None,
     config: ConfigOpt = None,

@@ -4,8 +4,6 @@ only: every number comes from :mod:`traceanalyzer.classify.kernelstats` / ``opst
 
 from __future__ import annotations
 
-from typing import IO
-
 import orjson
 import polars as pl
 from rich.table import Table
@@ -73,16 +71,6 @@ def json_document(frame: pl.DataFrame, what: str, context: dict) -> bytes:
     doc = {"schema": f"traceanalyzer.{what}", "schema_version": SCHEMA_VERSION,
            "tool": {"name": "traceanalyzer", "version": __version__}, **context, "rows": frame.to_dicts()}
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
-
-
-def write_frame(frame: pl.DataFrame, fmt: str, fh: IO[bytes]) -> None:
-    """CSV or Parquet of the frame to a binary stream."""
-    if fmt == "csv":
-        frame.write_csv(fh)
-    elif fmt == "parquet":
-        frame.write_parquet(fh)
-    else:  # pragma: no cover - the command checks
-        raise ValueError(fmt)
 
 
 def kernel_diff_sections(diff: dict, top: int = 15) -> list:
