@@ -84,6 +84,29 @@ def test_kernel_shares_sum_to_buckets_exactly(path):
 
 
 @needs_shared()
+@pytest.mark.parametrize("path", [B200, DEMO, DLRM], ids=["b200", "mi300x-recompute", "dlrm-8-ranks"])
+def test_tables_computed_on_demand_equal_the_workers_rows(path):
+    """``ta.analyze`` leaves the per-kernel and per-op rows out; ``kernels()`` / ``ops()`` compute
+    them from the analysis's events on first use: the same rows as the rank workers compute,
+    and on a ``select`` cut the rows of the whole analysis on those ranks and steps."""
+    import traceanalyzer as ta
+    from traceanalyzer.classify.tables import with_tables
+
+    eager = analysis_with_tables(path)
+    lazy = ta.analyze(path)
+    assert lazy.kernel_stats is None and lazy.op_stats is None
+    assert with_tables(lazy) is lazy
+    assert lazy.kernel_stats.equals(eager.kernel_stats) and lazy.op_stats.equals(eager.op_stats)
+    assert lazy.kernel_stats.height and lazy.op_stats.height
+    rank, step = eager.steps.row(-1, named=True)["rank"], eager.steps.row(-1, named=True)["step"]
+    cut = with_tables(ta.select(ta.analyze(path), ranks=[rank], steps=[step]))
+    for name in ("kernel_stats", "op_stats"):
+        want = getattr(eager, name).filter((pl.col("rank") == rank) & (pl.col("step") == step))
+        assert getattr(cut, name).equals(want), name
+        assert getattr(ta.select(eager, ranks=[rank], steps=[step]), name).equals(want), name
+
+
+@needs_shared()
 def test_kernel_shares_whole_trace_and_table_totals():
     an = analysis_with_tables(CONTROL, None)
     _bucket_sums_match(an)

@@ -235,9 +235,10 @@ def analyze(
         raise InvalidArgument(f"bus_bw_gbps must be a finite positive number (GB/s), got {bus_bw_gbps!r}")
     from traceanalyzer.engine import Options, analyse, analyse_trace
 
-    # tables: the per-kernel and per-op rows, so that kernels() and ops() answer from the analysis
+    # the per-kernel and per-op rows are computed when kernels(), ops() or report() first ask
+    # (classify.tables.with_tables): the analysis keeps the events and the GPU work they need
     opts = Options(step_name=step_range, recompute_pattern=recompute_range, bus_bw_gbps=float(bus_bw_gbps),
-                   comm_kernels=tuple(comm_kernels or ()), tables=True)
+                   comm_kernels=tuple(comm_kernels or ()))
     if isinstance(source, Trace):
         return analyse_trace(source, opts)
     paths = [Path(_path(source))] if isinstance(source, (str, os.PathLike)) else [Path(_path(p)) for p in _paths(source)]
@@ -315,6 +316,8 @@ def select(source: Source, *, ranks: Iterable[int] | None = None, steps: Iterabl
         outside_steps=cut(a.outside_steps),
         kernel_rows=cut(a.kernel_rows),
         exposed_kernels=cut(a.exposed_kernels),
+        kernel_stats=cut(a.kernel_stats),
+        op_stats=cut(a.op_stats),
         warnings=list(a.warnings),
     )
 
@@ -646,7 +649,11 @@ def report(
     _choice("ranks", ranks, ("auto", "all", "summary"))
     if not isinstance(top, int) or not 1 <= top <= 1000:
         raise InvalidArgument(f"top must be an integer from 1 to 1000, got {top!r}")
+    from traceanalyzer.classify.tables import with_tables
+
     a = _analysis(source)
+    if a.kernel_stats is None and a.trace.events.height and a.gpu.height:
+        a = with_tables(a)  # the top-kernel table
     if rank is not None and rank not in a.trace.ranks:
         raise InvalidArgument(f"no rank {rank} in the trace (ranks: {a.trace.ranks[:16]})")
     model = document.build(a, rank=rank, config=Path(config) if config is not None else None, top=top, ranks=ranks)

@@ -143,7 +143,7 @@ def kernel_stat_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFr
         pl.col("calls").fill_null(0), pl.col("total_ns").fill_null(0), pl.col("durations").fill_null([]),
         pl.col("bucket_ns").fill_null(0), pl.col("flops_ns").fill_null(0), pl.col("flops_calls").fill_null(0),
     )
-    return out.collect().select([pl.col(c).cast(t) for c, t in ROW_SCHEMA.items()]).sort("rank", "step", "name", "stream")
+    return out.collect().select([pl.col(c).cast(t) for c, t in ROW_SCHEMA.items()]).sort("rank", "step", "name", "stream", "cls", "kind", nulls_last=True)
 
 
 # ---------------------------------------------------------------------------------------------

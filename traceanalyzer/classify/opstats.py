@@ -38,14 +38,30 @@ def _launching_op(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.LazyFrame:
     its thread — in a per-thread pre-order of ops and runtime calls, the parent of a call is
     the last row before it one level up."""
     ev = events.lazy()
-    g = gpu.lazy()
     op_ids = ev.filter(pl.col("kind") == "cpu_op").select("rank", "external_id").drop_nulls().unique()
+    # each intermediate frame below is read more than once: materialised, so that the lazy
+    # plan does not compute it again for every reader
+    g = gpu.lazy().join(op_ids.with_columns(pl.lit(True).alias("__known")), on=["rank", "external_id"], how="left").collect().lazy()
+    # the launch calls of the work whose external id names no op: usually none, and then no
+    # call tree is needed; else only their threads' trees
+    unknown = g.filter(pl.col("__known").is_null() & pl.col("correlation").is_not_null()).select("rank", "correlation").unique().collect()
+    if not unknown.height:
+        return g.drop("__known")
+    threads = (
+        ev.filter(pl.col("kind") == "runtime")
+        .join(unknown.lazy(), on=["rank", "correlation"], how="semi")
+        .select(THREAD)
+        .unique()
+    )
     host = (
-        ev.filter(pl.col("kind").is_in(["cpu_op", "runtime"]))
+        ev.join(threads, on=THREAD, how="semi")
+        .filter(pl.col("kind").is_in(["cpu_op", "runtime"]))
         .select(*THREAD, "kind", "start_ns", "end_ns", "external_id", "correlation")
         .sort([*THREAD, "start_ns", "end_ns"], descending=[False, False, False, False, True])
         .with_row_index("pos")
         .with_columns(pl.col("pos").cast(pl.Int64))
+        .collect()
+        .lazy()
     )
     # last descendant of every row: the last row of its thread that starts before it ends
     last = host.select(*THREAD, "start_ns", "pos").group_by(*THREAD, "start_ns").agg(pl.col("pos").max().alias("hi")).sort("start_ns")
@@ -55,12 +71,14 @@ def _launching_op(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.LazyFrame:
         .join_asof(last, left_on="__q", right_on="start_ns", by=THREAD, strategy="backward", check_sortedness=False, suffix="__r")
         .with_columns(pl.max_horizontal("pos", pl.col("hi").fill_null(pl.col("pos"))).alias("hi"))
         .drop("__q", "start_ns__r", strict=False)
+        .collect()
+        .lazy()
     )
     # depth = rows open at a row's position (its ancestors and itself)
     delta = pl.concat([tree.select(pl.col("pos").alias("p"), pl.lit(1, pl.Int64).alias("d")),
                        tree.select((pl.col("hi") + 1).alias("p"), pl.lit(-1, pl.Int64).alias("d"))])
     depth = delta.group_by("p").agg(pl.col("d").sum()).sort("p").with_columns(pl.col("d").cum_sum().alias("depth")).select("p", "depth")
-    tree = tree.sort("pos").join_asof(depth, left_on="pos", right_on="p", strategy="backward", check_sortedness=False).drop("p")
+    tree = tree.sort("pos").join_asof(depth, left_on="pos", right_on="p", strategy="backward", check_sortedness=False).drop("p").collect().lazy()
     parents = tree.filter(pl.col("kind") == "cpu_op").select(*THREAD, "depth", pl.col("pos").alias("ppos"), pl.col("external_id").alias("__op")).sort("ppos")
     calls = (
         tree.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
@@ -71,8 +89,7 @@ def _launching_op(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.LazyFrame:
         .agg(pl.col("__op").first())
     )
     return (
-        g.join(op_ids.with_columns(pl.lit(True).alias("__known")), on=["rank", "external_id"], how="left")
-        .join(calls, on=["rank", "correlation"], how="left")
+        g.join(calls, on=["rank", "correlation"], how="left")
         .with_columns(pl.when(pl.col("__known")).then(pl.col("external_id")).otherwise(pl.coalesce("__op", "external_id")).alias("external_id"))
         .drop("__known", "__op")
     )

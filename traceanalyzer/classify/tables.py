@@ -47,9 +47,7 @@ def analysis_with_tables(source: Source, step_name: str | None = DEFAULT_STEP, *
     from traceanalyzer.schema import Trace
 
     if isinstance(source, Analysis):
-        if source.kernel_stats is None or source.op_stats is None:
-            raise ConfigError("this analysis has no per-kernel rows: pass the trace (or files) instead")
-        return source
+        return with_tables(source)
     run = {k: options.pop(k) for k in ("workers", "engine", "address", "quiet") if k in options}
     opts = Options(step_name=step_name, tables=True, **options)
     if isinstance(source, Trace):
@@ -57,6 +55,34 @@ def analysis_with_tables(source: Source, step_name: str | None = DEFAULT_STEP, *
     paths = [source] if isinstance(source, (str, Path)) else list(source)
     run.setdefault("quiet", True)
     return analyse([Path(p) for p in paths], opts, **run)
+
+
+def table_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame,
+               seg: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``(kernel_stats, op_stats)``: the per-kernel and per-op rows of the ranks in these frames
+    (:func:`~traceanalyzer.classify.kernelstats.kernel_stat_rows`,
+    :func:`~traceanalyzer.classify.opstats.op_stat_rows`); ``gpu`` is the labelled GPU work,
+    ``seg`` the step windows' segments sorted by rank and start when already built."""
+    from traceanalyzer.classify.kernelstats import kernel_stat_rows
+    from traceanalyzer.classify.opstats import op_stat_rows
+    from traceanalyzer.classify.partition import segment_frame
+
+    if seg is None:
+        seg = segment_frame(gpu, windows).sort("rank", "t0").collect()
+    return kernel_stat_rows(events, gpu, windows, seg), op_stat_rows(events, gpu, windows)
+
+
+def with_tables(analysis):
+    """``analysis`` with its per-kernel and per-op rows, computed from its events and GPU work on
+    first use and kept in it (every rank and step is its own, so the rows equal those the rank
+    workers compute; a :func:`~traceanalyzer.api.select` cut gives the rows of its ranks and
+    steps)."""
+    if analysis.kernel_stats is not None and analysis.op_stats is not None:
+        return analysis
+    if not analysis.trace.events.height or not analysis.gpu.height:
+        raise ConfigError("this analysis has no per-kernel rows and no events to compute them from: pass the trace (or files) instead")
+    analysis.kernel_stats, analysis.op_stats = table_rows(analysis.trace.events, analysis.gpu, analysis.windows)
+    return analysis
 
 
 def _device(analysis, rank: list[int] | None) -> str | None:

@@ -179,14 +179,13 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
         frames["gpu"] = gpu
     if opts.keep == "report" or opts.tables:
         from traceanalyzer.classify.kernels import exposed_rows, kernel_rows
-        from traceanalyzer.classify.kernelstats import kernel_stat_rows
-        from traceanalyzer.classify.opstats import op_stat_rows
         from traceanalyzer.classify.partition import segment_frame
+        from traceanalyzer.classify.tables import table_rows
 
         seg = segment_frame(gpu, windows).sort("rank", "t0").collect()
         if opts.keep == "report":
             frames["kernel_rows"], frames["exposed_kernels"] = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
-        frames["kernel_stats"], frames["op_stats"] = kernel_stat_rows(events, gpu, windows, seg), op_stat_rows(events, gpu, windows)
+        frames["kernel_stats"], frames["op_stats"] = table_rows(events, gpu, windows, seg)
     for name, df in frames.items():
         for rank, part in _split(df, ranks).items():
             setattr(by_rank[rank], name, part)
