@@ -31,7 +31,6 @@ import msgspec
 from msgspec.structs import astuple
 import orjson
 import polars as pl
-import pyarrow as pa
 
 from traceanalyzer.errors import InvalidTrace
 
@@ -125,12 +124,6 @@ _OTHER_TYPES = [msgspec.defstruct(f"_Other_{i}", [], tag_field="ph", tag=ph, gc=
 #: the type of a decoded event -> its ``ph`` column value (None: not kept)
 _PH_OF_TYPE = {**{t: ("X" if ph == "x" else ph) for ph, t in _KEPT_TYPES.items()}, **dict.fromkeys(_OTHER_TYPES)}
 _DECODER = msgspec.json.Decoder(list[Union[tuple([*_KEPT_TYPES.values(), *_OTHER_TYPES])]])
-#: pyarrow builds the columns from the decoded values (polars scans a mostly-null Python
-#: sequence in Python for its first value; pyarrow converts in C)
-_ARROW = {pl.Int64: pa.int64(), pl.Float64: pa.float64(), pl.String: pa.large_string()}
-#: malloc, not pyarrow's default mimalloc pool: the columns are handed to polars, and memory
-#: freed there goes back to the process instead of staying cached in a second allocator
-_POOL = pa.system_memory_pool()
 _GET_REST = attrgetter(*[k for k in TOP_SCHEMA if k != "ph"], "args")
 
 
@@ -164,24 +157,23 @@ def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
         arg_cols = list(zip(*map(astuple, args)))
     else:
         top, arg_cols = [()] * (len(TOP_SCHEMA) - 1), [()] * (len(ARG_SCHEMA) + 1)
-    arrays = {}
+    # polars builds every column from the decoded values natively (strict: a value of another
+    # type raises TypeError instead of being converted)
     for (k, dtype), values in zip(list(TOP_SCHEMA.items())[1:], top):
         if k in ("pid", "tid"):  # ints (Kineto) or strings ("Spans", "Traces"...), as text
             try:
-                cols[k] = pl.from_arrow(pa.array(values, type=pa.int64(), memory_pool=_POOL)).cast(pl.String).alias(k)
+                cols[k] = pl.Series(k, values, dtype=pl.Int64, strict=True).cast(pl.String)
                 continue
-            except (pa.ArrowInvalid, pa.ArrowTypeError):  # strings among them: "" and the names as they are
+            except TypeError:  # strings among them: "" and the names as they are
                 values = list(map(str, values))
-        if dtype == pl.String:  # nearly never null: polars builds these natively
-            cols[k] = pl.Series(k, values, dtype=pl.String)
-        else:
-            arrays[k] = pa.array(values, type=_ARROW[dtype], memory_pool=_POOL)
+        cols[k] = pl.Series(k, values, dtype=dtype, strict=True)
     for (k, dtype), values in zip(ARG_SCHEMA.items(), arg_cols):
+        name = f"args.{k}"
         try:
-            arrays[f"args.{k}"] = pa.array(values, type=_ARROW[dtype], memory_pool=_POOL)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # strings among the integers
-            cols[f"args.{k}"] = pl.Series(values, dtype=pl.String, strict=False).cast(dtype, strict=False)
-    df = pl.DataFrame(cols).hstack(pl.from_arrow(pa.table(arrays)).get_columns()).select("row", *list(RAW_SCHEMA)[:-1])
+            cols[name] = pl.Series(name, values, dtype=dtype, strict=True)
+        except TypeError:  # strings among the integers: numbers as text are read, the rest null
+            cols[name] = pl.Series(name, values, dtype=pl.String, strict=False).cast(dtype, strict=False)
+    df = pl.DataFrame(cols).select("row", *list(RAW_SCHEMA)[:-1])
     dims = arg_cols[-1]
     return df.with_columns(_input_dims(df, lambda i: _raw_dims(dims[i]))), n, 0  # an event without "ph" is a ValidationError (dict decoder)
 
