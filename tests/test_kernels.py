@@ -14,7 +14,7 @@ from traceanalyzer.classify.kernelstats import nearest_rank
 from traceanalyzer.classify.shapes import op_cost
 from traceanalyzer.classify.tables import analysis_with_tables, kernels, ops
 
-from conftest import DEMO, DLRM, TRACES, needs_shared, run_cli
+from conftest import DEMO, DLRM, ROOT, TRACES, needs_shared, run_cli
 
 B200 = TRACES / "kineto-public" / "tracelens-amd" / "b200_eager_trace_rank0.json.gz"
 CONTROL = TRACES / "hta" / "trace_diff" / "control" / "control.json.gz"
@@ -215,6 +215,14 @@ def test_cli_formats(tmp_path):
     assert r.returncode == 0, r.stderr
     pq = pl.read_parquet(out)
     assert pq["total_ns"].dtype == pl.Int64 and pq.height > 20
+    # to a pipe as well (never to a terminal): the same table
+    import os
+    import subprocess
+    import sys
+
+    piped = subprocess.run([sys.executable, "-m", "traceanalyzer", "kernels", str(DEMO), "-f", "parquet", "-q"], capture_output=True,
+                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert piped.returncode == 0 and pl.read_parquet(piped.stdout).equals(pq)
     r = run_cli("kernels", str(DEMO), "-f", "json", "--top", "3", "-q")
     doc = json.loads(r.stdout)
     assert doc["schema"] == "traceanalyzer.kernels" and len(doc["rows"]) == 3
@@ -228,12 +236,14 @@ def test_cli_formats(tmp_path):
 
 @needs_shared()
 @pytest.mark.parametrize("args,code,words", [
-    (["--name", "("], 7, "--name is not a valid regex"),
-    (["--sort", "nope"], 7, "--sort 'nope'"),
-    (["--precision", "int4"], 7, "--precision 'int4'"),
-    (["-f", "parquet"], 7, "-f parquet writes a file"),
-    (["--rank", "5"], 7, "--rank 5: no such rank with GPU work in the trace (ranks: 0)"),
-    (["--step", "3"], 7, "--step 3: no such step in the trace (steps: 15, 16, 17)"),
+    # usage errors, as for every command: one line, exit 2
+    (["--name", "("], 2, "Invalid value for '--name': '(' is not a valid regular expression"),
+    (["--sort", "nope"], 2, "Invalid value for '--sort': 'nope' is not one of 'total'"),
+    (["--precision", "int4"], 2, "Invalid value for '--precision': 'int4' is not one of 'fp8'"),
+    (["--top", "0"], 2, "Invalid value for '--top'"),
+    (["--recompute-range", "("], 2, "Invalid value for '--recompute-range'"),
+    (["--rank", "5"], 2, "Invalid value for '--rank': no rank 5 with GPU work in the trace (ranks: 0)"),
+    (["--step", "3"], 2, "Invalid value for '--step': no step 3 in the trace (steps: 15, 16, 17)"),
 ])
 def test_cli_bad_options(args, code, words):
     r = run_cli("kernels", str(DEMO), *args, "-q")

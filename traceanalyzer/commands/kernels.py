@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,21 +9,24 @@ import typer
 
 from traceanalyzer.commands.common import (
     AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, OutputOpt, QuietOpt, StepRangeOpt, TableFormat, WholeTraceOpt,
-    WorkersOpt, comm_patterns, config_opt, format_opt, out_console, print_warnings,
+    WorkersOpt, binary_output_check, choices, comm_patterns, config_opt, format_opt, out_console, print_warnings, regex,
 )
-from traceanalyzer.errors import ConfigError
+from traceanalyzer.classify.kernelstats import SORT_KEYS
+from traceanalyzer.classify.roofline import ELEMENT_BYTES
 from traceanalyzer.outputs import Outputs
 
 
 PathsArg = Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite).", show_default=False)]
-NameOpt = Annotated[Optional[str], typer.Option("--name", help="Only names matching this regex (searched anywhere in the name).")]
+NameOpt = Annotated[Optional[str], typer.Option("--name", callback=regex, help="Only names matching this regex (searched anywhere in the name).")]
 RankOpt = Annotated[Optional[list[int]], typer.Option("--rank", help="Only this rank (repeatable).")]
 StepOpt = Annotated[Optional[list[int]], typer.Option("--step", help="Only this step number, N of ProfilerStep#N (repeatable).")]
-TopOpt = Annotated[Optional[int], typer.Option("--top", help="Show the first N rows after sorting (table default: 20; other formats: all).")]
-PrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="Precision of kernels whose name states none (bf16, fp16, fp8, tf32, fp32): needed for bytes and the roofline.")]
+TopOpt = Annotated[Optional[int], typer.Option("--top", min=1, help="Show the first N rows after sorting (table default: 20; other formats: all).")]
+Precision = choices("Precision", ELEMENT_BYTES)
+Sort = choices("Sort", SORT_KEYS)
+PrecisionOpt = Annotated[Optional[Precision], typer.Option("--precision", help="Precision of kernels whose name states none (bf16, fp16, fp8, tf32, fp32): needed for bytes and the roofline.")]
 FormatOpt = Annotated[TableFormat, format_opt("Output format (csv and parquet: integer-ns columns as they are).")]
 ConfigOpt = Annotated[Optional[Path], config_opt("Run configuration (TOML): its [trace] section (comm_kernels) is applied.")]
-RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute-range", help="Regex of extra host/NVTX ranges whose contents are recompute.")]
+RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute-range", callback=regex, help="Regex of extra host/NVTX ranges whose contents are recompute.")]
 
 DEFAULT_TOP = 20
 
@@ -34,14 +36,10 @@ def _run(what: str, paths, name, rank, step, sort, top, precision, format, outpu
     from traceanalyzer.classify.tables import analysis_with_tables, check_filters, kernels as kernel_verb, ops as op_verb
     from traceanalyzer.render import kerneltable as render
 
+    sort = Sort(sort).value
+    precision = None if precision is None else Precision(precision).value
     check_filters(name, sort, precision, top)
-    if recompute_range is not None:
-        try:
-            re.compile(recompute_range)
-        except re.error as exc:
-            raise ConfigError(f"--recompute-range is not a valid regex: {exc}") from None
-    if format is TableFormat.parquet and output is None:
-        raise ConfigError("-f parquet writes a file: give -o FILE")
+    binary_output_check(format, output)
     patterns = comm_patterns(comm_kernel, config)
     outputs = Outputs([*paths, config])
     if output is not None:
@@ -78,7 +76,7 @@ def _run(what: str, paths, name, rank, step, sort, top, precision, format, outpu
 
 
 def _check_selection(an, rank: list[int] | None, step: list[int] | None) -> None:
-    """A --rank or --step that is not in the trace: one line naming what there is (exit 7)."""
+    """A --rank or --step that is not in the trace: a usage error naming what there is (exit 2)."""
     def listing(xs: list[int]) -> str:
         return ", ".join(map(str, xs[:16])) + (", ..." if len(xs) > 16 else "")
 
@@ -86,10 +84,10 @@ def _check_selection(an, rank: list[int] | None, step: list[int] | None) -> None
     steps = sorted(set(an.steps.get_column("step").to_list()))
     bad = [r for r in rank or [] if r not in ranks]
     if bad:
-        raise ConfigError(f"--rank {bad[0]}: no such rank with GPU work in the trace (ranks: {listing(ranks)})")
+        raise typer.BadParameter(f"no rank {bad[0]} with GPU work in the trace (ranks: {listing(ranks)})", param_hint="'--rank'")
     bad = [x for x in step or [] if x not in steps]
     if bad:
-        raise ConfigError(f"--step {bad[0]}: no such step in the trace (steps: {listing(steps)})")
+        raise typer.BadParameter(f"no step {bad[0]} in the trace (steps: {listing(steps)})", param_hint="'--step'")
 
 
 def kernels(
@@ -97,7 +95,7 @@ def kernels(
     name: NameOpt = None,
     rank: RankOpt = None,
     step: StepOpt = None,
-    sort: Annotated[str, typer.Option("--sort", help="total, bucket, calls, mean, p50, p99, max, tflops or name.")] = "total",
+    sort: Annotated[Sort, typer.Option("--sort", help="Sort key (total: summed duration; bucket: share of the breakdown).")] = Sort.total,
     top: TopOpt = None,
     precision: PrecisionOpt = None,
     format: FormatOpt = TableFormat.table,
@@ -123,7 +121,7 @@ def ops(
     name: NameOpt = None,
     rank: RankOpt = None,
     step: StepOpt = None,
-    sort: Annotated[str, typer.Option("--sort", help="total (host time), gpu, bucket, calls, mean, p50, p99, max, tflops or name.")] = "total",
+    sort: Annotated[Sort, typer.Option("--sort", help="Sort key (total: host time; gpu: GPU time of the kernels it launched).")] = Sort.total,
     top: TopOpt = None,
     precision: PrecisionOpt = None,
     format: FormatOpt = TableFormat.table,
