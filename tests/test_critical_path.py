@@ -186,6 +186,17 @@ def test_joint_path_crosses_ranks_through_a_collective(dlrm):
     assert (last, t["rank"]) == (4, 2)
 
 
+def test_rank_workers_give_the_same_path(dlrm):
+    """Files parsed and classified by rank worker processes (their events kept) give the same
+    path as the trace loaded and classified in this process, and so does the command."""
+    here = critical_path(dlrm)
+    pooled = critical_path(DLRM, workers=2)
+    assert pooled.summary.equals(here.summary) and pooled.segments.equals(here.segments)
+    r = run_cli("critical-path", DLRM, "-q", "-f", "csv", "--workers", "2")
+    assert r.returncode == 0, r.stderr
+    assert pl.read_csv(r.stdout.encode())["dur_ns"].to_list() == here.segments["dur_ns"].to_list()
+
+
 def test_one_rank_counts_its_collective_waits(dlrm):
     cp = critical_path(dlrm, rank=3)
     _check_invariants(cp)

@@ -68,6 +68,17 @@ def test_peaks_equal_the_allocator_counters_of_a_real_trace():
     assert tl.select((pl.col("allocated").diff() == pl.col("bytes")).slice(1).all()).item()
 
 
+@needs_shared()
+def test_memory_read_by_a_rank_worker_equals_one_process():
+    """A job large enough for rank workers (54 MB of JSON): the worker reads the file's allocator
+    events while it parses it (one pass per file instead of two); the result is the same as
+    from a trace loaded here, whose files are read again for their memory events."""
+    one, pool = memory(load(HTA_MEMORY)), memory(HTA_MEMORY)
+    for name in ("timeline", "measured", "copies"):
+        assert getattr(pool, name).equals(getattr(one, name)), name
+    assert pool.measured.height == 1 and pool.warnings == one.warnings
+
+
 def test_rebuilt_allocation_of_a_legacy_trace_is_the_running_sum():
     doc = raw_events(LEGACY)
     evs = plain_memory(doc)

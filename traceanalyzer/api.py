@@ -47,7 +47,7 @@ __all__ = [
 # loading and classifying
 
 
-def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False) -> Trace:
+def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False, workers: int | None = None) -> Trace:
     """Load a trace: one file, a directory of rank files, or a list of files of one job.
 
     Formats are recognised by content: PyTorch Profiler (Kineto) JSON, plain or gzipped, and
@@ -63,6 +63,8 @@ def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False)
             (``$TRACEANALYZER_CACHE``, else the user cache directory), or a directory to use
             instead. A Kineto file whose bytes were parsed before is then read back from
             Parquet instead of being decoded again.
+        workers: rank files parsed in parallel processes (default: one process for a small
+            job, all cores for a large one; 1: in this process).
 
     Returns:
         A :class:`~traceanalyzer.schema.Trace`: ``events`` (one row per timed event, all ranks;
@@ -84,9 +86,15 @@ def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False)
     """
     from traceanalyzer.parsers import load as parse
 
-    if isinstance(path, (str, os.PathLike)):
-        return parse(Path(path), cache=_cache_arg(cache))
-    return parse([Path(_path(p)) for p in _paths(path)], cache=_cache_arg(cache))
+    paths = [Path(_path(path))] if isinstance(path, (str, os.PathLike)) else [Path(_path(p)) for p in _paths(path)]
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise InvalidArgument(f"workers must be a positive integer, got {workers!r}")
+    cache_arg = _cache_arg(cache)
+    if workers == 1 or isinstance(cache_arg, Path):  # in this process (a cache directory of its own too)
+        return parse(paths[0] if isinstance(path, (str, os.PathLike)) else paths, cache=cache_arg)
+    from traceanalyzer.engine import load as load_job
+
+    return load_job(paths, workers=workers, quiet=True, cache=cache_arg)[0]
 
 
 def scan(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = True) -> pl.LazyFrame:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands.common import QuietOpt, err_console, out_console, print_warnings
+from traceanalyzer.commands.common import CacheOpt, QuietOpt, WorkersOpt, err_console, out_console, print_warnings
 from traceanalyzer.outputs import Outputs
 
 
@@ -29,6 +29,8 @@ def critical_path(
     whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: each rank's whole trace is one step.")] = False,
     host_gaps: Annotated[bool, typer.Option("--host-gaps", help="Weigh host time outside every op (Python between ops); off by default, as in HTA.")] = False,
     infer_waits: Annotated[bool, typer.Option("--infer-waits/--no-infer-waits", help="Link a kernel that started late to the kernel on another stream it waited for.")] = True,
+    workers: WorkersOpt = None,
+    cache: CacheOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """The critical path of each step: the chain of host work, launches, kernels and waits that sets its length."""
@@ -38,9 +40,13 @@ def critical_path(
     outputs = Outputs(paths)
     if output is not None:
         outputs.check(output)
-    trace = _load(paths, quiet)
+    from traceanalyzer.engine import Options, analyse
+
+    # each rank file parsed and classified by a worker, its events kept: the graph needs them all
+    analysis = analyse(paths, Options(step_name=None if whole_trace else step_range, keep="events", cache=cache),
+                       workers=workers, quiet=quiet, console=err_console)
     try:
-        cp = compute(trace, step, rank, step_name=None if whole_trace else step_range, host_gaps=host_gaps, infer_waits=infer_waits)
+        cp = compute(analysis.trace, step, rank, analysis=analysis, host_gaps=host_gaps, infer_waits=infer_waits)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--step'" if "step" in str(exc).split(" in ")[0] else "'--rank'") from None
     if format is CpFormat.table:
@@ -50,22 +56,6 @@ def critical_path(
         with outputs.stream(output) as fh:
             fh.write(render.json_bytes(cp) if format is CpFormat.json else render.csv_bytes(cp))
     print_warnings(cp.warnings)
-
-
-def _load(paths: list[Path], quiet: bool):
-    """The whole trace (host events included), with the progress other commands show."""
-    from traceanalyzer.engine import kineto_files
-    from traceanalyzer.engine.progress import JobProgress
-    from traceanalyzer.parsers import load
-
-    kin, nsys = kineto_files(paths)
-    files = kin + nsys
-    index = {str(f): i for i, f in enumerate(files)}
-    progress = JobProgress(files, quiet=quiet, console=err_console)
-    try:
-        return load(paths, progress=lambda f: progress.done(index.get(str(f), 0), str(f)))
-    finally:
-        progress.close()
 
 
 def register(app: typer.Typer) -> None:

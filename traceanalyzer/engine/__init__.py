@@ -33,7 +33,7 @@ from traceanalyzer.errors import ConfigError, InputNotFound
 #: processes, ~1 s each, would cost more than they save)
 POOL_BYTES = 32 * 2**20
 
-__all__ = ["analyze", "breakdown", "analyse", "analyse_trace", "analyse_any", "Options", "RankResult", "ENGINES", "KEEP", "WorkerDied",
+__all__ = ["analyze", "breakdown", "analyse", "load", "analyse_trace", "analyse_any", "Options", "RankResult", "ENGINES", "KEEP", "WorkerDied",
            "default_workers"]
 
 
@@ -105,25 +105,66 @@ def analyse(
     Kineto rank files are mapped one per task; Nsight Systems inputs (several ranks per file)
     are loaded and mapped in this process. Returns the :class:`~traceanalyzer.classify.Analysis`.
     """
-    if engine == "local" and address:
-        raise ConfigError("--address is for --engine ray")  # as batch says
     opts = opts or Options()
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    mapped = _map(paths, opts, engine, workers, address, quiet, console)
+    if not isinstance(mapped, list):  # loaded in this process
+        return analyse_trace(mapped, opts)
+    kin = [Path(r.file) for r in mapped]
+    return reduce_job(mapped, job_trace(mapped, kin), opts, _source(kin))
+
+
+def load(
+    paths: Path | Iterable[Path],
+    *,
+    engine: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    quiet: bool = False,
+    console=None,
+    cache: bool = False,
+    memory: bool = False,
+):
+    """A job's events, parsed on ``engine`` (nothing classified): the
+    :class:`~traceanalyzer.schema.Trace` that :func:`traceanalyzer.parsers.load` gives, with the
+    rank files of a large job parsed in parallel (as :func:`analyse` chooses). ``memory``: also
+    each Kineto rank file's allocator events
+    (:func:`~traceanalyzer.parsers.kineto_memory.read_memory_events`, with a ``rank`` column)
+    read by the worker that parsed it.
+
+    Returns ``(trace, memory_events)``; ``memory_events`` is None when the job was loaded in
+    this process (small jobs, Nsight Systems inputs: read them from the files then)."""
+    opts = Options(keep="events", parse_only=True, cache=cache, memory=memory)
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    mapped = _map(paths, opts, engine, workers, address, quiet, console)
+    if not isinstance(mapped, list):
+        return mapped, None
+    kin = [Path(r.file) for r in mapped]
+    trace = job_trace(mapped, kin)
+    frames = [r.memory for r in mapped if r.memory is not None]
+    return trace, (pl.concat(frames, how="vertical") if memory and frames else None)
+
+
+def _map(paths: list[Path], opts: Options, engine: str, workers: int | None, address: str | None, quiet: bool, console):
+    """The map step of a job: the rank results in file order (first file's error raised), or
+    the loaded :class:`~traceanalyzer.schema.Trace` when the job is mapped in this process (Nsight
+    Systems inputs, or a small job on the local engine with no ``workers`` asked for)."""
+    if engine == "local" and address:
+        raise ConfigError("--address is for --engine ray")  # as batch says
     kin, nsys = kineto_files(paths)
     small = sum(json_bytes(f) for f in kin) < POOL_BYTES
     if nsys or (engine == "local" and workers in (None, 1) and small):
         # several ranks per file (Nsight), or a small job: one process, all ranks in one frame
         # (the same per-rank steps, without a pass per rank: ~0.1 s saved per small rank file)
-        from traceanalyzer.parsers import load
+        from traceanalyzer.parsers import load as load_files
 
         files = kin + nsys
         progress = JobProgress(files, quiet=quiet, console=console)
         index = {str(f): i for i, f in enumerate(files)}
         try:
-            trace = load(paths, progress=lambda f: progress.done(index.get(str(f), 0), str(f)), cache=opts.cache)
+            return load_files(paths, progress=lambda f: progress.done(index.get(str(f), 0), str(f)), cache=opts.cache)
         finally:
             progress.close()
-        return analyse_trace(trace, opts)
     source = _source(kin)
     if opts.keep == "report" and len(kin) == 1:
         opts = Options(**{**opts.__dict__, "keep_gpu": True})  # its timeline needs no second pass
@@ -147,8 +188,7 @@ def analyse(
             for res in run_tasks(redo, engine, 1 if engine == "local" else workers, address):
                 results[res.index] = res
             ordered = [results[i] for i in sorted(results)]
-    trace = job_trace(ordered, kin)
-    return reduce_job(ordered, trace, opts, source)
+    return ordered
 
 
 def analyse_any(what, opts: Options, **engine_kw):

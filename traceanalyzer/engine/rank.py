@@ -57,6 +57,8 @@ class Options:
     comm_kernels: tuple[str, ...] = ()  # extra kernel-name regexes that are communication (--comm-kernel)
     tables: bool = False  # the kernel and op tables' rows (classify.kernelstats, classify.opstats); also with keep="report"
     extras: tuple[str, ...] = ()  # optional per-rank tables (names in EXTRAS), computed only when asked
+    parse_only: bool = False  # the events (with keep="events") and the job checks' tables: nothing classified (engine.load)
+    memory: bool = False  # also the file's allocator events (RankResult.memory; parsers.kineto_memory)
 
 
 @dataclass
@@ -98,6 +100,7 @@ class RankResult:
     op_stats: pl.DataFrame | None = None  # with tables or keep="report" (classify.opstats.op_stat_rows)
     events: pl.DataFrame | None = None  # only with keep == "events"
     extras: dict[str, pl.DataFrame] = field(default_factory=dict)  # Options.extras, by name
+    memory: pl.DataFrame | None = None  # with Options.memory: the allocator events, with rank
 
     def relabel(self, rank: int) -> None:
         """Give every frame the job's rank for this file."""
@@ -105,7 +108,7 @@ class RankResult:
             return
         old = self.rank
         for name in ("step_starts", "steps", "windows", "instances", "exposure", "recompute_ops", "recomputed_by_name", "outside_steps", "gpu", "events",
-                     "kernel_rows", "exposed_kernels", "kernel_stats", "op_stats"):
+                     "kernel_rows", "exposed_kernels", "kernel_stats", "op_stats", "memory"):
             df = getattr(self, name)
             if df is not None and "rank" in df.columns:
                 setattr(self, name, df.with_columns(pl.lit(rank, pl.Int32).alias("rank")))
@@ -145,7 +148,7 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
     if opts.keep == "events":
         for rank, df in _split(events, ranks).items():
             by_rank[rank].events = df
-    if not any(r.has_gpu for r in into):
+    if opts.parse_only or not any(r.has_gpu for r in into):
         return
     try:
         check_event_span(events, source)
@@ -326,6 +329,12 @@ def _analyse_rank_file(task: RankTask, progress: ProgressFn | None) -> RankResul
     events = df.with_columns(pl.lit(res.rank, dtype=pl.Int32).alias("rank"))
     del df
     meta_row = kineto.meta_frame([{**meta, "rank": res.rank}])
+    if task.opts.memory:
+        from traceanalyzer.parsers.kineto_memory import read_memory_events
+
+        # on the job's clock, as the trace's events (a file that lost its base time borrows the job's)
+        res.memory = read_memory_events(path, meta.get("base_time_ns") or task.shift_ns or 0).with_columns(
+            pl.lit(res.rank, dtype=pl.Int32).alias("rank"))
     classify_ranks(events, meta_row, task.opts, task.source, [res])
     res.seconds = time.perf_counter() - t0
     return res

@@ -89,14 +89,17 @@ def _nsys_ranks(trace, mem: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return got, mem.height - got.height
 
 
-def measured_memory(trace, step_range: str = DEFAULT_STEP, gpu_only: bool = True) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list[str]]:
+def measured_memory(trace, step_range: str = DEFAULT_STEP, gpu_only: bool = True,
+                    memory_events: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list[str]]:
     """(timeline, peaks, copies, warnings) of a loaded :class:`~traceanalyzer.schema.Trace`.
 
     Kineto rank files: the allocator's ``[memory]`` events
     (:func:`~traceanalyzer.parsers.kineto_memory.read_memory_events`) on the time base and with
     the rank the trace's parser gave that file. Nsight Systems SQLite exports: the driver's
     device allocations (:func:`~traceanalyzer.parsers.nsys_memory.read_nsys_memory`) on the
-    session clock, each given the rank of its process and device."""
+    session clock, each given the rank of its process and device. ``memory_events``: the Kineto
+    files' allocator events already read (with ``rank``; :func:`traceanalyzer.engine.load`),
+    instead of reading each file here."""
     from traceanalyzer.classify.allocations import driver_timeline
     from traceanalyzer.parsers.kineto_memory import MEMORY_SCHEMA, read_memory_events
     from traceanalyzer.parsers.nsys_memory import read_nsys_memory
@@ -104,9 +107,12 @@ def measured_memory(trace, step_range: str = DEFAULT_STEP, gpu_only: bool = True
     frames = []
     warnings: list[str] = []
     kineto = trace.meta.filter(pl.col("format") == "kineto")
-    for row in kineto.select("rank", "file", "base_time_ns").iter_rows(named=True):  # one per rank file
-        mem = read_memory_events(row["file"], row["base_time_ns"] or 0)
-        frames.append(mem.with_columns(pl.lit(row["rank"], dtype=pl.Int32).alias("rank")))
+    if memory_events is not None:
+        frames.append(memory_events.select(*MEMORY_SCHEMA, "rank"))
+    else:
+        for row in kineto.select("rank", "file", "base_time_ns").iter_rows(named=True):  # one per rank file
+            mem = read_memory_events(row["file"], row["base_time_ns"] or 0)
+            frames.append(mem.with_columns(pl.lit(row["rank"], dtype=pl.Int32).alias("rank")))
     mem = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema={**MEMORY_SCHEMA, "rank": pl.Int32})
     timelines = [allocation_timeline(mem, gpu_only=gpu_only)]
     sqlite_files = trace.meta.filter(pl.col("format") == "nsys-sqlite").get_column("file").unique().to_list()
@@ -138,6 +144,7 @@ def memory(
     step_range: str = DEFAULT_STEP,
     gpu_only: bool = True,
     cache: bool | str | Path = False,
+    workers: int | None = None,
 ) -> MemoryResult:
     """Memory per GPU: the analytic prediction for a run configuration, and what a trace measured.
 
@@ -162,6 +169,9 @@ def memory(
         Keep the GPU allocator only (not the host's ``[memory]`` events).
     cache:
         Use the parse cache (True, or a directory), as :func:`traceanalyzer.parsers.load`.
+    workers:
+        Rank files read in parallel processes (default: one process for a small job, all
+        cores for a large one; 1: in this process).
 
     Returns
     -------
@@ -222,14 +232,20 @@ def memory(
     peaks = pl.DataFrame(schema=PEAKS_SCHEMA)
     copies = pl.DataFrame(schema=COPY_SCHEMA)
     if trace is not None:
+        mem = None
         if hasattr(trace, "events") and hasattr(trace, "meta"):
             loaded = trace
-        else:
+        elif isinstance(cache, (str, Path)) and not isinstance(cache, bool):  # a cache directory of its own: this process
             from traceanalyzer.parsers import load
 
             loaded = load(trace, cache=cache)
+        else:
+            from traceanalyzer.engine import load as load_job
+
+            paths = [trace] if isinstance(trace, (str, Path)) else list(trace)
+            loaded, mem = load_job([Path(p) for p in paths], workers=workers, quiet=True, cache=bool(cache), memory=True)
         warnings += list(loaded.warnings)
-        timeline, peaks, copies, more = measured_memory(loaded, step_range, gpu_only)
+        timeline, peaks, copies, more = measured_memory(loaded, step_range, gpu_only, mem)
         if est is None and timeline.height == 0 and copies.height == 0:
             files = loaded.meta.get_column("file").to_list()
             raise NoGpuActivity("no GPU memory events and no memcpy/memset: nothing to measure (record with "

@@ -55,6 +55,7 @@ def critical_path(
     infer_waits: bool = True,
     wait_slack_ns: int = WAIT_SLACK_NS,
     host_gaps: bool = False,
+    workers: int | None = None,
 ) -> CriticalPath:
     """The critical path of every step (or of one): what the step waited on, piece by piece.
 
@@ -97,6 +98,9 @@ def critical_path(
         between ops). Default ``False``, as HTA's critical path: a thread blocked outside any op
         (e.g. the main thread while the autograd thread runs ``backward``) looks the same as a
         thread running Python, and weighing it would make such a thread the whole path.
+    workers : int, optional
+        When ``trace`` is a path: rank files parsed and classified in parallel processes
+        (default: one process for a small job, all cores for a large one; 1: in this process).
 
     Returns
     -------
@@ -138,12 +142,15 @@ def critical_path(
     """
     from pathlib import Path
 
-    from traceanalyzer.engine import analyze
+    from pathlib import Path
 
-    if isinstance(trace, (str, Path)):
-        from traceanalyzer.parsers import load
+    from traceanalyzer.engine import Options, analyse, analyze
+    from traceanalyzer.schema import Trace
 
-        trace = load(trace)
+    if not isinstance(trace, Trace):  # file(s): parsed and classified by rank workers, events kept
+        paths = [Path(trace)] if isinstance(trace, (str, os.PathLike)) else [Path(p) for p in trace]
+        analysis = analysis or analyse(paths, Options(step_name=step_name, keep="events"), workers=workers, quiet=True)
+        trace = analysis.trace
     if analysis is None:
         analysis = analyze(trace, step_name)
     events, gpu, windows, coll = trace.events, analysis.gpu, analysis.windows, analysis.collectives
