@@ -147,7 +147,10 @@ def label_gpu(
     by_name = pl.col("name").str.contains(COMM_KERNEL) & ~pl.col("name").str.contains(_NOT_COMM)
     if comm_kernels:
         by_name = by_name | pl.col("name").str.contains(user_pattern(comm_kernels))
-    is_comm = is_kernel & (by_name | pl.col("__comm_link").fill_null(False))
+    # the name patterns on each distinct name once (a trace has tens of kernel names, not tens of thousands)
+    names = gpu.select(pl.col("name").unique()).with_columns(by_name.fill_null(False).alias("__by_name"))
+    gpu = gpu.join(names, on="name", how="left", nulls_equal=True)
+    is_comm = is_kernel & (pl.col("__by_name") | pl.col("__comm_link").fill_null(False))
     is_rc = is_kernel & (pl.col("__rc_e").fill_null(False) | pl.col("__rc_c").fill_null(False))
     cls = (
         pl.when(is_comm)
@@ -165,6 +168,6 @@ def label_gpu(
             pl.when(is_kernel).then(pl.coalesce("__root_c", "__root_e")).alias("rc_root"),
         )
         .sort("__gpu")
-        .drop("__gpu", "__comm_link", "__rc_e", "__rc_c", "__root_e", "__root_c")
+        .drop("__gpu", "__comm_link", "__rc_e", "__rc_c", "__root_e", "__root_c", "__by_name")
         .collect()
     )

@@ -222,8 +222,19 @@ def outside_steps(gpu: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
             gaps,
         ]
     ).filter(pl.col("t1") > pl.col("t0")).with_row_index("__w").with_columns(pl.col("__w").cast(pl.Int64))
+    # only the work that reaches outside the windows can be busy there: the rest adds no segment
+    # boundary inside an outside interval (tiling windows usually leave a few rows)
+    gapped = gaps.select("rank").unique().with_columns(pl.lit(True).alias("__gapped"))
+    near = (
+        g.join(edges, on="rank", how="left")
+        .join(gapped, on="rank", how="left")
+        .filter(
+            pl.col("first").is_null() | (pl.col("start_ns") < pl.col("first")) | (pl.col("end_ns") > pl.col("last"))
+            | pl.col("__gapped").fill_null(False)
+        )
+    )
     seg = segments(
-        g.select("rank", "start_ns", "end_ns", pl.lit("busy").alias("cls")),
+        near.select("rank", "start_ns", "end_ns", pl.lit("busy").alias("cls")),
         out_iv.select("rank", pl.col("__w").alias("step"), pl.col("t0").alias("wstart_ns"), pl.col("t1").alias("wend_ns")),
         ["busy"],
     )
