@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands.common import WorkersOpt, non_negative_number, print_warnings
+from traceanalyzer.commands.common import QuietOpt, WorkersOpt, non_negative_number, print_warnings
 from traceanalyzer.model.memory import DEFAULT_RESERVE_GIB, GIB
 from traceanalyzer.outputs import Outputs
 
@@ -29,6 +29,7 @@ def memory(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
     cache: Annotated[bool, typer.Option("--cache/--no-cache", help="Keep parsed traces as Parquet in $TRACEANALYZER_CACHE and reuse them.")] = False,
     workers: WorkersOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Memory per GPU by component (weights, gradients, optimizer, activations) and whether it fits; with a trace, the measured peak beside it."""
     from traceanalyzer.reconcile.footprint import memory as memory_verb
@@ -39,7 +40,7 @@ def memory(
     if not paths and config is None and megatron_args is None:
         raise typer.BadParameter("give a trace, a run configuration (-c run.toml) or both", param_hint="'TRACE' / '-c'")
     result = memory_verb(paths or None, config, megatron_args=megatron_args, reserve_gb=reserve, step_range=step_range,
-                         cache=cache, workers=workers)
+                         cache=cache, workers=workers, quiet=quiet)
     reserve_bytes = reserve * GIB
     if format is MemoryFormat.json:
         from traceanalyzer.render.json import dumps

@@ -145,6 +145,7 @@ def memory(
     gpu_only: bool = True,
     cache: bool | str | Path = False,
     workers: int | None = None,
+    quiet: bool = True,
 ) -> MemoryResult:
     """Memory per GPU: the analytic prediction for a run configuration, and what a trace measured.
 
@@ -172,6 +173,9 @@ def memory(
     workers:
         Rank files read in parallel processes (default: one process for a small job, all
         cores for a large one; 1: in this process).
+    quiet:
+        No progress bar on standard error (``False``: the command line's bar, bytes read of
+        the job).
 
     Returns
     -------
@@ -243,7 +247,7 @@ def memory(
             from traceanalyzer.engine import load as load_job
 
             paths = [trace] if isinstance(trace, (str, Path)) else list(trace)
-            loaded, mem = load_job([Path(p) for p in paths], workers=workers, quiet=True, cache=bool(cache), memory=True)
+            loaded, mem = load_job([Path(p) for p in paths], workers=workers, quiet=quiet, cache=bool(cache), memory=True)
         warnings += list(loaded.warnings)
         timeline, peaks, copies, more = measured_memory(loaded, step_range, gpu_only, mem)
         if est is None and timeline.height == 0 and copies.height == 0:
