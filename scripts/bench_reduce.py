@@ -62,6 +62,7 @@ for i in range(n):
     r = pickle.loads(blob)  # each result its own copy, as from a worker
     r.index, r.file = i, f"rank{i:04d}.json"
     r.meta = {**r.meta, "rank": i, "file": r.file}
+    r.relabel(i)  # as a worker reading rank i's file would have labelled it
     results.append(r)
 del blob
 held_kb = rss_kb()
@@ -96,20 +97,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", default="8,32,64", help="comma separated rank counts")
     ap.add_argument("--repeat", type=int, default=3, help="fresh processes per rank count (median reported)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "traceanalyzer-bench-reduce")
+    ap.add_argument("--trace", type=Path, default=REAL, help="the rank file replayed (default: the real 54 MB trace)")
     ap.add_argument("--fresh", action="store_true", help="analyse the trace again even if its result is in --work")
     ap.add_argument("--json", type=Path, default=None, help="write every run here")
     args = ap.parse_args(argv)
-    if not REAL.exists():
-        print(f"error: {REAL}: no such file (the shared traces live in ../shared/traces)", file=sys.stderr)
+    if not args.trace.exists():
+        print(f"error: {args.trace}: no such file (the shared traces live in ../shared/traces)", file=sys.stderr)
         return 3
     args.work.mkdir(parents=True, exist_ok=True)
     # keyed by the code's commit-independent content: the pickled class must match this checkout
     blob = args.work / f"rank_result_{os.getpid() if args.fresh else 'cached'}.pkl"
     stamp = args.work / "rank_result.source"
-    source = str(sorted((p.stat().st_mtime_ns, str(p)) for p in (ROOT / "traceanalyzer").rglob("*.py")))
+    source = str(args.trace) + str(sorted((p.stat().st_mtime_ns, str(p)) for p in (ROOT / "traceanalyzer").rglob("*.py")))
     if args.fresh or not blob.exists() or not stamp.exists() or stamp.read_text() != source:
-        print(f"analysing {REAL.name} once ...", file=sys.stderr, flush=True)
-        run_json([PREPARE, str(REAL), str(blob)])
+        print(f"analysing {args.trace.name} once ...", file=sys.stderr, flush=True)
+        run_json([PREPARE, str(args.trace), str(blob)])
         stamp.write_text(source)
     size_mb = blob.stat().st_size / 2**20
     rows = []
