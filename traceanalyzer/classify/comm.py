@@ -202,6 +202,8 @@ def linking_threads(ev: pl.LazyFrame) -> pl.LazyFrame:
 
 def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, meta: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS) -> pl.DataFrame:
     """One row per communication kernel with type, bytes, group, dimension, wait and transfer.
+    The text columns (:data:`TEXT_COLS`: kernel name, type, group name, description and ranks,
+    dimension) are ``pl.Categorical``.
 
     ``gpu``: labelled GPU work (:func:`.labels.label_gpu`); ``windows``: step windows.
     The per-rank part is :func:`collective_instances`, the part that needs every rank of a
