@@ -52,8 +52,8 @@ def _instances(layout: str = "interleaved") -> pl.DataFrame:
         "group_size": pl.Int64, "pg_ranks": pl.String, "dim": pl.String, "instance": pl.Int64, "coll_seq": pl.Int64,
     }
     df = pl.DataFrame(rows, schema=schema, orient="row")
-    if layout in ("by_rank", "categorical"):
-        df = df.sort("rank", maintain_order=True)
+    if layout in ("by_rank", "categorical"):  # the ranks' tables one after another, a chunk each
+        df = pl.concat([df.filter(pl.col("rank") == r) for r in (0, 1)], rechunk=False)
     if layout == "categorical":
         df = df.with_columns(pl.col(c).cast(pl.Categorical) for c in TEXT_COLS)
     return df
@@ -64,8 +64,9 @@ LAYOUTS = ["interleaved", "by_rank", "categorical", "one_rank_batches"]
 
 @pytest.fixture(params=LAYOUTS)
 def layout(request, monkeypatch):
-    if request.param == "one_rank_batches":
-        monkeypatch.setattr(comm, "_BATCH_ROWS", 1)  # every rank its own batch: the partial groups add up
+    if request.param == "one_rank_batches":  # every rank its own batch: the partial groups add up
+        monkeypatch.setattr(comm, "_BATCH_ROWS", 1)
+        monkeypatch.setattr(comm, "_RUN_ROWS", 1)
         return "categorical"
     return request.param
 
@@ -104,6 +105,8 @@ def test_rank_runs_are_each_ranks_rows_or_the_whole_frame():
     assert comm._rank_runs(_instances("by_rank")) == [(0, 6), (6, 6)]
     assert comm._rank_runs(_instances("interleaved")) == [(0, 12)]  # rank 0's rows in three runs
     assert comm._batches([(0, 6), (6, 4), (10, 3)], 8) == [(0, 10), (10, 3)]
+    assert comm._chunks(_instances("by_rank")) == [(0, 6), (6, 6)]
+    assert comm._chunks(_instances("interleaved")) == [(0, 12)]
 
 
 def test_match_instances_equals_the_row_by_row_definition(layout):
@@ -111,6 +114,8 @@ def test_match_instances_equals_the_row_by_row_definition(layout):
     got = match_instances(inst, BW_GBPS)
     assert got.columns[-4:] == ["last_arrival_ns", "wait_ns", "transfer_ns", "transfer_estimated"]
     assert got.select(inst.columns[:-1]).equals(inst.drop("coll_seq"))  # rows in load order, untouched
+    # the four new columns are cut like the instances (so that later group-bys copy nothing)
+    assert {tuple(c.chunk_lengths()) for c in got.get_columns()} == {tuple(inst.get_column("rank").chunk_lengths())}
     assert list(got.select("last_arrival_ns", "wait_ns", "transfer_ns", "transfer_estimated").iter_rows()) == _reference_match(inst)
     # spot checks by hand: g0 instance 0 ends at 300 on rank 0, last arrival 150 -> transfer 150, wait 50
     assert got.filter((pl.col("pg_name") == "g0") & (pl.col("rank") == 0) & (pl.col("instance") == 0)).select(

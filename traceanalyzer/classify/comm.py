@@ -345,10 +345,11 @@ def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS
 
     What needs every rank comes from a narrow frame (group code, rank, instance, start), grouped
     a batch of ranks at a time: per group and instance the last arrival and how many ranks hold
-    it, per group whether its ranks agree on the number of instances. Each rank's kernels are
-    then matched against that small table on their own (:func:`_rank_runs`) and the four result
-    columns are put beside the instances: a job of many ranks never holds a temporary as long as
-    all its kernels, nor copies the instances' columns (rows stay in load order).
+    it, per group whether its ranks agree on the number of instances. The kernels are then
+    matched against that small table a few of the instances' chunks (one per rank in a job) at a
+    time (:func:`_chunks`), and the four result columns, cut like the instances, are put beside
+    them: a job of many ranks never holds a temporary as long as all its kernels, nor copies the
+    instances' columns (rows stay in load order).
     """
     bw = bus_bw_gbps * 1e9  # bytes per second
     n = pl.col("group_size").cast(pl.Float64)
@@ -379,8 +380,9 @@ def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS
     # with a Seq arg the instance is exact; without, only groups whose ranks agree on the count
     aligned = (pl.col("__agree") | pl.col("__seq")) & (pl.col("__ranks") >= 2)
     parts = []
-    for at, length in runs:
-        parts.append(
+    for batch in _batches_of(_chunks(inst), _RUN_ROWS):
+        at, length = batch[0][0], sum(n for _, n in batch)
+        part = (
             inst.slice(at, length)
             .select(group, "instance", "start_ns", "end_ns", "dur_ns", pl.col("coll_seq").is_not_null().alias("__seq"), est.alias("__est"))
             .join(arrival, on=["__g", "instance"], how="left", maintain_order="left")
@@ -403,7 +405,9 @@ def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS
                 "transfer_ns",
                 "transfer_estimated",
             )
+            .rechunk()
         )
+        parts += [part.slice(a - at, n) for a, n in batch]  # cut like the instances' chunks
     kept = inst.select(
         "rank", "step", "name", "stream", "start_ns", "end_ns", "dur_ns", "coll_type", "bytes",
         "pg_name", "pg_desc", "group_size", "pg_ranks", "dim", "instance",
@@ -415,17 +419,45 @@ def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS
 #: once (whole ranks: a batch ends at the first rank boundary past this many rows), so that a
 #: job of many ranks never holds temporaries as long as all its kernels
 _BATCH_ROWS = 1 << 15
+#: the same for the per-row matching (whole chunks) and the summary's group-by (whole ranks):
+#: shorter, their temporaries are wider; a job of small ranks still takes a few queries, not one
+#: per rank
+_RUN_ROWS = 1 << 12
+
+
+def _batches_of(runs: list[tuple[int, int]], rows: int) -> list[list[tuple[int, int]]]:
+    """Consecutive ``(offset, length)`` runs in batches of whole runs, a batch ending at the
+    first run that takes it to ``rows`` rows."""
+    out: list[list[tuple[int, int]]] = []
+    size = rows
+    for run in runs:
+        if size < rows:
+            out[-1].append(run)
+            size += run[1]
+        else:
+            out.append([run])
+            size = run[1]
+    return out
 
 
 def _batches(runs: list[tuple[int, int]], rows: int) -> list[tuple[int, int]]:
     """Consecutive runs joined into batches of about ``rows`` rows (whole runs)."""
-    out: list[tuple[int, int]] = []
-    for at, length in runs:
-        if out and out[-1][1] < rows:
-            out[-1] = (out[-1][0], out[-1][1] + length)
-        else:
-            out.append((at, length))
-    return out
+    return [(b[0][0], sum(n for _, n in b)) for b in _batches_of(runs, rows)]
+
+
+def _chunks(df: pl.DataFrame) -> list[tuple[int, int]]:
+    """``(offset, length)`` of the frame's chunks when all its columns are cut alike (a job's
+    table: one chunk per rank), else of the whole frame. Columns computed chunk by chunk and
+    cut the same way sit beside the frame's without a copy (a frame whose columns are cut
+    differently is copied whole by the next group-by)."""
+    cuts = {tuple(s.chunk_lengths()) for s in df.get_columns()}
+    if len(cuts) != 1 or df.height == 0:
+        return [(0, df.height)]
+    (lengths,) = cuts
+    offsets = [0]
+    for n in lengths[:-1]:
+        offsets.append(offsets[-1] + n)
+    return list(zip(offsets, lengths))
 
 
 def _rank_runs(df: pl.DataFrame) -> list[tuple[int, int]]:
@@ -531,7 +563,7 @@ def summary(coll: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
                 pl.col("group_size").first(),
                 pl.col("pg_ranks").first(),
             )
-            for at, length in _rank_runs(coll)
+            for at, length in _batches(_rank_runs(coll), _RUN_ROWS)
         ])
         .filter(pl.col("step").is_not_null())
         .sort("__k")
