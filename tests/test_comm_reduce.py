@@ -53,7 +53,7 @@ def _instances(layout: str = "interleaved") -> pl.DataFrame:
     }
     df = pl.DataFrame(rows, schema=schema, orient="row")
     if layout in ("by_rank", "categorical"):  # the ranks' tables one after another, a chunk each
-        df = pl.concat([df.filter(pl.col("rank") == r) for r in (0, 1)], rechunk=False)
+        df = pl.concat([df.filter(pl.col("rank") == r).rechunk() for r in (0, 1)], rechunk=False)
     if layout == "categorical":
         df = df.with_columns(pl.col(c).cast(pl.Categorical) for c in TEXT_COLS)
     return df
