@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.trace}: no such file (the shared traces live in ../shared/traces)", file=sys.stderr)
         return 3
     args.work.mkdir(parents=True, exist_ok=True)
-    # keyed by the code's commit-independent content: the pickled class must match this checkout
+    # the rank result is analysed again when the trace or any module of the package changed (by
+    # path and modification time): the pickled classes must match the code replaying them
     blob = args.work / f"rank_result_{os.getpid() if args.fresh else 'cached'}.pkl"
     stamp = args.work / "rank_result.source"
     source = str(args.trace) + str(sorted((p.stat().st_mtime_ns, str(p)) for p in (ROOT / "traceanalyzer").rglob("*.py")))
