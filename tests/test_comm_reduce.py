@@ -1,20 +1,35 @@
 """The job-level communication reduce on a small hand-made instance table, against plain Python.
 
 ``match_instances`` (wait / transfer across the ranks of a group) and ``summary`` (per rank,
-step and type / group / dimension) run on narrow frames with window expressions and one
-group-by; here every value is recomputed row by row from the definitions in their docstrings.
+step and type / group / dimension) run on narrow frames, a batch of ranks or one rank at a time;
+here every value is recomputed row by row from the definitions in their docstrings, for the
+text columns as strings and as categoricals (what the workers send), with the ranks' rows
+interleaved and one rank after another (a job's table), and with batches of one rank.
 """
 
 from __future__ import annotations
 
+import orjson
 import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
 
-from traceanalyzer.classify.comm import match_instances, summary
+import traceanalyzer as ta
+from traceanalyzer.classify import comm
+from traceanalyzer.classify.busbw import achieved_busbw
+from traceanalyzer.classify.comm import TEXT_COLS, match_instances, summary
+from traceanalyzer.render import json as json_render
+from traceanalyzer.report import document as report_document
+
+from conftest import DLRM
 
 BW_GBPS = 100.0
 
 
-def _instances() -> pl.DataFrame:
+def _instances(layout: str = "interleaved") -> pl.DataFrame:
+    """``interleaved``: rows group by group (each rank's rows in several runs); ``by_rank``:
+    one rank's rows after another's (a job's table); ``categorical``: the same with the text
+    columns categorical, as :func:`~traceanalyzer.classify.comm.collective_instances` makes them."""
     rows = []
     # group "g0": ranks 0 and 1 agree on 3 instances -> aligned
     for rank, starts in ((0, [100, 400, 900]), (1, [150, 380, 1000])):
@@ -36,7 +51,24 @@ def _instances() -> pl.DataFrame:
         "dur_ns": pl.Int64, "coll_type": pl.String, "bytes": pl.Int64, "pg_name": pl.String, "pg_desc": pl.String,
         "group_size": pl.Int64, "pg_ranks": pl.String, "dim": pl.String, "instance": pl.Int64, "coll_seq": pl.Int64,
     }
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    df = pl.DataFrame(rows, schema=schema, orient="row")
+    if layout in ("by_rank", "categorical"):  # the ranks' tables one after another, a chunk each
+        df = pl.concat([df.filter(pl.col("rank") == r).rechunk() for r in (0, 1)], rechunk=False)
+    if layout == "categorical":
+        df = df.with_columns(pl.col(c).cast(pl.Categorical) for c in TEXT_COLS)
+    return df
+
+
+LAYOUTS = ["interleaved", "by_rank", "categorical", "one_rank_batches"]
+
+
+@pytest.fixture(params=LAYOUTS)
+def layout(request, monkeypatch):
+    if request.param == "one_rank_batches":  # every rank its own batch: the partial groups add up
+        monkeypatch.setattr(comm, "_BATCH_ROWS", 1)
+        monkeypatch.setattr(comm, "_RUN_ROWS", 1)
+        return "categorical"
+    return request.param
 
 
 def _reference_match(inst: pl.DataFrame) -> list[tuple]:
@@ -69,11 +101,21 @@ def _reference_match(inst: pl.DataFrame) -> list[tuple]:
     return out
 
 
-def test_match_instances_equals_the_row_by_row_definition():
-    inst = _instances()
+def test_rank_runs_are_each_ranks_rows_or_the_whole_frame():
+    assert comm._rank_runs(_instances("by_rank")) == [(0, 6), (6, 6)]
+    assert comm._rank_runs(_instances("interleaved")) == [(0, 12)]  # rank 0's rows in three runs
+    assert comm._batches([(0, 6), (6, 4), (10, 3)], 8) == [(0, 10), (10, 3)]
+    assert comm._chunks(_instances("by_rank")) == [(0, 6), (6, 6)]
+    assert comm._chunks(_instances("interleaved")) == [(0, 12)]
+
+
+def test_match_instances_equals_the_row_by_row_definition(layout):
+    inst = _instances(layout)
     got = match_instances(inst, BW_GBPS)
     assert got.columns[-4:] == ["last_arrival_ns", "wait_ns", "transfer_ns", "transfer_estimated"]
     assert got.select(inst.columns[:-1]).equals(inst.drop("coll_seq"))  # rows in load order, untouched
+    # the four new columns are cut like the instances (so that later group-bys copy nothing)
+    assert {tuple(c.chunk_lengths()) for c in got.get_columns()} == {tuple(inst.get_column("rank").chunk_lengths())}
     assert list(got.select("last_arrival_ns", "wait_ns", "transfer_ns", "transfer_estimated").iter_rows()) == _reference_match(inst)
     # spot checks by hand: g0 instance 0 ends at 300 on rank 0, last arrival 150 -> transfer 150, wait 50
     assert got.filter((pl.col("pg_name") == "g0") & (pl.col("rank") == 0) & (pl.col("instance") == 0)).select(
@@ -84,8 +126,8 @@ def test_match_instances_equals_the_row_by_row_definition():
     assert got.filter((pl.col("pg_name") == "g2") & (pl.col("instance") == 5)).get_column("transfer_ns").to_list() == [None]
 
 
-def test_summary_equals_a_group_by_per_view():
-    coll = match_instances(_instances(), BW_GBPS)
+def test_summary_equals_a_group_by_per_view(layout):
+    coll = match_instances(_instances(layout), BW_GBPS)
     expo = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "by": pl.String, "key": pl.String,
                                 "exposed_ns": pl.Int64, "overlapped_ns": pl.Int64})
     got = summary(coll, expo)
@@ -114,3 +156,28 @@ def test_summary_equals_a_group_by_per_view():
     got_rows = sorted(got.select(list(expected[0])).to_dicts(), key=key)
     assert got_rows == sorted(expected, key=key)
     assert got.height == len(expected)
+    # its text columns are strings whatever the collectives' are (``key`` joins the exposure)
+    assert {c: got.schema[c] for c in ("key", "pg_desc", "pg_ranks", "dim")} == dict.fromkeys(("key", "pg_desc", "pg_ranks", "dim"), pl.String)
+
+
+def _analysis_docs(an) -> tuple[bytes, bytes]:
+    report = report_document.build(an, generated_utc="2026-01-01T00:00:00Z", command=["x"])
+    return json_render.dumps(json_render.document(an)), orjson.dumps(report, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+
+
+def test_categorical_text_columns_never_reach_an_output(monkeypatch):
+    """DLRM, 8 ranks: the analysis with the collectives' text columns categorical (as made) and
+    with them as plain strings (TEXT_COLS emptied) give byte-identical breakdown JSON and report
+    model, the same comm summary and bus-bandwidth table, and the same collectives once cast."""
+    trace = ta.load(DLRM)
+    coded = ta.analyze(trace)
+    assert all(coded.collectives.schema[c] == pl.Categorical for c in TEXT_COLS)
+    monkeypatch.setattr(comm, "TEXT_COLS", [])
+    plain = ta.analyze(trace)
+    assert all(plain.collectives.schema[c] == pl.String for c in TEXT_COLS)
+    assert coded.collectives.height == plain.collectives.height > 0
+    assert_frame_equal(coded.collectives.with_columns(pl.col(c).cast(pl.String) for c in TEXT_COLS), plain.collectives)
+    assert_frame_equal(coded.comm, plain.comm)
+    assert_frame_equal(coded.cross_rank, plain.cross_rank)
+    assert_frame_equal(achieved_busbw(coded.collectives, gpu="V100"), achieved_busbw(plain.collectives, gpu="V100"))
+    assert _analysis_docs(coded) == _analysis_docs(plain)

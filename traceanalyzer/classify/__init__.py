@@ -34,7 +34,7 @@ class Analysis:
     warnings: list[str] = field(default_factory=list)  # the trace's and the classifiers' warnings
     recompute_ops: pl.DataFrame | None = None  # recomputed host ops (classify.recompute.recompute_ops)
     recomputed_by_name: pl.DataFrame | None = None  # rank, name, count, gpu_ns (top-level recomputed ops)
-    collectives: pl.DataFrame | None = None  # one row per communication kernel (classify.comm.collectives)
+    collectives: pl.DataFrame | None = None  # one row per communication kernel (classify.comm.collectives); its text columns (name, coll_type, pg_name, pg_desc, pg_ranks, dim) are pl.Categorical
     comm: pl.DataFrame | None = None  # rank, step, by (type/group/dim), key, count, bytes, time/wait/transfer/exposed/overlapped ns
     cross_rank: pl.DataFrame | None = None  # per step over ranks: slowest rank, skew, straggler bucket
     outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns: GPU busy time in no step

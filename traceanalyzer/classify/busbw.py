@@ -72,7 +72,10 @@ def achieved_busbw(coll: pl.DataFrame, baseline: pl.DataFrame | None = None, gpu
                 pl.lit(f"hardware table (no baseline given): {spec.name} NVLink {spec.nvlink_gbps:g} GB/s × {BUS_EFFICIENCY}").alias("reference"),
             )
         c = c.with_columns(pl.lit(False).alias("extrapolated"))
-    return c.with_columns((pl.col("busbw_gbps") / pl.col("reference_gbps")).alias("efficiency")).sort("rank", "start_ns", "__i").select(BUSBW_COLUMNS)
+    return (
+        c.with_columns((pl.col("busbw_gbps") / pl.col("reference_gbps")).alias("efficiency")).sort("rank", "start_ns", "__i").select(BUSBW_COLUMNS)
+        .with_columns(pl.col("coll_type", "pg_name").cast(pl.String))  # categorical in the collectives table
+    )
 
 
 def busbw_summary(per: pl.DataFrame) -> pl.DataFrame:

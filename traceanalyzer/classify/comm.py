@@ -202,6 +202,8 @@ def linking_threads(ev: pl.LazyFrame) -> pl.LazyFrame:
 
 def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, meta: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS) -> pl.DataFrame:
     """One row per communication kernel with type, bytes, group, dimension, wait and transfer.
+    The text columns (:data:`TEXT_COLS`: kernel name, type, group name, description and ranks,
+    dimension) are ``pl.Categorical``.
 
     ``gpu``: labelled GPU work (:func:`.labels.label_gpu`); ``windows``: step windows.
     The per-rank part is :func:`collective_instances`, the part that needs every rank of a
@@ -321,13 +323,19 @@ def collective_instances(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.Da
         pl.coalesce("coll_seq", pl.col("start_ns").rank("ordinal").over("rank", "pg_name").cast(pl.Int64)).alias("instance"),
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
     )
-    return j.sort("__k").select(*_INSTANCE_COLS).collect()
+    return j.sort("__k").select(*_INSTANCE_COLS).with_columns(pl.col(c).cast(pl.Categorical) for c in TEXT_COLS).collect()
 
 
 _INSTANCE_COLS = [
     "rank", "step", "name", "stream", "start_ns", "end_ns", "dur_ns", "coll_type", "bytes",
     "pg_name", "pg_desc", "group_size", "pg_ranks", "dim", "instance", "coll_seq",
 ]
+#: the per-kernel text columns of the instances and of the collectives table: a few distinct
+#: values each (kernel names, groups), so they are ``pl.Categorical`` (a 4-byte code per kernel,
+#: the strings once per process): a job of many ranks holds a row per collective kernel.
+#: Categoricals compare with strings (``==``, ``is_in``), sort and order lexically, give Python
+#: strings in rows and dicts; ``.str`` and joins with a String column need ``.cast(pl.String)``.
+TEXT_COLS = ["name", "coll_type", "pg_name", "pg_desc", "pg_ranks", "dim"]
 
 
 def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS) -> pl.DataFrame:
@@ -335,9 +343,13 @@ def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS
     (:func:`collective_instances`, concatenated in load order): instance *i* of a group is
     aligned across its ranks, else the transfer is estimated from the bytes.
 
-    The matching runs on a narrow frame of the columns it reads, with window expressions (no
-    join, no sort: rows stay in load order), and its four result columns are put beside the
-    instances: a job of many ranks never copies the wide text columns (kernel names, groups).
+    What needs every rank comes from a narrow frame (group code, rank, instance, start), grouped
+    a batch of ranks at a time: per group and instance the last arrival and how many ranks hold
+    it, per group whether its ranks agree on the number of instances. The kernels are then
+    matched against that small table a few of the instances' chunks (one per rank in a job) at a
+    time (:func:`_chunks`), and the four result columns, cut like the instances, are put beside
+    them: a job of many ranks never holds a temporary as long as all its kernels, nor copies the
+    instances' columns (rows stay in load order).
     """
     bw = bus_bw_gbps * 1e9  # bytes per second
     n = pl.col("group_size").cast(pl.Float64)
@@ -347,60 +359,120 @@ def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS
         .otherwise(1.0)
     )
     est = (pl.col("bytes").cast(pl.Float64) * factor.fill_null(1.0) / bw * 1e9).round(0).cast(pl.Int64)
+    group = pl.col("pg_name").to_physical().alias("__g")  # a categorical's code: one per group name
+    runs = _rank_runs(inst)
+    # per group and instance: the last arrival and how many ranks hold it; per group and rank:
+    # the number of instances. Grouped a batch of ranks at a time (ranks are disjoint between
+    # batches, so the batches' rank counts add up), then the batches' groups.
+    counts, partial = [], []
+    for at, length in _batches(runs, _BATCH_ROWS):
+        narrow = inst.slice(at, length).select(group, "rank", "instance", "start_ns")
+        counts.append(narrow.group_by("__g", "rank").agg(pl.len().alias("__n")))
+        partial.append(narrow.group_by("__g", "instance").agg(pl.col("start_ns").max().alias("__last"), pl.col("rank").n_unique().alias("__ranks")))
+    del narrow
     # a group is aligned when at least two ranks hold it and they agree on its number of instances
-    aligned = (pl.col("rank").n_unique().over("__g") >= 2) & (pl.col("__n").n_unique().over("__g") == 1)
-    last = pl.col("start_ns").max().over("__g", "instance")
-    matched = (
-        inst
-        .select(
-            pl.col("pg_name").rank("dense").alias("__g"), "rank", "instance", "start_ns", "end_ns", "dur_ns",
-            pl.col("coll_seq").is_not_null().alias("__seq"), est.alias("__est"),
-        )
-        .with_columns(pl.len().over("__g", "rank").alias("__n"))
-        # with a Seq arg the instance is exact; without, only groups whose ranks agree on the count
-        .select(
-            ((aligned | pl.col("__seq")) & (pl.col("rank").n_unique().over("__g", "instance") >= 2)).alias("__aligned"),
-            last.alias("__last"), "start_ns", "end_ns", "dur_ns", "__est",
-        )
-        .select(
-            pl.when(pl.col("__aligned")).then(pl.col("__last")).alias("last_arrival_ns"),
-            pl.when(pl.col("__aligned"))
-            .then((pl.col("end_ns") - pl.max_horizontal("__last", "start_ns")).clip(0))
-            .when(pl.col("__est").is_not_null())
-            .then(pl.min_horizontal("__est", "dur_ns"))
-            .alias("transfer_ns"),
-            (~pl.col("__aligned") & pl.col("__est").is_not_null()).alias("transfer_estimated"),
-            "dur_ns",
-        )
-        .select(
-            "last_arrival_ns",
-            pl.when(pl.col("transfer_ns").is_not_null()).then(pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"),
-            "transfer_ns",
-            "transfer_estimated",
-        )
+    agree = pl.concat(counts).group_by("__g").agg(((pl.col("rank").n_unique() >= 2) & (pl.col("__n").n_unique() == 1)).alias("__agree"))
+    arrival = (
+        (pl.concat(partial).group_by("__g", "instance").agg(pl.col("__last").max(), pl.col("__ranks").sum()) if len(partial) > 1 else partial[0])
+        .join(agree, on="__g", how="left")
     )
+    del counts, partial
+    # with a Seq arg the instance is exact; without, only groups whose ranks agree on the count
+    aligned = (pl.col("__agree") | pl.col("__seq")) & (pl.col("__ranks") >= 2)
+    parts = []
+    for batch in _batches_of(_chunks(inst), _RUN_ROWS):
+        at, length = batch[0][0], sum(n for _, n in batch)
+        part = (
+            inst.slice(at, length)
+            .select(group, "instance", "start_ns", "end_ns", "dur_ns", pl.col("coll_seq").is_not_null().alias("__seq"), est.alias("__est"))
+            .join(arrival, on=["__g", "instance"], how="left", maintain_order="left")
+            .select(
+                aligned.alias("__aligned"), pl.col("__last"), "start_ns", "end_ns", "dur_ns", "__est",
+            )
+            .select(
+                pl.when(pl.col("__aligned")).then(pl.col("__last")).alias("last_arrival_ns"),
+                pl.when(pl.col("__aligned"))
+                .then((pl.col("end_ns") - pl.max_horizontal("__last", "start_ns")).clip(0))
+                .when(pl.col("__est").is_not_null())
+                .then(pl.min_horizontal("__est", "dur_ns"))
+                .alias("transfer_ns"),
+                (~pl.col("__aligned") & pl.col("__est").is_not_null()).alias("transfer_estimated"),
+                "dur_ns",
+            )
+            .select(
+                "last_arrival_ns",
+                pl.when(pl.col("transfer_ns").is_not_null()).then(pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"),
+                "transfer_ns",
+                "transfer_estimated",
+            )
+            .rechunk()
+        )
+        parts += [part.slice(a - at, n) for a, n in batch]  # cut like the instances' chunks
     kept = inst.select(
         "rank", "step", "name", "stream", "start_ns", "end_ns", "dur_ns", "coll_type", "bytes",
         "pg_name", "pg_desc", "group_size", "pg_ranks", "dim", "instance",
     )
-    return kept.hstack(_cut_like(matched, kept).get_columns())
+    return kept.hstack(pl.concat(parts, rechunk=False).get_columns())
 
 
-def _cut_like(df: pl.DataFrame, like: pl.DataFrame) -> pl.DataFrame:
-    """``df`` cut into the chunks of ``like`` (same height): a frame whose columns are cut
-    differently is copied whole (every column) by the next group-by. ``like`` is the
-    concatenation of every rank's table, one chunk per rank, which is not copied."""
-    lengths = {tuple(s.chunk_lengths()) for s in like.get_columns()}
-    if len(lengths) != 1 or df.n_chunks() != 1:
-        return df
-    (cuts,) = lengths
-    if len(cuts) < 2:
-        return df
-    parts, at = [], 0
-    for n in cuts:
-        parts.append(df.slice(at, n))
-        at += n
-    return pl.concat(parts, rechunk=False)
+#: rows of a job's collective kernels that :func:`match_instances` and :func:`summary` take at
+#: once (whole ranks: a batch ends at the first rank boundary past this many rows), so that a
+#: job of many ranks never holds temporaries as long as all its kernels
+_BATCH_ROWS = 1 << 15
+#: the same for the per-row matching (whole chunks) and the summary's group-by (whole ranks):
+#: shorter, their temporaries are wider; a job of small ranks still takes a few queries, not one
+#: per rank
+_RUN_ROWS = 1 << 12
+
+
+def _batches_of(runs: list[tuple[int, int]], rows: int) -> list[list[tuple[int, int]]]:
+    """Consecutive ``(offset, length)`` runs in batches of whole runs, a batch ending at the
+    first run that takes it to ``rows`` rows."""
+    out: list[list[tuple[int, int]]] = []
+    size = rows
+    for run in runs:
+        if size < rows:
+            out[-1].append(run)
+            size += run[1]
+        else:
+            out.append([run])
+            size = run[1]
+    return out
+
+
+def _batches(runs: list[tuple[int, int]], rows: int) -> list[tuple[int, int]]:
+    """Consecutive runs joined into batches of about ``rows`` rows (whole runs)."""
+    return [(b[0][0], sum(n for _, n in b)) for b in _batches_of(runs, rows)]
+
+
+def _chunks(df: pl.DataFrame) -> list[tuple[int, int]]:
+    """``(offset, length)`` of the frame's chunks when all its columns are cut alike (a job's
+    table: one chunk per rank), else of the whole frame. Columns computed chunk by chunk and
+    cut the same way sit beside the frame's without a copy (a frame whose columns are cut
+    differently is copied whole by the next group-by)."""
+    cuts = {tuple(s.chunk_lengths()) for s in df.get_columns()}
+    if len(cuts) != 1 or df.height == 0:
+        return [(0, df.height)]
+    (lengths,) = cuts
+    offsets = [0]
+    for n in lengths[:-1]:
+        offsets.append(offsets[-1] + n)
+    return list(zip(offsets, lengths))
+
+
+def _rank_runs(df: pl.DataFrame) -> list[tuple[int, int]]:
+    """``(offset, length)`` of each rank's rows when every rank's rows are contiguous (a job's
+    table: the ranks' tables one after another), else of the whole frame. A per-rank query on
+    each run (a zero-copy slice) gives what one query on the frame gives for anything computed
+    per row or per group of one rank, with temporaries the size of one rank's rows."""
+    if df.height == 0:
+        return [(0, 0)]
+    rank = pl.col("rank")
+    starts = df.select(pl.arg_where(rank.ne_missing(rank.shift())).alias("at")).get_column("at").to_list()
+    if len(starts) != df.get_column("rank").n_unique():  # a rank in several runs
+        return [(0, df.height)]
+    ends = [*starts[1:], df.height]
+    return [(a, b - a) for a, b in zip(starts, ends)]
 
 
 def _keyed_classes(coll: pl.DataFrame) -> dict[str, list[str]]:
@@ -466,31 +538,37 @@ def exposure(gpu: pl.DataFrame, coll: pl.DataFrame, windows: pl.DataFrame) -> pl
 def summary(coll: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, step, by, key): count, bytes, time, wait, transfer, exposed, overlapped.
 
-    The kernels are grouped once by (rank, step, type, group, dimension), a few rows per rank
-    and step, and the three views are sums over those groups (a job of many ranks has a row per
-    collective kernel: one pass over it, not three). ``first`` values come from the group
-    holding the earliest kernel, as a group-by over the kernels gives them."""
+    The kernels are grouped once by (rank, step, type, group, dimension), one rank at a time
+    (:func:`_rank_runs`), a few rows per rank and step, and the three views are sums over those
+    groups (a job of many ranks has a row per collective kernel: one pass over it, not three).
+    ``first`` values come from the group holding the earliest kernel, as a group-by over the
+    kernels gives them. Its text columns are strings (those of ``coll`` may be categorical)."""
     sums = ["bytes", "wait_ns", "transfer_ns"]
     fine = (
-        coll.select(
-            "rank", "step", "coll_type", "pg_name", "dim", *sums, "dur_ns", "transfer_estimated",
-            "pg_desc", "group_size", "pg_ranks",
-        )
-        .with_row_index("__k")
-        .group_by("rank", "step", "coll_type", "pg_name", "dim")
-        .agg(
-            pl.col("__k").first(),
-            pl.len().alias("count"),
-            *[pl.col(c).sum() for c in sums],
-            *[pl.col(c).is_not_null().any().alias(f"__has_{c}") for c in sums],
-            pl.col("dur_ns").sum().alias("time_ns"),
-            pl.col("transfer_estimated").any(),
-            pl.col("pg_desc").first(),
-            pl.col("group_size").first(),
-            pl.col("pg_ranks").first(),
-        )
+        pl.concat([  # rank is a key: one rank's kernels at a time (temporaries the size of one rank)
+            coll.slice(at, length).select(
+                "rank", "step", "coll_type", "pg_name", "dim", *sums, "dur_ns", "transfer_estimated",
+                "pg_desc", "group_size", "pg_ranks",
+            )
+            .with_row_index("__k", offset=at)
+            .group_by("rank", "step", "coll_type", "pg_name", "dim")
+            .agg(
+                pl.col("__k").first(),
+                pl.len().alias("count"),
+                *[pl.col(c).sum() for c in sums],
+                *[pl.col(c).is_not_null().any().alias(f"__has_{c}") for c in sums],
+                pl.col("dur_ns").sum().alias("time_ns"),
+                pl.col("transfer_estimated").any(),
+                pl.col("pg_desc").first(),
+                pl.col("group_size").first(),
+                pl.col("pg_ranks").first(),
+            )
+            for at, length in _batches(_rank_runs(coll), _RUN_ROWS)
+        ])
         .filter(pl.col("step").is_not_null())
         .sort("__k")
+        # the summary's text columns are strings (a few rows per step; ``key`` joins ``expo``)
+        .with_columns(pl.col(c).cast(pl.String) for c in ("coll_type", "pg_name", "dim", "pg_desc", "pg_ranks"))
     )
     parts = []
     for by, col in (("type", "coll_type"), ("group", "pg_name"), ("dim", "dim")):

@@ -71,7 +71,9 @@ def cross_rank(steps: pl.DataFrame, causes: list[str] | None = None, coll: pl.Da
     )
     waited = pl.DataFrame(schema={"step": pl.Int64, "waited_on_rank": pl.Int32, "waited_on_wait_ns": pl.Int64})
     if coll is not None and coll.height:
-        measured = coll.filter(pl.col("step").is_not_null() & ~pl.col("transfer_estimated") & pl.col("wait_ns").is_not_null())
+        measured = coll.select("step", "rank", "wait_ns", "transfer_estimated").filter(  # a filter copies what it keeps
+            pl.col("step").is_not_null() & ~pl.col("transfer_estimated") & pl.col("wait_ns").is_not_null()
+        )
         if measured.height:
             waited = (
                 measured.group_by("step", "rank")
