@@ -45,24 +45,51 @@ THREAD = ["rank", "pid", "tid"]
 _HOST_COLS = [*THREAD, "kind", "name", "start_ns", "end_ns", "seq", "fwd_tid", "external_id", "correlation"]
 
 
-def host_tree(events: pl.LazyFrame) -> pl.LazyFrame:
-    """Host ranges in per-thread pre-order with ``pos`` (row) and ``hi`` (last descendant row)."""
-    h = (
-        events.filter(pl.col("kind").is_in(HOST_KINDS))
-        .select(_HOST_COLS)
-        .sort([*THREAD, "start_ns", "end_ns"], descending=[False] * 4 + [True])
+def host_tree(events: pl.DataFrame | pl.LazyFrame, threads: pl.DataFrame | pl.LazyFrame | None = None) -> pl.LazyFrame:
+    """Host ranges in per-thread pre-order with ``pos`` (row) and ``hi`` (last descendant row).
+
+    Columns: ``pos, rank, pid, tid, kind, name, start_ns, end_ns, seq, fwd_tid, external_id,
+    correlation, hi``. ``threads``: a frame of ``rank, pid, tid``; only the ranges of those
+    threads (default: every host thread). Equal ranges of one thread keep their order in
+    ``events``.
+
+    The order and the nesting are computed on the row numbers, the thread and the times alone
+    (the three sorts of a tree of ~300k ranges cost ~20 MiB, not ~140 MiB with every column);
+    the other columns are gathered from ``events`` once, in tree order. Pass ``events`` as a
+    DataFrame for that; a LazyFrame is first collected to its host ranges."""
+    if isinstance(events, pl.LazyFrame):
+        ev = events.filter(pl.col("kind").is_in(HOST_KINDS))
+        if threads is not None:
+            ev = ev.join(threads.lazy(), on=THREAD, how="semi")
+            threads = None
+        events = ev.select(_HOST_COLS).collect()
+    rows = (
+        events.lazy()
+        .select(*THREAD, "kind", "start_ns", "end_ns")
+        .with_row_index("__row")
+        .filter(pl.col("kind").is_in(HOST_KINDS))
+    )
+    if threads is not None:
+        rows = rows.join(threads.lazy(), on=THREAD, how="semi")
+    order = (
+        rows.select("__row", *THREAD, "start_ns", "end_ns")
+        .sort([*THREAD, "start_ns", "end_ns", "__row"], descending=[False] * 4 + [True, False])
         .with_row_index("pos")
         .with_columns(pl.col("pos").cast(pl.Int64))
+        .collect()
     )
+    h = order.lazy()
     last = h.group_by(*THREAD, "start_ns").agg(pl.col("pos").max().alias("hi")).sort("start_ns")
-    return (
-        h.with_columns((pl.col("end_ns") - 1).alias("__q"))
+    hi = (
+        h.select("pos", *THREAD, (pl.col("end_ns") - 1).alias("__q"))
         .sort("__q")
-        .join_asof(last, left_on="__q", right_on="start_ns", by=THREAD, strategy="backward", check_sortedness=False, suffix="__r")
-        .with_columns(pl.max_horizontal("pos", pl.col("hi").fill_null(pl.col("pos"))).alias("hi"))
-        .drop("__q", "start_ns__r", strict=False)
+        .join_asof(last, left_on="__q", right_on="start_ns", by=THREAD, strategy="backward", check_sortedness=False)
         .sort("pos")
+        .select(pl.max_horizontal("pos", pl.col("hi").fill_null(pl.col("pos"))).alias("hi"))
+        .collect()
     )
+    wide = events.select(pl.col(_HOST_COLS).gather(order.get_column("__row")))
+    return pl.concat([order.select("pos"), wide, hi], how="horizontal").lazy()
 
 
 def cover(tree: pl.DataFrame, mask: pl.Expr, name: str, strict: bool = False) -> pl.DataFrame:
@@ -115,8 +142,7 @@ def recompute_ops(events: pl.DataFrame | pl.LazyFrame, pattern: str | None = Non
     # recompute needs a backward node or a checkpoint range on the same thread: build the call
     # tree of those threads only (the forward thread of a GPU job, most of its events, drops out)
     if tree is None:
-        ev = events.lazy()
-        tree = host_tree(ev.join(recompute_threads(ev, pattern), on=THREAD, how="semi")).collect()
+        tree = host_tree(events, recompute_threads(events.lazy(), pattern)).collect()
     candidate = (
         (pl.col("kind") == "cpu_op")
         & pl.col("seq").is_not_null()
