@@ -115,7 +115,8 @@ def flag_raw(raw: pl.DataFrame, n: int | None = None, no_ph: int | None = None) 
     and judged together, so thresholds apply to the whole file. ``n`` / ``no_ph``: the chunk's
     number of events and of events without ``ph`` when ``raw`` holds only some of its rows (the
     parser keeps the rows of complete and begin/end events only); default: counted in ``raw``."""
-    x = raw.filter(pl.col("ph") == "X")
+    is_x = pl.col("ph") == "X"
+    x = raw.lazy().filter(is_x).select("cat", "ts", "dur").collect()  # the columns the flags read, not a copy of every row
     ok_ts = _finite("ts")
     ok_dur = _finite("dur") & (pl.col("dur") >= 0)
     in_range = (pl.col("ts").abs() + pl.col("dur")) <= MAX_ABS_TS_US
@@ -145,7 +146,8 @@ def flag_raw(raw: pl.DataFrame, n: int | None = None, no_ph: int | None = None) 
             .iter_rows()
         ),
     }
-    return x.filter(ok_ts & ok_dur & in_range), counts
+    keep = raw.select((is_x & ok_ts & ok_dur & in_range).fill_null(False)).to_series()
+    return (raw if keep.all() else raw.filter(keep)), counts
 
 
 def merge_counts(counts: list[dict]) -> dict:
