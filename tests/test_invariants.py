@@ -103,3 +103,20 @@ def test_windows_invariant_cases():
         invariants.check_windows(win([(0, 1, 0, 60), (0, 2, 50, 100)]), ev, "x")
     with pytest.raises(InvariantViolation, match="outside the rank's events"):
         invariants.check_windows(win([(0, 1, 0, 101)]), ev, "x")
+
+
+def test_unique_rows_equals_a_full_unique_in_order():
+    import random
+
+    from traceanalyzer.parsers.clean import _unique_rows
+
+    rng = random.Random(7)
+    for _ in range(50):
+        n = rng.randint(1, 80)
+        df = pl.DataFrame({
+            "a": [rng.choice([1, 2, None]) for _ in range(n)],
+            "s": [rng.choice(["x", "y", None, "a long name beyond the inline view size"]) for _ in range(n)],
+            "b": [rng.randint(0, 2) for _ in range(n)],
+        })
+        want = [r for i, r in enumerate(df.rows()) if r not in df.rows()[:i]]
+        assert _unique_rows(df).rows() == want

@@ -143,3 +143,59 @@ def test_user_pattern_marks_an_annotation_range_as_recompute():
     assert recompute_ops(ev).height == 0
     ops = recompute_ops(ev, pattern="^my_recompute$")
     assert ops.select("name", "correlation").rows() == [("cudaLaunchKernel", 1)]
+
+
+def _tree_reference(events: pl.DataFrame) -> list[tuple]:
+    """Plain-Python host call tree: host ranges per thread in pre-order (start, longest first,
+    then file order), each with its row in ``events`` and the pre-order row of its last
+    descendant (the last range of the thread that starts before it ends)."""
+    rows = [
+        (r["rank"], r["pid"], r["tid"], r["start_ns"], -r["end_ns"], i, r["end_ns"])
+        for i, r in enumerate(events.iter_rows(named=True))
+        if r["kind"] in ("cpu_op", "annotation", "runtime")
+    ]
+    rows.sort(key=lambda r: r[:6])
+    out = []
+    for p, (rank, pid, tid, start, _, i, end) in enumerate(rows):
+        hi = p
+        while hi + 1 < len(rows) and rows[hi + 1][:3] == (rank, pid, tid) and rows[hi + 1][3] < end:
+            hi += 1
+        out.append((p, i, hi))
+    return out
+
+
+@needs_cpu
+def test_host_tree_matches_a_plain_python_walk_and_keeps_file_order_on_ties():
+    from traceanalyzer.classify.recompute import host_tree
+
+    ev = ta.load(CPU / "cpu_ckpt_selective.pt.trace.json.gz").events
+    # a copy of one range on its thread: a tie that only the file order breaks
+    dup = ev.filter(pl.col("kind") == "cpu_op").head(1).with_columns(pl.lit("tie_copy").alias("name"))
+    ev = pl.concat([ev, dup])
+    want = _tree_reference(ev)
+    tree = host_tree(ev).collect()
+    assert tree.height == len(want) > 1000
+    assert tree["pos"].to_list() == [p for p, _, _ in want]
+    assert tree["hi"].to_list() == [hi for _, _, hi in want]
+    rows = [i for _, i, _ in want]
+    gathered = ev.with_row_index("__i").filter(pl.col("__i").is_in(rows))
+    expect = pl.DataFrame({"__i": rows}, schema={"__i": pl.UInt32}).join(gathered, on="__i", how="left", maintain_order="left")
+    assert tree.drop("pos", "hi").equals(expect.select(tree.drop("pos", "hi").columns))
+    copy_pos = tree.filter(pl.col("name") == "tie_copy")["pos"].item()
+    assert tree.row(copy_pos - 1, named=True)["start_ns"] == tree.row(copy_pos, named=True)["start_ns"]  # right after its twin
+    # the same tree for a subset of threads as from a LazyFrame already cut to them
+    threads = ev.filter(pl.col("kind") == "runtime").select("rank", "pid", "tid").unique()
+    lazy = host_tree(ev.lazy().join(threads.lazy(), on=["rank", "pid", "tid"], how="semi")).collect()
+    assert host_tree(ev, threads).collect().equals(lazy)
+
+
+def test_cover_marks_the_rows_under_each_marked_range():
+    from traceanalyzer.classify.recompute import cover
+
+    # pos 0..7; ranges: 0 holds 1..3, 4 holds 5, 6 and 7 are leaves
+    tree = pl.DataFrame({"pos": list(range(8)), "hi": [3, 1, 3, 3, 5, 5, 6, 7], "m": [True, False, False, False, True, False, False, True]})
+    marks = [(p, h) for p, h, m in zip(tree["pos"], tree["hi"], tree["m"]) if m]
+    for strict in (False, True):
+        want = [any(p + strict <= q <= h for p, h in marks) for q in range(8)]
+        assert cover(tree, pl.col("m"), "c", strict=strict)["c"].to_list() == want
+    assert not cover(tree, pl.lit(False), "c")["c"].any()

@@ -54,8 +54,12 @@ def segments(
         .group_by(key, "t")
         .agg(pl.col(counts).sum())
         .sort(key, "t")
-        .with_columns(pl.col(counts).cum_sum().over(key))
-        .with_columns(pl.col("t").shift(-1).over(key).alias("t1"))
+        # each interval opens and closes on its own key, so every key's deltas sum to zero and
+        # the running sum over the sorted keys restarts at zero on each: no window over ``key``
+        .with_columns(
+            pl.col(counts).cum_sum(),
+            pl.when(pl.col(key).shift(-1).eq_missing(pl.col(key))).then(pl.col("t").shift(-1)).alias("t1"),
+        )
         .rename({"t": "t0"})
         .filter(pl.col("t1").is_not_null() & (pl.col("t1") > pl.col("t0")))
     )

@@ -128,7 +128,10 @@ def label_gpu(
     ``pattern``: extra host-range regex treated like ``CheckpointFunctionBackward``;
     ``comm_kernels``: extra kernel-name regexes (case-insensitive) that are communication."""
     ev = events.lazy()
-    gpu = ev.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).with_row_index("__gpu")
+    # the labels are computed on the columns they read and joined to the GPU rows once, by
+    # position: the joins and the sort then carry five columns, not all of them
+    wide = events.filter(pl.col("kind").is_in(GPU_WORK_KINDS))
+    gpu = wide.lazy().select("rank", "kind", "name", "external_id", "correlation").with_row_index("__gpu")
     comm_ext = (
         ev.filter((pl.col("kind") == "cpu_op") & pl.col("name").is_in(COMM_LAUNCHERS) & pl.col("external_id").is_not_null())
         .select("rank", "external_id")
@@ -161,13 +164,13 @@ def label_gpu(
         .then(pl.lit("compute"))
         .otherwise(pl.lit("other"))
     )
-    return (
-        gpu.with_columns(
+    labels = (
+        gpu.sort("__gpu")
+        .select(
             cls.alias("cls"),
             (is_comm & (pl.col("__rc_e").fill_null(False) | pl.col("__rc_c").fill_null(False))).alias("comm_in_recompute"),
             pl.when(is_kernel).then(pl.coalesce("__root_c", "__root_e")).alias("rc_root"),
         )
-        .sort("__gpu")
-        .drop("__gpu", "__comm_link", "__rc_e", "__rc_c", "__root_e", "__root_c", "__by_name")
         .collect()
     )
+    return wide.hstack(labels.get_columns())

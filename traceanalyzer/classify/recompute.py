@@ -45,44 +45,65 @@ THREAD = ["rank", "pid", "tid"]
 _HOST_COLS = [*THREAD, "kind", "name", "start_ns", "end_ns", "seq", "fwd_tid", "external_id", "correlation"]
 
 
-def host_tree(events: pl.LazyFrame) -> pl.LazyFrame:
-    """Host ranges in per-thread pre-order with ``pos`` (row) and ``hi`` (last descendant row)."""
-    h = (
-        events.filter(pl.col("kind").is_in(HOST_KINDS))
-        .select(_HOST_COLS)
-        .sort([*THREAD, "start_ns", "end_ns"], descending=[False] * 4 + [True])
+def host_tree(events: pl.DataFrame | pl.LazyFrame, threads: pl.DataFrame | pl.LazyFrame | None = None) -> pl.LazyFrame:
+    """Host ranges in per-thread pre-order with ``pos`` (row) and ``hi`` (last descendant row).
+
+    Columns: ``pos, rank, pid, tid, kind, name, start_ns, end_ns, seq, fwd_tid, external_id,
+    correlation, hi``. ``threads``: a frame of ``rank, pid, tid``; only the ranges of those
+    threads (default: every host thread). Equal ranges of one thread keep their order in
+    ``events``.
+
+    The order and the nesting are computed on integers alone (row number, thread number in
+    ``rank, pid, tid`` order, times): sorting ~300k ranges by their text ``pid``/``tid`` and
+    carrying every column through three sorts cost ~140 MiB, this ~40 MiB. The other columns
+    are gathered from ``events`` once, in tree order. Pass ``events`` as a DataFrame for that;
+    a LazyFrame is first collected to its host ranges."""
+    if isinstance(events, pl.LazyFrame):
+        ev = events.filter(pl.col("kind").is_in(HOST_KINDS))
+        if threads is not None:
+            ev = ev.join(threads.lazy(), on=THREAD, how="semi")
+            threads = None
+        events = ev.select(_HOST_COLS).collect()
+    rows = events.lazy().select(*THREAD, "kind", "start_ns", "end_ns").with_row_index("__row").filter(pl.col("kind").is_in(HOST_KINDS))
+    # thread number: the rank of (rank, pid, tid) in sort order; the join keeps the given threads only
+    every = threads is None
+    numbers = (rows.select(THREAD) if every else threads.lazy().select(THREAD)).unique().sort(THREAD).with_row_index("__t")
+    order = (
+        rows.join(numbers, on=THREAD, how="inner", nulls_equal=every)
+        .select("__row", "__t", "start_ns", "end_ns")
+        .sort(["__t", "start_ns", "end_ns", "__row"], descending=[False, False, True, False])
         .with_row_index("pos")
         .with_columns(pl.col("pos").cast(pl.Int64))
+        .collect()
     )
-    last = h.group_by(*THREAD, "start_ns").agg(pl.col("pos").max().alias("hi")).sort("start_ns")
-    return (
-        h.with_columns((pl.col("end_ns") - 1).alias("__q"))
+    h = order.lazy()
+    # hi: the last row of the thread that starts before the range ends
+    last = h.group_by("__t", "start_ns").agg(pl.col("pos").max().alias("hi")).sort("start_ns")
+    hi = (
+        h.select("pos", "__t", (pl.col("end_ns") - 1).alias("__q"))
         .sort("__q")
-        .join_asof(last, left_on="__q", right_on="start_ns", by=THREAD, strategy="backward", check_sortedness=False, suffix="__r")
-        .with_columns(pl.max_horizontal("pos", pl.col("hi").fill_null(pl.col("pos"))).alias("hi"))
-        .drop("__q", "start_ns__r", strict=False)
+        .join_asof(last, left_on="__q", right_on="start_ns", by="__t", strategy="backward", check_sortedness=False)
         .sort("pos")
+        .select(pl.max_horizontal("pos", pl.col("hi").fill_null(pl.col("pos"))).alias("hi"))
+        .collect()
     )
+    wide = events.select(pl.col(_HOST_COLS).gather(order.get_column("__row")))
+    return pl.concat([order.select("pos"), wide, hi], how="horizontal").lazy()
 
 
 def cover(tree: pl.DataFrame, mask: pl.Expr, name: str, strict: bool = False) -> pl.DataFrame:
     """Add boolean ``name``: the row lies under (or is, unless ``strict``) a row where ``mask`` holds.
 
-    ``tree`` is a materialised :func:`host_tree` frame (sorted by ``pos``)."""
-    marks = tree.filter(mask)
-    first = pl.col("pos") + (1 if strict else 0)
-    delta = pl.concat(
-        [
-            marks.select(first.alias("p"), pl.lit(1, pl.Int64).alias("__d")),
-            marks.select((pl.col("hi") + 1).alias("p"), pl.lit(-1, pl.Int64).alias("__d")),
-        ]
-    ).group_by("p").agg(pl.col("__d").sum())
-    return (
-        tree.join(delta, left_on="pos", right_on="p", how="left")
-        .sort("pos")
-        .with_columns((pl.col("__d").fill_null(0).cum_sum() > 0).alias(name))
-        .drop("__d")
-    )
+    ``tree`` is a materialised :func:`host_tree` frame (sorted by ``pos``, ``pos`` the row
+    number). A row at ``p`` is covered when more marked ranges open at or before ``p`` (at
+    ``pos``, or ``pos + 1`` when ``strict``) than close before it (at ``hi + 1``): two binary
+    searches over the marked rows' bounds, no join with or sort of the tree."""
+    marks = tree.lazy().filter(mask).select("pos", "hi").collect()
+    opens = (marks.get_column("pos") + (1 if strict else 0)).sort()
+    closes = (marks.get_column("hi") + 1).sort()
+    pos = tree.get_column("pos")
+    depth = opens.search_sorted(pos, side="right").cast(pl.Int64) - closes.search_sorted(pos, side="right").cast(pl.Int64)
+    return tree.with_columns((depth > 0).alias(name))
 
 
 def _is_backward_node() -> pl.Expr:
@@ -115,8 +136,7 @@ def recompute_ops(events: pl.DataFrame | pl.LazyFrame, pattern: str | None = Non
     # recompute needs a backward node or a checkpoint range on the same thread: build the call
     # tree of those threads only (the forward thread of a GPU job, most of its events, drops out)
     if tree is None:
-        ev = events.lazy()
-        tree = host_tree(ev.join(recompute_threads(ev, pattern), on=THREAD, how="semi")).collect()
+        tree = host_tree(events, recompute_threads(events.lazy(), pattern)).collect()
     candidate = (
         (pl.col("kind") == "cpu_op")
         & pl.col("seq").is_not_null()
@@ -132,20 +152,17 @@ def recompute_ops(events: pl.DataFrame | pl.LazyFrame, pattern: str | None = Non
         (pl.col("name") == "PythonDispatchMode").cast(pl.Int64).cum_sum().alias("__cm"),
     )
     n_desc = pl.col("hi") - pl.col("pos")
-    t = t.join(
-        t.select(pl.col("pos").alias("hi"), pl.col("__cd").alias("__cd_hi"), pl.col("__cm").alias("__cm_hi")),
-        on="hi",
-        how="left",
-    ).with_columns(
+    last_row = pl.col("pos").search_sorted(pl.col("hi"))  # the row of the last descendant (pos is the row number)
+    t = t.with_columns(
         (
             detachish
             | (
                 (n_desc > 0)
-                & (pl.col("__cd_hi") - pl.col("__cd") == n_desc)
-                & (pl.col("__cm_hi") - pl.col("__cm") > 0)
+                & (pl.col("__cd").gather(last_row) - pl.col("__cd") == n_desc)
+                & (pl.col("__cm").gather(last_row) - pl.col("__cm") > 0)
             )
         ).alias("__noop")
-    ).sort("pos")
+    )
     t = cover(t, is_eval, "__in_eval", strict=True)
     t = cover(t, is_region, "__in_region", strict=True)
     # nested backward nodes strictly inside a region (their subtree is real backward work)

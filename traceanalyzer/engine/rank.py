@@ -160,7 +160,7 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
         check_windows(windows, events, source)
         ev = events.lazy()
         threads = pl.concat([recompute.recompute_threads(ev, opts.recompute_pattern), comm.linking_threads(ev)]).unique()
-        tree = recompute.host_tree(ev.join(threads, on=recompute.THREAD, how="semi")).collect()
+        tree = recompute.host_tree(events, threads).collect()
         rc_ops = recompute.recompute_ops(events, opts.recompute_pattern, tree=tree)
         gpu = label_gpu(events, rc_ops, comm_kernels=list(opts.comm_kernels) or None)
         steps = partition(gpu, windows, source)

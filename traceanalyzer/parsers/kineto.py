@@ -566,7 +566,7 @@ def _meta(doc: dict, path: Path, df: pl.DataFrame, base_ns: int) -> dict:
     props = doc.get("deviceProperties") if isinstance(doc.get("deviceProperties"), list) else []
     # the device this rank used: the most common GPU pid among its kernels
     dev_id = None
-    kernels = df.filter(pl.col("kind") == "kernel")
+    kernels = df.select("kind", "pid").filter(pl.col("kind") == "kernel")  # two columns, not a copy of every kernel row
     if kernels.height:
         top = kernels.group_by("pid").len().sort("len", descending=True)
         dev_id = top.item(0, "pid")
