@@ -86,9 +86,10 @@ def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False,
     """
     from traceanalyzer.parsers import load as parse
 
+    from traceanalyzer.engine import check_workers
+
     paths = [Path(_path(path))] if isinstance(path, (str, os.PathLike)) else [Path(_path(p)) for p in _paths(path)]
-    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
-        raise InvalidArgument(f"workers must be a positive integer, got {workers!r}")
+    check_workers(workers)
     cache_arg = _cache_arg(cache)
     if workers == 1 or isinstance(cache_arg, Path):  # in this process (a cache directory of its own too)
         return parse(paths[0] if isinstance(path, (str, os.PathLike)) else paths, cache=cache_arg)
@@ -241,7 +242,7 @@ def analyze(
     _check_patterns(recompute_range, comm_kernels)
     if not (isinstance(bus_bw_gbps, (int, float)) and 0 < bus_bw_gbps < float("inf")):
         raise InvalidArgument(f"bus_bw_gbps must be a finite positive number (GB/s), got {bus_bw_gbps!r}")
-    from traceanalyzer.engine import Options, analyse, analyse_trace
+    from traceanalyzer.engine import Options, analyse, analyse_trace, check_workers
 
     # the per-kernel and per-op rows are computed when kernels(), ops() or report() first ask
     # (classify.tables.with_tables): the analysis keeps the events and the GPU work they need
@@ -250,8 +251,7 @@ def analyze(
     if isinstance(source, Trace):
         return analyse_trace(source, opts)
     paths = [Path(_path(source))] if isinstance(source, (str, os.PathLike)) else [Path(_path(p)) for p in _paths(source)]
-    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
-        raise InvalidArgument(f"workers must be a positive integer, got {workers!r}")
+    check_workers(workers)
     cache_arg = _cache_arg(cache)
     if isinstance(cache_arg, Path):  # a cache directory of its own: loaded in this process
         return analyse_trace(load(paths, cache=cache_arg), opts)
@@ -660,8 +660,7 @@ def report(
     from traceanalyzer.classify.tables import with_tables
 
     a = _analysis(source)
-    if a.kernel_stats is None and a.trace.events.height and a.gpu.height:
-        a = with_tables(a)  # the top-kernel table
+    a = with_tables(a, if_possible=True)  # the top-kernel table
     if rank is not None and rank not in a.trace.ranks:
         raise InvalidArgument(f"no rank {rank} in the trace (ranks: {a.trace.ranks[:16]})")
     model = document.build(a, rank=rank, config=Path(config) if config is not None else None, top=top, ranks=ranks)

@@ -72,14 +72,17 @@ def table_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame,
     return kernel_stat_rows(events, gpu, windows, seg), op_stat_rows(events, gpu, windows)
 
 
-def with_tables(analysis):
+def with_tables(analysis, *, if_possible: bool = False):
     """``analysis`` with its per-kernel and per-op rows, computed from its events and GPU work on
     first use and kept in it (every rank and step is its own, so the rows equal those the rank
     workers compute; a :func:`~traceanalyzer.api.select` cut gives the rows of its ranks and
-    steps)."""
+    steps). Without events to compute them from: ConfigError, or with ``if_possible`` the
+    analysis as it is."""
     if analysis.kernel_stats is not None and analysis.op_stats is not None:
         return analysis
     if not analysis.trace.events.height or not analysis.gpu.height:
+        if if_possible:
+            return analysis
         raise ConfigError("this analysis has no per-kernel rows and no events to compute them from: pass the trace (or files) instead")
     analysis.kernel_stats, analysis.op_stats = table_rows(analysis.trace.events, analysis.gpu, analysis.windows)
     return analysis

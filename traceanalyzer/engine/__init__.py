@@ -27,14 +27,21 @@ from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
 from traceanalyzer.engine.pool import ENGINES, WorkerDied, run_tasks
 from traceanalyzer.engine.progress import JobProgress, json_bytes
 from traceanalyzer.engine.rank import KEEP, Options, RankResult, RankTask, classify_ranks, default_workers
-from traceanalyzer.errors import ConfigError, InputNotFound
+from traceanalyzer.errors import ConfigError, InputNotFound, InvalidArgument
 
 #: below this much JSON in all (inflated), the default is one process (starting worker
 #: processes, ~1 s each, would cost more than they save)
 POOL_BYTES = 32 * 2**20
 
-__all__ = ["analyze", "breakdown", "analyse", "load", "analyse_trace", "analyse_any", "Options", "RankResult", "ENGINES", "KEEP", "WorkerDied",
+__all__ = ["analyze", "breakdown", "analyse", "load", "check_workers", "analyse_trace", "analyse_any", "Options", "RankResult", "ENGINES", "KEEP", "WorkerDied",
            "default_workers"]
+
+
+def check_workers(workers) -> None:
+    """A Python caller's ``workers``: None or a positive integer (InvalidArgument otherwise; the
+    command line's ``--workers`` is checked by its option)."""
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise InvalidArgument(f"workers must be a positive integer, got {workers!r}")
 
 
 def _source(files: list[Path]) -> str:

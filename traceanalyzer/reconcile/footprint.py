@@ -193,6 +193,8 @@ def memory(
         A bad reserve or configuration value (exit code 7 on the command line), naming it.
     traceanalyzer.errors.NoGpuActivity
         A trace alone (no configuration) with neither GPU memory events nor copies (exit 5).
+    traceanalyzer.errors.InvalidArgument
+        ``workers`` is not a positive integer.
 
     Example
     -------
@@ -239,13 +241,14 @@ def memory(
         mem = None
         if hasattr(trace, "events") and hasattr(trace, "meta"):
             loaded = trace
-        elif isinstance(cache, (str, Path)) and not isinstance(cache, bool):  # a cache directory of its own: this process
+        elif isinstance(cache, (str, Path)):  # a cache directory of its own: this process
             from traceanalyzer.parsers import load
 
             loaded = load(trace, cache=cache)
         else:
-            from traceanalyzer.engine import load as load_job
+            from traceanalyzer.engine import check_workers, load as load_job
 
+            check_workers(workers)
             paths = [trace] if isinstance(trace, (str, Path)) else list(trace)
             loaded, mem = load_job([Path(p) for p in paths], workers=workers, quiet=quiet, cache=bool(cache), memory=True)
         warnings += list(loaded.warnings)

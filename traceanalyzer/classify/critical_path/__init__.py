@@ -144,10 +144,11 @@ def critical_path(
 
     from pathlib import Path
 
-    from traceanalyzer.engine import Options, analyse, analyze
+    from traceanalyzer.engine import Options, analyse, analyze, check_workers
     from traceanalyzer.schema import Trace
 
     if not isinstance(trace, Trace):  # file(s): parsed and classified by rank workers, events kept
+        check_workers(workers)
         paths = [Path(trace)] if isinstance(trace, (str, os.PathLike)) else [Path(p) for p in trace]
         analysis = analysis or analyse(paths, Options(step_name=step_name, keep="events"), workers=workers, quiet=True)
         trace = analysis.trace
