@@ -19,6 +19,7 @@ EXIT_CODES = {
     7: "invalid run configuration (missing or inconsistent model/parallel settings)",
     8: "regression gate failed (traceanalyzer gate)",
     9: "some runs failed (traceanalyzer batch): the others were stored; the summary names each failure",
+    10: "out of memory: the input may be fine, the command needs more memory than it was allowed (the message says how much)",
     130: "interrupted: SIGINT (Ctrl-C); no partial output is left",
     143: "terminated: SIGTERM; no partial output is left",
 }
@@ -71,6 +72,26 @@ class ConfigError(TraceAnalyzerError):
 
 class GateFailed(TraceAnalyzerError):
     exit_code = 8
+
+
+class OutOfMemory(TraceAnalyzerError):
+    """Memory ran out (an allocation failed: the machine's memory, ``ulimit -v``, a job's memory
+    limit): not a bad input. The message says how much the input needs where it can be estimated."""
+
+    exit_code = 10
+
+
+def memory_needed(json_bytes: int) -> str:
+    """What holding a whole Kineto document of ``json_bytes`` bytes as Python objects takes
+    (``annotate`` does, to write it back with its tracks): measured peak resident memory about
+    ``MEMORY_PER_JSON_BYTE`` times the JSON text, plus the interpreter and libraries."""
+    need = json_bytes * MEMORY_PER_JSON_BYTE + BASE_MEMORY
+    return f"{need / 1e9:.1f} GB"
+
+
+#: see :func:`memory_needed` (measured on traces made by scripts/make_big_trace.py)
+MEMORY_PER_JSON_BYTE = 8
+BASE_MEMORY = 300_000_000
 
 
 class InvalidArgument(TraceAnalyzerError, ValueError):

@@ -1,0 +1,142 @@
+"""Hostile inputs a new user can produce, each answered as docs/errors.md says.
+
+* a value nested deeper than ``MAX_JSON_DEPTH`` (1024) levels: exit 4 naming the file, on the
+  streaming and the whole-document paths; a depth the native decoder cannot follow but within
+  the limit is read, with the numbers of the same trace without it;
+* a byte that is not UTF-8 in a kernel name: the name read with U+FFFD, one warning naming the
+  file, every number equal to the clean trace's;
+* step ranges ``ProfilerStep#1``, ``ProfilerStep``, ``ProfilerStep#2``: the unnumbered range is
+  analysed as its own step, numbered after the highest number, with a warning (never a claim
+  that the file holds two ``ProfilerStep#1``);
+* ``ph: "x"`` and ``B``/``E`` kernels: the numbers of the original ``X`` events, said once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import orjson
+import pytest
+
+from traceanalyzer.errors import InvalidTrace
+from traceanalyzer.parsers import kineto
+from traceanalyzer.parsers.kineto_events import MAX_JSON_DEPTH
+
+from conftest import DEMO, run_cli
+
+BASE = 1_700_000_000_000_000_000
+
+
+def _tiny(extra_args: dict | None = None, name: str = "k") -> list[dict]:
+    """One launch and its kernel (10 µs), in a step."""
+    return [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 90.0, "dur": 30.0},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 95.0, "dur": 2.0,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": 100.0, "dur": 10.0,
+         "args": {"correlation": 1, "stream": 7, **(extra_args or {})}},
+    ]
+
+
+def _write(path, events, bare: bool = False, deep: int = 0) -> None:
+    doc = events if bare else {"traceEvents": events, "baseTimeNanoseconds": BASE}
+    text = json.dumps(doc, indent=1)
+    if deep:
+        text = text.replace('"@DEEP@"', "[" * deep + "]" * deep)
+    path.write_text(text)
+
+
+def _numbers(r) -> dict:
+    """The breakdown document without what names the input."""
+    assert r.returncode == 0, r.stderr
+    doc = orjson.loads(r.stdout)
+    for k in ("sources", "warnings", "inputs", "command"):
+        doc.pop(k, None)
+    for r in doc.get("ranks", []):
+        r.pop("file", None)
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# nesting
+
+
+@pytest.mark.parametrize("bare", [False, True], ids=["streaming", "whole-document"])
+def test_a_value_nested_3000_levels_deep_is_exit_4_naming_the_file(tmp_path, bare):
+    p = tmp_path / "deep.json"
+    _write(p, _tiny({"deep": "@DEEP@"}), bare=bare, deep=3000)
+    r = run_cli("breakdown", p)
+    assert r.returncode == 4, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and r.stdout == ""
+    assert lines[0].startswith(f"traceanalyzer: error: {p}: JSON nested more than {MAX_JSON_DEPTH} levels deep")
+    assert "Traceback" not in r.stderr and "RecursionError" not in r.stderr
+    # the parser itself, both paths
+    for parse in (kineto.parse_file, kineto._parse_whole):
+        with pytest.raises(InvalidTrace, match=f"more than {MAX_JSON_DEPTH} levels"):
+            parse(p)
+
+
+def test_a_million_levels_is_refused_without_reaching_the_json_decoder(tmp_path):
+    # orjson before 3.9.15 follows any depth and overflows the stack (a crash) past ~100,000
+    p = tmp_path / "deeper.json"
+    _write(p, _tiny({"deep": "@DEEP@"}), bare=True, deep=1_000_000)
+    r = run_cli("breakdown", p)
+    assert r.returncode == 4, r.stderr
+    assert f"more than {MAX_JSON_DEPTH} levels" in r.stderr
+
+
+def test_nesting_within_the_limit_reads_the_numbers_of_the_trace_without_it(tmp_path):
+    # 1000 levels: past what msgspec follows under Python's default recursion limit, within ours
+    plain, deep = tmp_path / "plain.json", tmp_path / "deep.json"
+    _write(plain, _tiny({"deep": []}))
+    _write(deep, _tiny({"deep": "@DEEP@"}), deep=1000)
+    a, b = run_cli("breakdown", "-f", "json", plain), run_cli("breakdown", "-f", "json", deep)
+    assert _numbers(a) == _numbers(b)
+    assert b.stderr == a.stderr.replace(str(plain), str(deep))
+    assert _numbers(b)["ranks"][0]["steps"][0]["compute_us"] == 10.0  # the one 10 µs kernel
+
+
+# ---------------------------------------------------------------------------------------------
+# bytes that are not UTF-8
+
+NAME = b"batched_transpose_16x32_half"  # 452 kernels of the MI300X demo trace, 791 strings in all
+
+
+def _latin1_pair(tmp_path):
+    raw = gzip.decompress(DEMO.read_bytes())
+    assert raw.count(b'"' + NAME + b'"') == 791
+    bad = tmp_path / "latin1.json"
+    clean = tmp_path / "clean.json"
+    # "é" as Latin-1 (one byte 0xE9: not UTF-8) vs the replacement character, written in UTF-8
+    bad.write_bytes(raw.replace(b'"' + NAME + b'"', b'"' + NAME + b'_\xe9"'))
+    clean.write_bytes(raw.replace(b'"' + NAME + b'"', b'"' + NAME + "_\ufffd\"".encode()))
+    return bad, clean
+
+
+def test_a_latin1_byte_in_a_kernel_name_is_read_as_u_fffd_with_one_warning(tmp_path):
+    bad, clean = _latin1_pair(tmp_path)
+    for cmd in (["breakdown", "-f", "json"], ["kernels", "-f", "json", "--top", "100000"]):
+        a, b = run_cli(*cmd, clean), run_cli(*cmd, bad)
+        assert b.returncode == 0, b.stderr
+        assert _numbers(a) == _numbers(b)
+        extra = [ln for ln in b.stderr.splitlines() if ln not in a.stderr.replace(str(clean), str(bad)).splitlines()]
+        assert extra == [
+            f"warning: {bad}: strings that are not UTF-8 (Latin-1 text in a name?): their invalid bytes read as U+FFFD"
+        ]
+    rows = orjson.loads(run_cli("kernels", "-f", "json", "--top", "100000", bad).stdout)["rows"]
+    # the name as read (two streams); 339 of the file's 452 calls lie in the analysed steps
+    assert sum(r["calls"] for r in rows if r["name"] == NAME.decode() + "_\ufffd") == 339
+
+
+@pytest.mark.parametrize("path", ["streaming", "small-chunks", "whole-document"])
+def test_the_frames_with_a_latin1_byte_equal_the_clean_ones_on_every_path(tmp_path, monkeypatch, path):
+    bad, clean = _latin1_pair(tmp_path)
+    if path == "small-chunks":
+        monkeypatch.setattr(kineto, "_CHUNK", 1 << 16)
+        monkeypatch.setattr(kineto, "_BLOCK", 1 << 14)
+    parse = kineto._parse_whole if path == "whole-document" else kineto.parse_file
+    a, b = parse(clean), parse(bad)
+    assert a[0].equals(b[0])
+    assert a[2] == [] and len(b[2]) == 1 and b[2] == [f"{bad}: strings that are not UTF-8 (Latin-1 text in a name?): their invalid bytes read as U+FFFD"]
