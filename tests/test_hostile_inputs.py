@@ -140,3 +140,59 @@ def test_the_frames_with_a_latin1_byte_equal_the_clean_ones_on_every_path(tmp_pa
     a, b = parse(clean), parse(bad)
     assert a[0].equals(b[0])
     assert a[2] == [] and len(b[2]) == 1 and b[2] == [f"{bad}: strings that are not UTF-8 (Latin-1 text in a name?): their invalid bytes read as U+FFFD"]
+
+
+# ---------------------------------------------------------------------------------------------
+# step numbers
+
+
+def _steps_trace(path, names):
+    """One step range per name, 100 µs apart, each launching kernels of 5 and 6 µs."""
+    ev, c = [], 0
+    for i, nm in enumerate(names):
+        t = 1000.0 + 100.0 * i
+        ev.append({"ph": "X", "cat": "user_annotation", "name": nm, "pid": 1, "tid": 1, "ts": t, "dur": 90.0})
+        for j in range(2):
+            c += 1
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                       "ts": t + 1 + 10 * j, "dur": 2.0, "args": {"correlation": c}})
+            ev.append({"ph": "X", "cat": "kernel", "name": f"k{j}", "pid": 0, "tid": 7, "ts": t + 5 + 10 * j,
+                       "dur": 5.0 + j, "args": {"correlation": c, "stream": 7}})
+    path.write_text(json.dumps({"traceEvents": ev, "baseTimeNanoseconds": BASE}, indent=1))
+
+
+def test_an_unnumbered_step_between_numbered_ones_is_its_own_step_with_a_warning(tmp_path):
+    p = tmp_path / "steps.json"
+    _steps_trace(p, ["ProfilerStep#1", "ProfilerStep", "ProfilerStep#2"])
+    r = run_cli("breakdown", "-f", "json", p)
+    assert r.returncode == 0, r.stderr
+    assert "appears 2 times" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "warning: rank 0: 1 'ProfilerStep' range without a step number among numbered ones: analysed as its own "
+        "step, numbered 3 (after the highest number)"
+    ]
+    steps = orjson.loads(r.stdout)["ranks"][0]["steps"]
+    # by hand: windows tile from each step's first kernel (t + 5 µs) to the next one's; the last
+    # ends at its last kernel's end (1200 + 15 + 6 = 1221 µs)
+    assert [(s["step"], s["start_us"] - 1_700_000_000_000_000.0, s["duration_us"], s["compute_us"]) for s in steps] == [
+        (1, 1005.0, 100.0, 11.0),
+        (3, 1105.0, 100.0, 11.0),
+        (2, 1205.0, 16.0, 11.0),
+    ]
+
+
+def test_two_numbered_steps_with_one_number_are_still_refused(tmp_path):
+    # the refusal itself stays, where it is true
+    p = tmp_path / "dup.json"
+    _steps_trace(p, ["ProfilerStep#1", "ProfilerStep#1", "ProfilerStep#2"])
+    r = run_cli("breakdown", p)
+    assert r.returncode == 4
+    assert "step number 1 appears 2 times on rank 0" in r.stderr
+
+
+def test_steps_all_without_a_number_are_numbered_from_0_silently(tmp_path):
+    p = tmp_path / "bare.json"
+    _steps_trace(p, ["ProfilerStep", "ProfilerStep", "ProfilerStep"])
+    r = run_cli("breakdown", "-f", "json", p)
+    assert r.returncode == 0 and r.stderr == ""
+    assert [s["step"] for s in orjson.loads(r.stdout)["ranks"][0]["steps"]] == [0, 1, 2]
