@@ -33,7 +33,7 @@ import polars as pl
 
 from traceanalyzer.errors import InvalidTrace, TraceAnalyzerError
 from traceanalyzer.parsers import clean, inflate
-from traceanalyzer.parsers.categories import GPU_TIMELINE_KINDS, KIND_OF_CAT
+from traceanalyzer.parsers.categories import GPU_TIMELINE_KINDS, KIND_OF_CAT, MTIA_DMA_KIND
 from traceanalyzer.parsers.inflate import open_trace  # noqa: F401  (re-exported for callers)
 from traceanalyzer.parsers.kineto_events import (
     RAW_SCHEMA,
@@ -600,6 +600,9 @@ def _canonical(raw: pl.DataFrame, base_ns: int) -> pl.DataFrame:
 
     cat = pl.col("cat").str.to_lowercase()
     kind = cat.replace_strict(KIND_OF_CAT, default="other", return_dtype=pl.String)
+    # MTIA device work: DMA transfers (``dma_request``...) are copies, as HTA's memory-kernel
+    # pattern ``^dma`` classifies them, not compute
+    kind = pl.when((cat == "mtia_ccp_events") & pl.col("name").str.starts_with("dma")).then(pl.lit(MTIA_DMA_KIND)).otherwise(kind)
     is_gpu = kind.is_in(GPU_TIMELINE_KINDS)
     stream = pl.coalesce(a("stream"), pl.col("tid").str.extract(r"(\d+)").cast(pl.Int64, strict=False))
     start = _ns(pl.col("ts")) + base_ns
