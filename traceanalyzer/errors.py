@@ -81,19 +81,6 @@ class OutOfMemory(TraceAnalyzerError):
     exit_code = 10
 
 
-def memory_needed(json_bytes: int) -> str:
-    """What holding a whole Kineto document of ``json_bytes`` bytes as Python objects takes
-    (``annotate`` does, to write it back with its tracks): measured peak resident memory about
-    ``MEMORY_PER_JSON_BYTE`` times the JSON text, plus the interpreter and libraries."""
-    need = json_bytes * MEMORY_PER_JSON_BYTE + BASE_MEMORY
-    return f"{need / 1e9:.1f} GB"
-
-
-#: see :func:`memory_needed` (measured on traces made by scripts/make_big_trace.py)
-MEMORY_PER_JSON_BYTE = 8
-BASE_MEMORY = 300_000_000
-
-
 class InvalidArgument(TraceAnalyzerError, ValueError):
     """A Python API call with a bad argument value (an unknown choice, a negative count): the
     API's counterpart of a command-line usage error (exit 2). Also a :class:`ValueError`."""

@@ -23,6 +23,7 @@ decoder keeps is not the user's choice.
 from __future__ import annotations
 
 import gc
+import os
 import re
 from pathlib import Path
 from typing import Callable
@@ -76,6 +77,7 @@ def decode_document(raw: bytes, path: Path, cut: bool, warnings: list[str] | Non
     are not UTF-8 are read as U+FFFD, with a warning appended to ``warnings``.
     """
     check_depth(raw, path)
+    check_memory(len(raw), path)
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -130,14 +132,53 @@ def check_depth(raw, path: Path) -> None:
 #: orjson's message when an allocation fails while it decodes
 _OUT_OF_MEMORY = re.compile(r"(?i)not enough memory|memory allocation|out of memory")
 
+#: address space a whole document takes as Python objects (orjson), per byte of JSON, beyond
+#: what the process already holds. Measured with ``annotate`` of 60 and 120 MB traces made by
+#: scripts/make_big_trace.py under RLIMIT_AS: it crashes with 6.2x and 6.6x the JSON left, and
+#: succeeds with 7.2x and 7.6x; we ask for 8x. Checked before decoding because orjson (3.8)
+#: crashes (a segmentation fault, not an error) where an allocation fails
+WHOLE_DOCUMENT_FACTOR = 8
+
+
+def _address_space() -> tuple[int | None, int]:
+    """(the address-space limit, ``ulimit -v``, in bytes or None when unlimited; the process's
+    address space now). (None, 0) where the platform does not say."""
+    try:
+        import resource  # noqa: PLC0415 - POSIX only
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None, 0
+    return (None if limit == resource.RLIM_INFINITY or limit < 0 else limit), used
+
+
+def check_memory(size: int, path: Path) -> None:
+    """Refuse, before trying, a whole document of ``size`` bytes that the address-space limit
+    cannot hold (:data:`WHOLE_DOCUMENT_FACTOR`): exit 10, saying how much it needs."""
+    limit, used = _address_space()
+    need = WHOLE_DOCUMENT_FACTOR * size
+    if limit is not None and used + need > limit:
+        from traceanalyzer.errors import OutOfMemory  # noqa: PLC0415
+
+        raise OutOfMemory(
+            f"not enough memory to read the whole document: {size / 1e6:,.0f} MB of JSON needs about "
+            f"{need / 1e9:.1f} GB more as Python objects, and the address-space limit (ulimit -v) leaves "
+            f"{max(limit - used, 0) / 1e9:.1f} GB: raise it to at least {(used + need) // 1024:,} KB "
+            f"(ulimit -v {(used + need) // 1024})",
+            path,
+        )
+
 
 def out_of_memory(path: Path, size: int) -> TraceAnalyzerError:
     """The error for a document whose decoding ran out of memory: what the whole document needs."""
-    from traceanalyzer.errors import OutOfMemory, memory_needed  # noqa: PLC0415
+    from traceanalyzer.errors import OutOfMemory  # noqa: PLC0415
 
     return OutOfMemory(
-        f"ran out of memory reading the whole document ({size / 1e6:,.0f} MB of JSON as Python objects needs about "
-        f"{memory_needed(size)}): give the command more memory (ulimit -v, the job's memory limit)",
+        f"ran out of memory reading the whole document: {size / 1e6:,.0f} MB of JSON needs about "
+        f"{WHOLE_DOCUMENT_FACTOR * size / 1e9:.1f} GB more as Python objects: give the command more memory "
+        "(ulimit -v, the job's memory limit)",
         path,
     )
 
