@@ -196,3 +196,111 @@ def test_steps_all_without_a_number_are_numbered_from_0_silently(tmp_path):
     r = run_cli("breakdown", "-f", "json", p)
     assert r.returncode == 0 and r.stderr == ""
     assert [s["step"] for s in orjson.loads(r.stdout)["ranks"][0]["steps"]] == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------------------------------
+# conversions that change no number: "x" and B/E kernels
+
+
+def _demo_with_kernels_as(tmp_path, form: str):
+    """The MI300X demo trace with every kernel written as ``ph: "x"`` or as a B/E pair."""
+    doc = orjson.loads(gzip.decompress(DEMO.read_bytes()))
+    events, n = [], 0
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") == "kernel":
+            n += 1
+            if form == "x":
+                events.append({**e, "ph": "x"})
+            else:
+                begin = {k: v for k, v in e.items() if k != "dur"}
+                events.append({**begin, "ph": "B"})
+                # the end's time as decimal text: ts + dur exactly as the X event implies
+                events.append({"ph": "E", "pid": e["pid"], "tid": e["tid"], "ts": e["ts"] + e["dur"]})
+        else:
+            events.append(e)
+    doc["traceEvents"] = events
+    p = tmp_path / f"kernels_{form}.json"
+    p.write_bytes(orjson.dumps(doc))
+    return p, n
+
+
+@pytest.mark.parametrize("form", ["x", "BE"])
+def test_x_and_begin_end_kernels_give_the_numbers_of_the_x_events_and_say_so_once(tmp_path, form):
+    p, n = _demo_with_kernels_as(tmp_path, form)
+    a, b = run_cli("breakdown", "-f", "json", DEMO), run_cli("breakdown", "-f", "json", p)
+    assert _numbers(a) == _numbers(b)
+    ka = run_cli("kernels", "-f", "json", "--top", "100000", DEMO)
+    kb = run_cli("kernels", "-f", "json", "--top", "100000", p)
+    assert _numbers(ka) == _numbers(kb)
+    extra = [ln for ln in b.stderr.splitlines() if ln not in a.stderr.splitlines()]
+    assert extra == [
+        f"warning: {p}: read {n} events with 'ph': 'x' (lower-case) as complete ('X') events" if form == "x" else
+        f"warning: {p}: read {n} begin/end ('B'/'E') pairs as complete events (the begin event's name and args, "
+        "the end's time)"
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# an nsys kernel at time 0 on one rank (the 2-GPU fixture, always present)
+
+
+def test_an_nsys_kernel_at_time_0_on_one_rank_is_dropped_and_the_rest_equals_the_original(tmp_path):
+    import shutil
+    import sqlite3
+
+    from traceanalyzer.engine import breakdown
+    from traceanalyzer.parsers.nsys import load_nsys
+
+    from conftest import FIXTURES
+
+    src = FIXTURES / "nsys" / "mfu_2gpu_before_cut.sqlite"
+    p = tmp_path / "at_zero.sqlite"
+    shutil.copy(src, p)
+    p.chmod(0o644)
+    con = sqlite3.connect(p)
+    k = "CUPTI_ACTIVITY_KIND_KERNEL"
+    devices = [r[0] for r in con.execute(f"SELECT DISTINCT deviceId FROM {k} ORDER BY 1")]
+    assert len(devices) == 2
+    # a copy of one kernel of the second device, at time 0 (what a tool writes for a missing time)
+    con.execute(f"CREATE TEMP TABLE x AS SELECT * FROM {k} WHERE deviceId = {devices[1]} LIMIT 1")
+    con.execute("UPDATE x SET start = 0, end = 1000")
+    con.execute(f"INSERT INTO {k} SELECT * FROM x")
+    con.commit()
+    con.close()
+    cols = ["rank", "step", "start_ns", "duration_ns", "compute_ns", "recompute_ns", "exposed_comm_ns", "other_ns",
+            "idle_ns"]
+    trace = load_nsys(p)
+    hits = [w for w in trace.warnings if "at or before time 0" in w]
+    assert len(hits) == 1 and "dropped 1 events" in hits[0] and str(p) in hits[0]
+    got = breakdown(trace).select(cols).sort("rank", "step")
+    want = breakdown(load_nsys(src)).select(cols).sort("rank", "step")
+    assert got.equals(want)  # both ranks, every step, to the nanosecond
+
+
+# ---------------------------------------------------------------------------------------------
+# -o refusals name the output
+
+
+@pytest.mark.parametrize("case", ["directory", "ranks_to_file", "merge_name", "store_is_file", "annotate_file",
+                                  "missing_dir"])
+def test_output_refusals_are_one_line_naming_the_output(tmp_path, case):
+    from conftest import DLRM
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "file").write_text("x")
+    one = DEMO
+    out, args, message = {
+        "directory": (tmp_path / "d", ["breakdown", one, "-q", "-o"], "is a directory: give a file name"),
+        "ranks_to_file": (tmp_path / "x.json.gz", ["annotate", DLRM, "-o"],
+                          "8 rank files need a directory, not a file name: give -o DIR, or --merge for one multi-rank file"),
+        "merge_name": (tmp_path / "name", ["annotate", "--merge", DLRM, "-o"],
+                       "--merge writes one file: give -o NAME.json or NAME.json.gz (or an existing directory)"),
+        "store_is_file": (tmp_path / "file", ["batch", DLRM, "--store"], "is a file, not a directory"),
+        "annotate_file": (tmp_path / "file", ["annotate", one, "-o"], "is a file, not a directory"),
+        "missing_dir": (tmp_path / "missing" / "x.txt", ["breakdown", one, "-q", "-o"],
+                        f"the directory {tmp_path / 'missing'} does not exist (traceanalyzer creates no directories)"),
+    }[case]
+    r = run_cli(*args, out)
+    assert r.returncode == 3
+    assert r.stderr.strip().splitlines() == [f"traceanalyzer: error: {out}: {message}"]
+    assert r.stdout == ""
