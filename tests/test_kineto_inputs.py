@@ -163,9 +163,11 @@ def test_lower_case_x_is_a_complete_event(tmp_path):
     upper = _trace([_kernel("a", 10.5, 2.25), _kernel("b", 20.0, 1.0, corr=2)])
     lower = _trace([_kernel("a", 10.5, 2.25, ph="x"), _kernel("b", 20.0, 1.0, corr=2)])
     _, a = _load(tmp_path, upper, "u.json")
-    _, b = _load(tmp_path, lower, "l.json")
+    p, b = _load(tmp_path, lower, "l.json")
     assert_frame_equal(a[0], b[0])
     assert b[0]["start_ns"].to_list() == [BASE + 10_500, BASE + 20_000]
+    # read as "X" without changing a number, and said once
+    assert a[2] == [] and b[2] == [f"{p}: read 1 event with 'ph': 'x' (lower-case) as complete ('X') events"]
 
 
 def test_begin_end_pairs_become_complete_events_matched_per_thread(tmp_path):
@@ -195,7 +197,11 @@ def test_begin_end_pairs_become_complete_events_matched_per_thread(tmp_path):
         "k3": ("kernel", 150_000, 160_000),
     }
     assert df.filter(pl.col("name") == "k1")["correlation"].to_list() == [11]
-    assert warns == [f"{p}: ignored 1 begin/end ('B'/'E') events without a partner on their thread"]
+    # the conversion is said once (4 pairs: k1, k2, outer, inner); the lone end is counted
+    assert warns == [
+        f"{p}: read 4 begin/end ('B'/'E') pairs as complete events (the begin event's name and args, the end's time)",
+        f"{p}: ignored 1 begin/end ('B'/'E') events without a partner on their thread",
+    ]
 
 
 def test_begin_end_pairs_across_chunks(tmp_path, monkeypatch):
@@ -207,8 +213,8 @@ def test_begin_end_pairs_across_chunks(tmp_path, monkeypatch):
         events.append({"ph": "B", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": t,
                        "args": {"correlation": i, "pad": "x" * 40}})
         events.append({"ph": "E", "pid": 0, "tid": 7, "ts": t + 500.25})
-    _, (df, _meta, warns) = _load(tmp_path, _trace(events))
-    assert warns == []
+    p, (df, _meta, warns) = _load(tmp_path, _trace(events))
+    assert warns == [f"{p}: read 200 begin/end ('B'/'E') pairs as complete events (the begin event's name and args, the end's time)"]
     assert df.height == 200
     assert (df["end_ns"] - df["start_ns"]).to_list() == [500_250] * 200
     assert df["correlation"].to_list() == list(range(200))

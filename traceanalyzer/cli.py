@@ -146,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         return _interrupted(130)
     except BrokenPipeError:
         return _quiet_stdout()
+    except MemoryError:  # an allocation failed: the machine's memory or a limit, not a bad input
+        from traceanalyzer.errors import OutOfMemory
+
+        print("traceanalyzer: error: out of memory: give the command more memory (ulimit -v, the job's memory limit) "
+              "or fewer --workers", file=sys.stderr)
+        return OutOfMemory.exit_code
     except SystemExit as exc:  # rich / click after a closed stdout pipe: sys.exit(1)
         if _stdout_closed(fd_at_start):
             return _quiet_stdout()

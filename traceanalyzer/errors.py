@@ -19,6 +19,7 @@ EXIT_CODES = {
     7: "invalid run configuration (missing or inconsistent model/parallel settings)",
     8: "regression gate failed (traceanalyzer gate)",
     9: "some runs failed (traceanalyzer batch): the others were stored; the summary names each failure",
+    10: "out of memory: the input may be fine, the command needs more memory than it was allowed (the message says how much)",
     130: "interrupted: SIGINT (Ctrl-C); no partial output is left",
     143: "terminated: SIGTERM; no partial output is left",
 }
@@ -71,6 +72,13 @@ class ConfigError(TraceAnalyzerError):
 
 class GateFailed(TraceAnalyzerError):
     exit_code = 8
+
+
+class OutOfMemory(TraceAnalyzerError):
+    """Memory ran out (an allocation failed: the machine's memory, ``ulimit -v``, a job's memory
+    limit): not a bad input. The message says how much the input needs where it can be estimated."""
+
+    exit_code = 10
 
 
 class InvalidArgument(TraceAnalyzerError, ValueError):

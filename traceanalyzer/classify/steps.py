@@ -49,9 +49,46 @@ def cpu_steps(events: pl.LazyFrame, name: str = DEFAULT_STEP) -> pl.LazyFrame:
         )
         .unique(["rank", "cpu_start_ns"])
         .sort("rank", "cpu_start_ns")
-        # ranges without a number (a custom --step-range) are numbered in time order
-        .with_columns(pl.col("step").fill_null(pl.int_range(pl.len()).over("rank")))
+        .with_columns(_number_unnumbered())
     )
+
+
+def _number_unnumbered() -> pl.Expr:
+    """Step numbers of the ranges written without one: in time order, from 0 when no range of
+    the rank has a number (a custom ``--step-range``), else after the rank's highest number (a
+    ``ProfilerStep`` among ``ProfilerStep#N``: its own step, never a number another range has;
+    :func:`unnumbered_warnings` says so)."""
+    k = pl.col("step").is_null().cum_sum().over("rank") - 1
+    after = (pl.col("step").max().over("rank") + 1).fill_null(0)
+    return pl.col("step").fill_null(after + k)
+
+
+def unnumbered_warnings(cpu: pl.DataFrame, events: pl.LazyFrame, name: str) -> list[str]:
+    """One warning per rank whose step ranges are partly written without a number."""
+    pat = step_pattern(name)
+    counts = (
+        events.filter(pl.col("kind").is_in(["annotation", "cpu_op"]) & pl.col("name").str.contains(pat))
+        .select("rank", "start_ns", pl.col("name").str.extract(pat, 1).is_null().alias("bare"))
+        .unique(["rank", "start_ns"])
+        .group_by("rank")
+        .agg(pl.col("bare").sum().alias("bare"), pl.len().alias("n"))
+        .filter((pl.col("bare") > 0) & (pl.col("bare") < pl.col("n")))
+        .sort("rank")
+        .collect()
+    )
+    out = []
+    for r, bare, _n in counts.iter_rows():  # one row per rank
+        nums = cpu.filter((pl.col("rank") == r)).sort("cpu_start_ns")
+        given = events.filter(
+            (pl.col("rank") == r) & pl.col("kind").is_in(["annotation", "cpu_op"]) & (pl.col("name") == name)
+        ).select("start_ns").unique().collect().get_column("start_ns")
+        assigned = nums.filter(pl.col("cpu_start_ns").is_in(given.implode())).get_column("step").to_list()
+        out.append(
+            f"rank {r}: {bare} '{name}' range{'s' if bare != 1 else ''} without a step number among numbered ones: "
+            f"analysed as {'their own steps' if bare != 1 else 'its own step'}, numbered "
+            f"{', '.join(map(str, assigned))} (after the highest number)"
+        )
+    return out
 
 
 def gpu_step_marks(events: pl.LazyFrame, name: str = DEFAULT_STEP) -> pl.LazyFrame:
@@ -64,7 +101,7 @@ def gpu_step_marks(events: pl.LazyFrame, name: str = DEFAULT_STEP) -> pl.LazyFra
         .select("rank", pl.col("name").str.extract(pat, 1).cast(pl.Int64, strict=False).alias("step"), pl.col("start_ns").alias("mark_ns"))
         .unique(["rank", "mark_ns"])
         .sort("rank", "mark_ns")
-        .with_columns(pl.col("step").fill_null(pl.int_range(pl.len()).over("rank")))
+        .with_columns(_number_unnumbered())
     )
 
 
@@ -138,6 +175,8 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
     if name is None:
         cpu = cpu.filter(pl.lit(False))
     cpu = cpu.collect().lazy()  # a few rows, used three times: match names once
+    if name is not None:
+        warnings.extend(unnumbered_warnings(cpu.collect(), ev, name))
     marks = gpu_step_marks(ev, name or DEFAULT_STEP).join(cpu.select("rank", "step"), on=["rank", "step"], how="semi")
     placed = gpu_step_of(ev, cpu, marks).filter(pl.col("step").is_not_null()).collect()
     assigned = placed.lazy().group_by("rank", "step").agg(pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns"))

@@ -19,11 +19,13 @@ Progress: each worker reports the bytes of its file read so far (compressed byte
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 from typing import Callable, Iterator
 
 from traceanalyzer.engine.rank import RankResult, RankTask, analyse_rank_file, default_workers
@@ -158,10 +160,31 @@ def _culprits(pool: ProcessPoolExecutor, started: dict[int, int], ended: set[int
 
 
 def ray_runtime_env() -> dict:
-    """What a Ray worker needs: this package and its dependencies."""
+    """What a Ray worker needs: this package (its directory, by path) and its dependencies.
+
+    Only plain values (strings, lists), so that Ray can copy and ship it: Ray's client deep-copies
+    the runtime environment (its ``uv run`` hook), and the package's module object cannot be
+    copied (``cannot pickle '_Package' object``)."""
     import traceanalyzer
 
-    return {"py_modules": [traceanalyzer], "pip": ray_pip_requirements()}
+    return {"py_modules": [str(Path(traceanalyzer.__file__).resolve().parent)], "pip": ray_pip_requirements()}
+
+
+class _QuietRayInit(logging.Filter):
+    """Drops the line Ray prints on every run ("SIGTERM handler is not set because current thread
+    is not the main thread"): the Ray Client's server starts its driver in a thread and streams
+    that line back (logger ``ray.util.client.logsclient``, from a background thread, at any time
+    during the session); a local ``ray.init`` outside the main thread logs it too. Our own
+    handlers stop the command on SIGTERM (:mod:`traceanalyzer.interrupts`): it says nothing to
+    the user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SIGTERM handler is not set")
+
+
+_QUIET = _QuietRayInit()
+#: the loggers that carry the line: the Ray Client's log stream, and a local ``ray.init``
+RAY_QUIET_LOGGERS = ("ray.util.client.logsclient", "ray._private.worker")
 
 
 def ray_pip_requirements() -> list[str]:
@@ -208,7 +231,6 @@ def ray_session(workers: int | None, address: str | None):
         raise ConfigError("--engine ray needs Ray: pip install 'traceanalyzer[ray]'") from exc
     if ray.is_initialized():
         return ray, False
-    import logging
 
     kwargs: dict = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
     env = ray_runtime_env()
@@ -218,6 +240,8 @@ def ray_session(workers: int | None, address: str | None):
     else:
         kwargs["num_cpus"] = workers or default_workers()
         env.pop("pip")  # a local Ray uses this interpreter, which has them
+    for name in RAY_QUIET_LOGGERS:  # for the rest of the process: the client's stream is asynchronous
+        logging.getLogger(name).addFilter(_QUIET)  # a filter already there is not added twice
     try:
         ray.init(runtime_env=env, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:

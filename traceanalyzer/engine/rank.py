@@ -267,6 +267,12 @@ class RankTask:
 ProgressFn = Callable[[int], None]  # bytes of the file read since the last call
 
 
+#: memory one rank file's analysis holds at its peak: RANK_BASE_BYTES + RANK_BYTES_PER_BYTE x the
+#: JSON bytes (measured, docs/ray.md "Size it")
+RANK_BASE_BYTES = 230_000_000
+RANK_BYTES_PER_BYTE = 1.35
+
+
 def analyse_rank_file(task: RankTask, progress: ProgressFn | None = None) -> RankResult:
     """Parse, clean and classify one Kineto rank file (never raises for bad input).
 
@@ -291,6 +297,22 @@ def analyse_rank_file(task: RankTask, progress: ProgressFn | None = None) -> Ran
                          pid=os.getpid(), threads=pl.thread_pool_size())
         res.group = task.group
         what = " ".join(str(exc).split())[:300]
+        if isinstance(exc, MemoryError):  # not a bug and not a bad input: what the file needs
+            from traceanalyzer.errors import OutOfMemory
+
+            try:
+                size = os.path.getsize(task.path)
+            except OSError:
+                size = 0
+            need = f"{RANK_BASE_BYTES / 1e9:.2f} GB + {RANK_BYTES_PER_BYTE} x its JSON size"
+            if not str(task.path).endswith(".gz"):
+                need += f" = {(RANK_BASE_BYTES + RANK_BYTES_PER_BYTE * size) / 1e9:.1f} GB"
+            res.error = OutOfMemory(
+                f"ran out of memory analysing this rank file: it needs about {need} while it is analysed: "
+                "give the command more memory (ulimit -v, the job's memory limit), or fewer --workers",
+                task.path,
+            )
+            return res
         res.error = InternalFailure(f"internal error while analysing this rank file ({type(exc).__name__}: {what}); "
                                     "please report it with the file", task.path)
         return res

@@ -100,7 +100,15 @@ _LAUNCH = re.compile(r"--(?:num[-_]layers|hidden[-_]size)\b")
 
 
 def _is_log(text: str) -> bool:
-    return sum(1 for ln in text.splitlines()[:20000] if _ARG_LINE.search(ln)) >= 5
+    """Whether ``text`` holds a printed arguments block (five ``key ..... value`` lines), wherever
+    it is: a long log can print it after tens of thousands of lines."""
+    found = 0
+    for ln in text.splitlines():
+        if _ARG_LINE.search(ln):
+            found += 1
+            if found >= 5:
+                return True
+    return False
 
 
 def parse_iterations(text: str) -> dict[str, Any] | None:
@@ -304,8 +312,37 @@ def _convert(key: str, raw: Any, line: int, source: str, unresolved: dict[str, s
     return v
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters written as escapes (``\\r``, ``\\x1b``...): a raw
+    carriage return or escape sequence in a message would overwrite or restyle the terminal line."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def read_megatron(text: str, source: str = "megatron arguments") -> RunConfig:
-    """Read Megatron-LM launch arguments, a launch script or a training log (not validated)."""
+    """Read Megatron-LM launch arguments, a launch script or a training log (not validated).
+
+    A file with Windows (CRLF) line endings is read as the same file with LF endings, said once
+    in the warnings. No message (error, warning, unresolved value) carries a raw control
+    character: they are escaped (:func:`printable`)."""
+    notes = []
+    if "\r\n" in text:
+        text = text.replace("\r\n", "\n")
+        notes.append(f"{source}: Windows (CRLF) line endings: read as the same file with LF endings")
+    try:
+        cfg = _read_megatron(text, source)
+    except ConfigError as exc:
+        raise ConfigError(printable(exc.message), exc.path) from None
+    return replace(
+        cfg,
+        warnings=tuple(printable(w) for w in (*notes, *cfg.warnings)),
+        unresolved=tuple((k, printable(m)) for k, m in cfg.unresolved),
+    )
+
+
+def _read_megatron(text: str, source: str) -> RunConfig:
     from traceanalyzer.model.nemo import is_nemo_yaml, read_nemo  # noqa: PLC0415
 
     if is_nemo_yaml(text):

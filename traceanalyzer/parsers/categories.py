@@ -13,7 +13,7 @@ from traceanalyzer.schema import GPU_WORK_KINDS
 #: lower-cased ``cat`` -> canonical kind; anything else is ``other``
 KIND_OF_CAT: dict[str, str] = {
     "kernel": "kernel",
-    "mtia_ccp_events": "kernel",  # MTIA device work (HTA counts every row as busy time)
+    "mtia_ccp_events": "kernel",  # MTIA device work (HTA counts every row as busy time); DMA: MTIA_DMA_KIND
     "gpu_memcpy": "memcpy",
     "memcpy": "memcpy",
     "gpu_memset": "memset",
@@ -30,6 +30,10 @@ KIND_OF_CAT: dict[str, str] = {
     "mtia_runtime": "runtime",  # MTIA host runtime calls
     "python_function": "python",
 }
+
+#: the kind of an ``mtia_ccp_events`` row whose name starts with ``dma`` (``dma_request``): a
+#: transfer, like memcpy (HTA's ``MemoryKernelGroupingPattern`` ``^dma``), not compute
+MTIA_DMA_KIND = "memcpy"
 
 #: categories of complete events that are known and carry no GPU time
 KNOWN_OTHER_CATS: frozenset[str] = frozenset(

@@ -23,6 +23,7 @@ decoder keeps is not the user's choice.
 from __future__ import annotations
 
 import gc
+import os
 import re
 from pathlib import Path
 from typing import Callable
@@ -31,16 +32,19 @@ import msgspec
 import orjson
 import polars as pl
 
-from traceanalyzer.errors import InvalidTrace
+from traceanalyzer.errors import InvalidTrace, TraceAnalyzerError
 from traceanalyzer.parsers import clean, inflate
-from traceanalyzer.parsers.categories import GPU_TIMELINE_KINDS, KIND_OF_CAT
+from traceanalyzer.parsers.categories import GPU_TIMELINE_KINDS, KIND_OF_CAT, MTIA_DMA_KIND
 from traceanalyzer.parsers.inflate import open_trace  # noqa: F401  (re-exported for callers)
 from traceanalyzer.parsers.kineto_events import (
     RAW_SCHEMA,
     decode_typed,
+    depth_message,
     duplicated,
+    normal_ph,
     object_keys,
     raw_frame_from_dicts,
+    too_deep,
 )
 from traceanalyzer.parsers.kineto_events import short as _short
 from traceanalyzer.schema import EVENT_SCHEMA, META_SCHEMA, conform
@@ -63,17 +67,29 @@ def read_bytes(path: Path) -> tuple[bytes, bool]:
     return data, cut
 
 
-def decode_document(raw: bytes, path: Path, cut: bool) -> tuple[dict, float | None]:
+def decode_document(raw: bytes, path: Path, cut: bool, warnings: list[str] | None = None) -> tuple[dict, float | None]:
     """Decode a Chrome-trace document; recover the complete events of a truncated one.
 
     Returns the document and, when it was recovered from a truncated file, the fraction of the
     bytes that were kept (else None). A complete document with a top-level key written twice is
-    refused (:func:`check_keys`).
+    refused (:func:`check_keys`), so is one nested deeper than
+    :data:`~traceanalyzer.parsers.kineto_events.MAX_JSON_DEPTH` (:func:`check_depth`). Bytes that
+    are not UTF-8 are read as U+FFFD, with a warning appended to ``warnings``.
     """
+    check_depth(raw, path)
+    check_memory(len(raw), path)
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         err = exc
+        if _OUT_OF_MEMORY.search(str(exc)):
+            raise out_of_memory(path, len(raw)) from None
+        if "UTF-8" in str(exc):
+            raw, n = replace_invalid_utf8(raw)
+            if n:
+                if warnings is not None:
+                    warnings.append(utf8_warning(path, n))
+                return decode_document(raw, path, cut, warnings)
     else:
         if isinstance(doc, dict):
             check_keys(object_keys(raw), path)
@@ -95,6 +111,88 @@ def decode_document(raw: bytes, path: Path, cut: bool) -> tuple[dict, float | No
     if doc is None:
         raise InvalidTrace(f"invalid JSON that could not be recovered ({_short(err)})", path)
     return _as_document(doc, path), cut_at / max(len(raw), 1)
+
+
+def check_depth(raw, path: Path) -> None:
+    """Refuse a document nested deeper than ``MAX_JSON_DEPTH`` levels. msgspec skips the document
+    natively (about 0.6 GB/s) and gives up at Python's recursion limit; only then are the
+    brackets walked (:func:`~traceanalyzer.parsers.kineto_events.too_deep`). Run before any
+    ``orjson.loads`` of a whole document: orjson releases before 3.9.15 follow any depth and
+    overflow the stack (a crash, not an error) somewhere past 100,000 levels."""
+    try:
+        msgspec.json.decode(raw, type=msgspec.Raw)
+    except RecursionError:
+        at = too_deep(raw)
+        if at is not None:
+            raise InvalidTrace(depth_message(at), path) from None
+    except msgspec.DecodeError:
+        pass  # malformed: the decoders say where
+
+
+#: orjson's message when an allocation fails while it decodes
+_OUT_OF_MEMORY = re.compile(r"(?i)not enough memory|memory allocation|out of memory")
+
+#: address space a whole document takes as Python objects (orjson), per byte of JSON, beyond
+#: what the process already holds. Measured with ``annotate`` of 60 and 120 MB traces made by
+#: scripts/make_big_trace.py under RLIMIT_AS: it crashes with 6.2x and 6.6x the JSON left, and
+#: succeeds with 7.2x and 7.6x; we ask for 8x. Checked before decoding because orjson (3.8)
+#: crashes (a segmentation fault, not an error) where an allocation fails
+WHOLE_DOCUMENT_FACTOR = 8
+
+
+def _address_space() -> tuple[int | None, int]:
+    """(the address-space limit, ``ulimit -v``, in bytes or None when unlimited; the process's
+    address space now). (None, 0) where the platform does not say."""
+    try:
+        import resource  # noqa: PLC0415 - POSIX only
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None, 0
+    return (None if limit == resource.RLIM_INFINITY or limit < 0 else limit), used
+
+
+def check_memory(size: int, path: Path) -> None:
+    """Refuse, before trying, a whole document of ``size`` bytes that the address-space limit
+    cannot hold (:data:`WHOLE_DOCUMENT_FACTOR`): exit 10, saying how much it needs."""
+    limit, used = _address_space()
+    need = WHOLE_DOCUMENT_FACTOR * size
+    if limit is not None and used + need > limit:
+        from traceanalyzer.errors import OutOfMemory  # noqa: PLC0415
+
+        raise OutOfMemory(
+            f"not enough memory to read the whole document: {size / 1e6:,.0f} MB of JSON needs about "
+            f"{need / 1e9:.1f} GB more as Python objects, and the address-space limit (ulimit -v) leaves "
+            f"{max(limit - used, 0) / 1e9:.1f} GB: raise it to at least {(used + need) // 1024:,} KB "
+            f"(ulimit -v {(used + need) // 1024})",
+            path,
+        )
+
+
+def out_of_memory(path: Path, size: int) -> TraceAnalyzerError:
+    """The error for a document whose decoding ran out of memory: what the whole document needs."""
+    from traceanalyzer.errors import OutOfMemory  # noqa: PLC0415
+
+    return OutOfMemory(
+        f"ran out of memory reading the whole document: {size / 1e6:,.0f} MB of JSON needs about "
+        f"{WHOLE_DOCUMENT_FACTOR * size / 1e9:.1f} GB more as Python objects: give the command more memory "
+        "(ulimit -v, the job's memory limit)",
+        path,
+    )
+
+
+def replace_invalid_utf8(data) -> tuple[bytes, int]:
+    """``data`` with every byte sequence that is not UTF-8 replaced by U+FFFD, and how many."""
+    fixed = bytes(data).decode("utf-8", errors="replace").encode("utf-8")
+    return fixed, fixed.count(b"\xef\xbf\xbd") - bytes(data).count(b"\xef\xbf\xbd")
+
+
+def utf8_warning(path: Path, n: int) -> str:
+    """Said once per file. Not counted: the typed decoder skips the strings of fields it does not
+    read without decoding them, so how many are found depends on the path, not on the file."""
+    return f"{path}: strings that are not UTF-8 (Latin-1 text in a name?): their invalid bytes read as U+FFFD"
 
 
 def check_keys(keys: list[str] | None, path: Path) -> None:
@@ -177,7 +275,7 @@ def parse_file(path: Path, progress: Callable[[int], None] | None = None) -> tup
     try:
         try:
             return _parse_streaming(path, progress)
-        except _Fallback:
+        except (_Fallback, RecursionError):  # RecursionError: nested deeper than msgspec follows
             return _parse_whole(path)
     finally:
         if gc_was_enabled:
@@ -187,7 +285,7 @@ def parse_file(path: Path, progress: Callable[[int], None] | None = None) -> tup
 def _parse_whole(path: Path) -> tuple[pl.DataFrame, dict, list[str]]:
     """The whole-document path: decode everything with orjson, then build the frames."""
     raw, cut, read_warnings = inflate.read_all(path, _BLOCK)
-    doc, kept = decode_document(raw, path, cut)
+    doc, kept = decode_document(raw, path, cut, read_warnings)
     total = len(raw)
     del raw
     events = doc["traceEvents"]
@@ -216,7 +314,11 @@ def _chunk_frame(decoded: tuple[pl.DataFrame, int, int], first: int) -> _Part:
     begin/end events, the number of events, those without ``ph``) whose first event is event
     number ``first`` of the file."""
     raw, n, no_ph = decoded
+    lower_x = int((raw.get_column("ph") == "x").sum())
+    if lower_x:
+        raw = raw.with_columns(normal_ph())
     usable, counts = clean.flag_raw(raw, n=n, no_ph=no_ph)
+    counts["lower_x"] = lower_x
     begin_end = raw.filter(pl.col("ph").is_in(["B", "E"])).select(
         (pl.col("row") + first).alias("order"), *RAW_SCHEMA
     )
@@ -238,6 +340,10 @@ def _finish(
     if begin_end:
         complete, unpaired = _pair_begin_end(pl.concat(begin_end, how="vertical"))
         if complete.height:
+            warnings.append(
+                f"{path}: read {complete.height} begin/end ('B'/'E') pairs as complete events "
+                "(the begin event's name and args, the end's time)"
+            )
             # their B and E rows were counted as events of their chunks already
             usable, paired_counts = clean.flag_raw(complete, n=0, no_ph=0)
             counts.append(paired_counts)
@@ -247,6 +353,11 @@ def _finish(
                 f"{path}: ignored {unpaired} begin/end ('B'/'E') events without a partner on their thread"
             )
     total_counts = clean.merge_counts(counts)
+    if total_counts.get("lower_x"):
+        n_x = total_counts['lower_x']
+        warnings.append(f"{path}: read {n_x} event{'s' if n_x != 1 else ''} with 'ph': 'x' (lower-case) as complete ('X') events")
+    if total_counts.get("utf8"):
+        warnings.append(utf8_warning(path, total_counts["utf8"]))
     warnings.extend(clean.judge(total_counts, path))
     base = doc.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) and 0 <= base < 2**62 else 0
@@ -338,22 +449,32 @@ def _events_part(piece, path: Path, first: int) -> _Part:
     """The part of a JSON array of events (``bytes``-like): typed decode, or the dict decoder
     when some value has an unexpected JSON type. Malformed JSON or non-object entries: the
     whole-document path takes over (it reports them in its own words)."""
+    bad_utf8 = 0
     try:
         typed = decode_typed(piece)
-    except msgspec.DecodeError:
+    except UnicodeDecodeError:  # a string that is not UTF-8 (Latin-1 text in a name...)
+        piece, bad_utf8 = replace_invalid_utf8(piece)
+        try:
+            typed = decode_typed(piece)
+        except (msgspec.DecodeError, RecursionError):
+            raise _Fallback from None
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: the whole-document path measures the depth
         raise _Fallback from None
     if typed is not None:
-        return _chunk_frame(typed, first)
-    try:
-        events = orjson.loads(piece)
-    except orjson.JSONDecodeError:
-        raise _Fallback from None
-    if not all(isinstance(e, dict) for e in events[:1000]):
-        raise _Fallback
-    try:
-        return _chunk_frame(raw_frame_from_dicts(events, path), first)
-    except InvalidTrace:
-        raise _Fallback from None
+        part = _chunk_frame(typed, first)
+    else:
+        try:
+            events = orjson.loads(piece)
+        except orjson.JSONDecodeError:
+            raise _Fallback from None
+        if not all(isinstance(e, dict) for e in events[:1000]):
+            raise _Fallback
+        try:
+            part = _chunk_frame(raw_frame_from_dicts(events, path), first)
+        except InvalidTrace:
+            raise _Fallback from None
+    part.counts["utf8"] = bad_utf8
+    return part
 
 
 def _array_piece(buf: bytearray, cut: int) -> bytearray:
@@ -438,7 +559,9 @@ def _parse_blocks(path: Path, stream: inflate.Stream, blocks) -> tuple[pl.DataFr
         del buf
         try:
             tail = orjson.loads(last)
-        except orjson.JSONDecodeError:
+        except orjson.JSONDecodeError as exc:
+            if "UTF-8" in str(exc):
+                raise _Fallback from None  # not a truncation: the whole-document path reads it
             fixed = clean.repair_json(last)  # NaN / Infinity literals are not a truncation
             if fixed is not None:
                 raise _Fallback from None  # the whole-document path repairs them, with its warning
@@ -473,6 +596,8 @@ def _tail(rest: bytes, path: Path, first: int) -> tuple[_Part | None, list[str],
     try:
         msgspec.json.decode(piece, type=msgspec.Raw)
         return None  # the array closes the input: no "}" after it
+    except RecursionError:
+        raise _Fallback from None  # nested deeper than msgspec follows: the whole-document path measures it
     except msgspec.DecodeError as exc:
         msg = str(exc)
     tag = "trailing characters (byte "
@@ -516,6 +641,9 @@ def _canonical(raw: pl.DataFrame, base_ns: int) -> pl.DataFrame:
 
     cat = pl.col("cat").str.to_lowercase()
     kind = cat.replace_strict(KIND_OF_CAT, default="other", return_dtype=pl.String)
+    # MTIA device work: DMA transfers (``dma_request``...) are copies, as HTA's memory-kernel
+    # pattern ``^dma`` classifies them, not compute
+    kind = pl.when((cat == "mtia_ccp_events") & pl.col("name").str.starts_with("dma")).then(pl.lit(MTIA_DMA_KIND)).otherwise(kind)
     is_gpu = kind.is_in(GPU_TIMELINE_KINDS)
     stream = pl.coalesce(a("stream"), pl.col("tid").str.extract(r"(\d+)").cast(pl.Int64, strict=False))
     start = _ns(pl.col("ts")) + base_ns

@@ -14,7 +14,7 @@ The typed decoder only accepts chunks whose every value has the JSON type the fr
 (``msgspec.ValidationError`` otherwise), and the caller then decodes that chunk with the dict
 decoder: the frame is the same either way, and odd chunks keep their historical handling.
 
-Raw frame columns: ``ph`` (``"x"`` is read as ``"X"``), ``cat``, ``name``, ``pid``, ``tid`` (text),
+Raw frame columns: ``ph`` (``"x"`` as written: the parser counts it and reads it as ``"X"``), ``cat``, ``name``, ``pid``, ``tid`` (text),
 ``ts``, ``dur`` (float µs), one ``args.<key>`` column per entry of :data:`ARG_SCHEMA`, and
 ``input_dims`` (compact JSON text, shaped ops only).
 """
@@ -122,7 +122,7 @@ _KEPT_TYPES = {
 }
 _OTHER_TYPES = [msgspec.defstruct(f"_Other_{i}", [], tag_field="ph", tag=ph, gc=False) for i, ph in enumerate(OTHER_PHASES)]
 #: the type of a decoded event -> its ``ph`` column value (None: not kept)
-_PH_OF_TYPE = {**{t: ("X" if ph == "x" else ph) for ph, t in _KEPT_TYPES.items()}, **dict.fromkeys(_OTHER_TYPES)}
+_PH_OF_TYPE = {**{t: ph for ph, t in _KEPT_TYPES.items()}, **dict.fromkeys(_OTHER_TYPES)}
 _DECODER = msgspec.json.Decoder(list[Union[tuple([*_KEPT_TYPES.values(), *_OTHER_TYPES])]])
 _GET_REST = attrgetter(*[k for k in TOP_SCHEMA if k != "ph"], "args")
 
@@ -132,7 +132,8 @@ def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
     begin/end events (``row`` column: the event's index in ``piece``), with the number of events
     and of events without ``ph``; None when some value has a JSON type the typed decoder does
     not take (decode the chunk with :func:`raw_frame_from_dicts` then). Malformed JSON raises
-    ``msgspec.DecodeError``.
+    ``msgspec.DecodeError``, a string that is not UTF-8 ``UnicodeDecodeError`` and a value nested
+    deeper than the decoder follows ``RecursionError`` (the caller handles each).
 
     Fields become columns through C-level iteration (``map`` over ``attrgetter`` /
     ``astuple``, ``zip`` to transpose); the other phases (flow, instant, metadata: a third to a
@@ -182,7 +183,7 @@ def _raw_dims(raw) -> object:
     return orjson.loads(memoryview(raw)) if len(raw) else None
 
 
-def _normal_ph() -> pl.Expr:
+def normal_ph() -> pl.Expr:
     """``"x"`` (no such phase in the Chrome trace format) is a complete event written lower-case."""
     ph = pl.col("ph")
     return pl.when(ph == "x").then(pl.lit("X")).otherwise(ph).alias("ph")
@@ -210,7 +211,6 @@ def raw_frame_from_dicts(events: list, path) -> tuple[pl.DataFrame, int, int]:
     except Exception as exc:  # polars raises several types on malformed rows
         raise InvalidTrace(f"malformed events ({short(exc)})", path) from None
     df = pl.concat([df, args.rename({k: f"args.{k}" for k in ARG_SCHEMA})], how="horizontal")
-    df = df.with_columns(_normal_ph())
 
     def dims(i: int) -> object:
         a = events[i].get("args")
@@ -218,7 +218,7 @@ def raw_frame_from_dicts(events: list, path) -> tuple[pl.DataFrame, int, int]:
 
     df = df.with_columns(_input_dims(df, dims))
     n, no_ph = df.height, df.get_column("ph").null_count()
-    df = df.with_row_index("row").filter(pl.col("ph").is_in(KEPT_PHASES))
+    df = df.with_row_index("row").filter(pl.col("ph").is_in([*KEPT_PHASES, "x"]))
     return df.with_columns(pl.col("row").cast(pl.Int64)).select(["row", *RAW_SCHEMA]), n, no_ph
 
 
@@ -242,7 +242,7 @@ def _input_dims(raw: pl.DataFrame, dims_of) -> pl.Series:
     idx = (
         raw.select(
             pl.arg_where(
-                (pl.col("ph") == "X")
+                pl.col("ph").is_in(["X", "x"])
                 & pl.col("name").str.contains(SHAPED_OPS)
                 & pl.col("cat").str.to_lowercase().is_in(["cpu_op", "operator"])
             )
@@ -263,6 +263,66 @@ def short(exc: Exception) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# nesting depth
+
+#: the deepest nesting of JSON arrays and objects a trace may hold (a Kineto trace nests fewer
+#: than 10 levels). The native decoders recurse once per level and stop at Python's recursion
+#: limit (about 1,000 levels, less inside a deep call stack); a document they cannot follow is
+#: measured by :func:`too_deep` (no recursion): up to this depth it is decoded by the
+#: whole-document path, beyond it refused
+MAX_JSON_DEPTH = 1024
+
+_STRUCT = re.compile(rb'["\[\]{}]')
+_STRING_REST = re.compile(rb'(?:[^"\\]|\\.)*"', re.S)
+
+
+def _scan(data, start: int, limit: int) -> tuple[int | None, int]:
+    """Walk the brackets of ``data`` from ``start`` (strings skipped): (the byte at which the
+    nesting first goes deeper than ``limit``, or None; the index just after the value that opens
+    at ``start``, or -1 when it does not close)."""
+    depth, pos, n = 0, start, len(data)
+    search, string_rest = _STRUCT.search, _STRING_REST.match
+    while True:
+        m = search(data, pos, n)
+        if m is None:
+            return None, -1
+        c = data[m.start()]
+        if c == 0x22:  # '"'
+            s = string_rest(data, m.end(), n)
+            if s is None:
+                return None, -1
+            pos = s.end()
+            if depth == 0:
+                return None, pos
+            continue
+        pos = m.end()
+        if c in (0x5B, 0x7B):  # "[" "{"
+            depth += 1
+            if depth > limit:
+                return m.start(), -1
+        else:
+            depth -= 1
+            if depth <= 0:
+                return None, pos
+
+
+def too_deep(data, limit: int = MAX_JSON_DEPTH) -> int | None:
+    """The byte offset at which ``data`` (a JSON document) nests deeper than ``limit`` levels,
+    or None. A plain scan of the brackets: slow (used only when a native decoder gives up)."""
+    start = _STRUCT.search(data)
+    if start is None:
+        return None
+    return _scan(data, start.start(), limit)[0]
+
+
+def depth_message(at: int) -> str:
+    return (
+        f"JSON nested more than {MAX_JSON_DEPTH} levels deep (from byte {at}): refused "
+        "(a trace nests fewer than 10 levels)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # the keys of a JSON object, duplicates included
 
 _KEY = re.compile(rb'\s*("(?:[^"\\]|\\.)*")\s*:\s*', re.S)
@@ -274,6 +334,13 @@ def _skip_value(mv: memoryview, i: int) -> int:
     natively (``Raw``: no Python objects) and reports where the trailing characters start."""
     try:
         msgspec.json.decode(mv[i:], type=msgspec.Raw)
+    except RecursionError:  # nested deeper than msgspec follows: walk the brackets instead
+        _deep, end = _scan(mv, i, MAX_JSON_DEPTH)
+        if end < 0:
+            return -1
+        while end < len(mv) and mv[end] in b" \t\r\n":
+            end += 1
+        return end if end < len(mv) else -1
     except msgspec.DecodeError as exc:
         msg = str(exc)
         tag = "trailing characters (byte "

@@ -140,13 +140,17 @@ def annotate(analysis: Analysis, output: Path, outputs: Outputs | None = None, m
     runs = bucket_runs(analysis, segments(analysis))
     for (rank, path, base), target in zip(files, paths):
         raw, cut = kineto.read_bytes(path)
-        doc, _kept = kineto.decode_document(raw, path, cut)
-        del raw
-        doc["traceEvents"].extend(track_events(analysis, runs, rank, base, _free_pid(analysis, rank)))
-        data = orjson.dumps(doc)
-        del doc
-        if target.name.endswith(".gz"):
-            data = gzip.compress(data, compresslevel=6, mtime=0)
+        size = len(raw)
+        try:
+            doc, _kept = kineto.decode_document(raw, path, cut)
+            del raw
+            doc["traceEvents"].extend(track_events(analysis, runs, rank, base, _free_pid(analysis, rank)))
+            data = orjson.dumps(doc)
+            del doc
+            if target.name.endswith(".gz"):
+                data = gzip.compress(data, compresslevel=6, mtime=0)
+        except MemoryError:  # the whole document, rewritten: what it needs, not a bad input
+            raise kineto.out_of_memory(path, size) from None
         outputs.write_bytes(target, data)
         written.append(target)
     return written

@@ -1,0 +1,99 @@
+"""Memory that runs out is reported as such (exit 10, docs/errors.md), with what the file needs:
+never as "invalid JSON", never a crash. The caps are set with ``resource.setrlimit(RLIMIT_AS)``
+(what ``ulimit -v`` sets, as HPC login nodes do) in a subprocess, on a trace made by
+scripts/make_big_trace.py from the MI300X demo fixture (two copies, about 30 MB of JSON).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import DEMO, ROOT
+from traceanalyzer.errors import EXIT_CODES, OutOfMemory
+from traceanalyzer.parsers.kineto import WHOLE_DOCUMENT_FACTOR
+
+resource = pytest.importorskip("resource", reason="no RLIMIT_AS on this platform")
+
+# in a fresh process: cap the address space when the whole document is about to be decoded, at
+# what the process holds then plus CAP x the JSON (the whole-document reader asks for 8x)
+SCRIPT = r"""
+import os, resource, sys
+from traceanalyzer.parsers import kineto
+cap = float(sys.argv[1])
+real = kineto.decode_document
+def capped(raw, path, cut, *a, **k):
+    used = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    lim = used + int(cap * len(raw))
+    resource.setrlimit(resource.RLIMIT_AS, (lim, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    print(f"json={len(raw)}", file=sys.stderr)
+    return real(raw, path, cut, *a, **k)
+kineto.decode_document = capped
+from traceanalyzer.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    out = tmp_path_factory.mktemp("big") / "big.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_big_trace.py"), "--source", str(DEMO), "--copies", "2",
+                    "-o", str(out)], check=True, capture_output=True, cwd=ROOT)
+    return out
+
+
+def _run(cap: float, *args):
+    return subprocess.run([sys.executable, "-c", SCRIPT, str(cap), *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+
+
+def test_exit_10_is_documented():
+    assert OutOfMemory.exit_code == 10 and 10 in EXIT_CODES
+    assert "| 10 |" in (ROOT / "docs" / "errors.md").read_text()
+
+
+def test_annotate_under_an_address_space_cap_says_memory_ran_out_and_how_much_it_needs(tmp_path, big):
+    r = _run(3, "annotate", big, "-o", tmp_path / "out.json")
+    size = int(r.stderr.split("json=")[1].split()[0])
+    assert size > 25_000_000
+    assert r.returncode == 10, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("traceanalyzer: error")]
+    assert len(lines) == 1 and "Traceback" not in r.stderr and "invalid JSON" not in r.stderr
+    need = WHOLE_DOCUMENT_FACTOR * size
+    assert lines[0].startswith(
+        f"traceanalyzer: error: {big}: not enough memory to read the whole document: {size / 1e6:,.0f} MB of JSON "
+        f"needs about {need / 1e9:.1f} GB more as Python objects, and the address-space limit (ulimit -v) leaves "
+    )
+    assert "raise it to at least" in lines[0] and "(ulimit -v " in lines[0]
+    assert not (tmp_path / "out.json").exists()
+    # with the room it asks for (plus what writing the output takes), the same command succeeds
+    ok = _run(WHOLE_DOCUMENT_FACTOR + 4, "annotate", big, "-o", tmp_path / "out.json")
+    assert ok.returncode == 0, ok.stderr
+    import orjson
+
+    written = orjson.loads((tmp_path / "out.json").read_bytes())["traceEvents"]
+    assert len(written) > len(orjson.loads(big.read_bytes())["traceEvents"])  # the input's events and the tracks
+
+
+def test_a_failed_allocation_is_out_of_memory_exit_10_not_invalid_json(tmp_path, big, monkeypatch):
+    # under the cap of the first test but without the check before decoding: the decoder's own
+    # allocation failure (orjson says "not enough memory", Python raises MemoryError)
+    from traceanalyzer.parsers import kineto
+
+    monkeypatch.setattr(kineto, "check_memory", lambda size, path: None)
+    raw = big.read_bytes()
+    with pytest.raises(OutOfMemory, match="ran out of memory reading the whole document"):
+        try:
+            import orjson
+
+            real = orjson.loads
+
+            def failing(data):
+                raise orjson.JSONDecodeError("Not enough memory to allocate", "", 0)
+
+            monkeypatch.setattr(kineto.orjson, "loads", failing)
+            kineto.decode_document(raw, big, False)
+        finally:
+            monkeypatch.setattr(kineto.orjson, "loads", real)
