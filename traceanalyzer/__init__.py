@@ -22,7 +22,7 @@ import sys
 import types
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from traceanalyzer._version import __version__
 
 #: The public API: name -> "module:attribute", imported on first use (so ``import traceanalyzer``
 #: loads no polars, and the command line can handle a signal before the heavy libraries load).
