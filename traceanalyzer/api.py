@@ -1523,7 +1523,7 @@ def predict(
         >>> import traceanalyzer as ta
         >>> p = ta.predict("docs/examples/megatron-readme-70b.toml")
         >>> p["schema"], p["prediction"]["convention"]
-        ('traceanalyzer.predict', 'megatron')
+        ('traceanalyzer.predict', 'megatron2024')
     """
     doc, _sections, _warnings = _predict(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline)
     return doc
@@ -1944,19 +1944,24 @@ def kernel_diff(a: Source, b: Source) -> pl.DataFrame:
         b: the run compared with it.
 
     Returns:
-        One row per kernel name and class, largest change first: the kernel, its bucket, calls
-        and time per rank-step in each run, and its contribution (``contribution_ms``: B − A,
-        milliseconds per rank-step).
+        One row per kernel name and class, largest change first: ``name``, ``bucket`` (its
+        class: compute, recompute, comm, other), ``status`` (``changed``, ``new``, ``gone``),
+        ``calls_a``, ``calls_b`` (per rank-step), ``total_ms_a``, ``total_ms_b`` (its time),
+        ``bucket_ms_a``, ``bucket_ms_b`` (its exact share of its bucket) and
+        ``contribution_ms`` (``bucket_ms_b − bucket_ms_a``; Float64 milliseconds per rank-step).
 
     Raises:
         InvariantViolation: the contributions do not sum to the bucket differences (a bug).
 
     Example:
+        >>> import polars as pl
         >>> import traceanalyzer as ta
         >>> an = ta.analyze("fixtures/kineto/dlrm-v100-8rank")
         >>> d = ta.kernel_diff(ta.select(an, ranks=[7]), ta.select(an, ranks=[1]))
-        >>> d.sort("contribution_ms", descending=True)["bucket"][0]
-        'exposed_comm'
+        >>> d.select("bucket", "calls_b", pl.col("bucket_ms_a", "bucket_ms_b", "contribution_ms").round(3)).row(0)
+        ('comm', 5.0, 0.335, 9.389, 9.054)
+        >>> round(d.filter(bucket="comm")["contribution_ms"].sum(), 3)  # = compare's exposed_comm_dp
+        9.476
     """
     _cmp, diff = time_comparison(analysis_with_tables(a), analysis_with_tables(b))
     return pl.DataFrame(diff["rows"])
