@@ -90,7 +90,7 @@ def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False,
 
     from traceanalyzer.engine import check_workers
 
-    paths = [Path(_path(path))] if isinstance(path, (str, os.PathLike)) else [Path(_path(p)) for p in _paths(path)]
+    paths = [Path(_path(path, "path"))] if isinstance(path, (str, os.PathLike)) else [Path(_path(p, "path")) for p in _paths(path, "path")]
     check_workers(workers)
     cache_arg = _cache_arg(cache)
     if workers == 1 or isinstance(cache_arg, Path):  # in this process (a cache directory of its own too)
@@ -141,9 +141,9 @@ def scan(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = True) 
 
     if cache is False:
         raise InvalidArgument("scan reads the parse cache: give cache=True or a cache directory (or use load)")
-    directory = parse_cache.resolve_dir(None if cache is True else Path(_path(cache)))
-    items = [path] if isinstance(path, (str, os.PathLike)) else _paths(path)
-    files = [f for p in items for f in discover(Path(_path(p)))]
+    directory = parse_cache.resolve_dir(None if cache is True else Path(_path(cache, "cache")))
+    items = [path] if isinstance(path, (str, os.PathLike)) else _paths(path, "path")
+    files = [f for p in items for f in discover(Path(_path(p, "path")))]
     kineto = [f for f in files if not (f.is_dir() or _nsys_sniff(f))]
     frames: list[pl.LazyFrame] = []
     metas: list[dict] = []
@@ -1525,7 +1525,7 @@ def predict(
         >>> p["schema"], p["prediction"]["convention"]
         ('traceanalyzer.predict', 'megatron2024')
     """
-    doc, _sections, _warnings = _predict(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline)
+    doc, _sections, _warnings = predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline)
     return doc
 
 
@@ -1578,7 +1578,7 @@ def search_layouts(
         >>> s.head(2).select("rank", "tp", "pp", "vp", "dp", "micro_batch", "recompute", pl.col("tflops_per_gpu", "memory_gib").round(1), "fits").rows()
         [(1, 8, 2, 8, 8, 1, 'none', 529.0, 63.7, True), (2, 8, 2, 5, 8, 1, 'none', 524.1, 64.9, True)]
     """
-    found = _search(config, None, sets, source, top, capacity_gb, reserve_gb, baseline, convention)
+    found = search_parts(config, None, sets, source, top, capacity_gb, reserve_gb, baseline, convention)
     return found["frame"]
 
 
@@ -1631,7 +1631,7 @@ def annotate(
     from traceanalyzer.report.annotate import annotate as write_annotated, check_output
 
     a = _events_analysis(source, step_range, comm_kernels, cache, workers)
-    out = Path(_path(output))
+    out = Path(_path(output, "output"))
     outputs = Outputs([Path(s) for s in a.trace.sources])
     check_output(outputs, out, sum(len(discover(Path(s))) for s in a.trace.sources) or a.trace.meta.height, merge)
     return write_annotated(a, out, outputs, merge)
@@ -1691,19 +1691,19 @@ def baseline(
         raise InvalidArgument("config flags TP groups against a topology: give topo too")
     if scope is not None:
         _choice("scope", scope, ("intra", "inter"))
-    paths = None if files is None else ([files] if isinstance(files, (str, os.PathLike)) else _paths(files))
+    paths = None if files is None else ([files] if isinstance(files, (str, os.PathLike)) else _paths(files, "files"))
     out: dict[str, pl.DataFrame] = {}
     base = None
     if paths:
         from traceanalyzer.baselines import health_summary, link_health, read_nccl_tests
 
-        base = pl.concat([read_nccl_tests(Path(_path(f)), collective=collective, nranks=nranks, scope=scope) for f in paths])
+        base = pl.concat([read_nccl_tests(Path(_path(f, "files")), collective=collective, nranks=nranks, scope=scope) for f in paths])
         out["nccl_tests"] = link_health(base, gpu, nvlink_gbps, net_gbps)
         out["health"] = health_summary(base, gpu, nvlink_gbps, net_gbps)
     if topo is not None:
         from traceanalyzer.baselines import read_topology, tp_group_links
 
-        t = read_topology(Path(_path(topo)))
+        t = read_topology(Path(_path(topo, "topo")))
         out["gpus"], out["links"] = t.devices, t.links
         if config is not None:
             out["tp_groups"] = tp_group_links(t, _config(config).parallel.tp)
@@ -1770,8 +1770,8 @@ def batch(
         from traceanalyzer.errors import InputNotFound
 
         raise InputNotFound("configuration file not found", config)
-    items = [roots] if isinstance(roots, (str, os.PathLike)) else _paths(roots)
-    summary = run_batch([Path(_path(r)) for r in items], Path(_path(store)), force=force, engine=engine, workers=workers,
+    items = [roots] if isinstance(roots, (str, os.PathLike)) else _paths(roots, "roots")
+    summary = run_batch([Path(_path(r, "roots")) for r in items], Path(_path(store, "store")), force=force, engine=engine, workers=workers,
                         address=address, config=config, step_range=step_range, cache=cache)
     return batch_summary(summary, force)
 
@@ -1812,7 +1812,7 @@ def trend(
     from traceanalyzer.batch.trend import METRICS, trend_frame
 
     _choice("metric", metric, tuple(METRICS))
-    return trend_frame(Store(Path(_path(store))), metric, since, job)
+    return trend_frame(Store(Path(_path(store, "store"))), metric, since, job)
 
 
 def gate(
@@ -1856,7 +1856,7 @@ def gate(
         threshold = float(max_regression)
     else:
         raise InvalidArgument(f"max_regression must be a non-negative fraction or a percentage, got {max_regression!r}")
-    results = gate_check(Store(Path(_path(store))), baseline, threshold, job)
+    results = gate_check(Store(Path(_path(store, "store"))), baseline, threshold, job)
     return pl.DataFrame(
         [(r.job, r.passed, r.latest, r.baseline, r.change, r.message) for r in results],
         schema={"job": pl.String, "passed": pl.Boolean, "latest": pl.String, "baseline": pl.String, "change": pl.Float64,
@@ -2031,7 +2031,7 @@ def write_report(model: dict[str, Any], output: Path | None, fmt: str, outputs: 
 SPREAD_MICROBATCHES = (1, 2, 4, 8, 16, 32)
 
 
-def _predict(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline):
+def predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline):
     """(the predict document, its sections, its warnings)."""
     from traceanalyzer.errors import ConfigError
     from traceanalyzer.model import compare_predictions, load_config, predict as predict_run
@@ -2098,7 +2098,7 @@ def _predict(config, megatron_args, vs, global_batch, convention, hfu, kernel_ef
     return doc, sections, warnings
 
 
-def _search(config, megatron_args, sets, source, top, capacity_gb, reserve_gb, baseline, convention, *,
+def search_parts(config, megatron_args, sets, source, top, capacity_gb, reserve_gb, baseline, convention, *,
             anchor: Any = None, warnings: list[str] | None = None) -> dict[str, Any]:
     """Every layout ranked (``whatif --search``): ``frame`` (all layouts), ``document`` (the
     JSON document, without its warnings), ``title`` and ``notes`` (for the table), ``warnings``."""
@@ -2165,19 +2165,21 @@ def _choice(name: str, value: object, choices: tuple[str, ...]) -> None:
         raise InvalidArgument(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
 
 
-def _path(p: object) -> str | os.PathLike[str]:
+def _path(p: object, arg: str = "source") -> str | os.PathLike[str]:
     if isinstance(p, (str, os.PathLike)):
         return p
-    raise InvalidArgument(f"expected a path, a Trace or an Analysis, got {type(p).__name__}")
+    what = "a Trace or an Analysis" if arg == "source" else "a file name"
+    raise InvalidArgument(f"{arg}: expected a path, {what}, got {type(p).__name__}")
 
 
-def _paths(ps: object) -> list:
+def _paths(ps: object, arg: str = "source") -> list:
     try:
         items = list(ps)  # type: ignore[call-overload]
     except TypeError:
-        raise InvalidArgument(f"expected a path, a list of paths, a Trace or an Analysis, got {type(ps).__name__}") from None
+        what = "a Trace or an Analysis" if arg == "source" else "file names"
+        raise InvalidArgument(f"{arg}: expected a path, a list of paths, {what}, got {type(ps).__name__}") from None
     if not items:
-        raise InvalidArgument("no trace files given")
+        raise InvalidArgument(f"{arg}: no trace files given" if arg in ("source", "path") else f"{arg}: no files given")
     return items
 
 
@@ -2311,8 +2313,8 @@ def _baseline(baseline: PathLike | Iterable[PathLike] | pl.DataFrame | None) -> 
         return baseline
     from traceanalyzer.baselines import read_nccl_tests
 
-    files = [baseline] if isinstance(baseline, (str, os.PathLike)) else _paths(baseline)
-    return pl.concat([read_nccl_tests(Path(_path(f))) for f in files], how="diagonal_relaxed")
+    files = [baseline] if isinstance(baseline, (str, os.PathLike)) else _paths(baseline, "baseline")
+    return pl.concat([read_nccl_tests(Path(_path(f, "baseline"))) for f in files], how="diagonal_relaxed")
 
 
 def _model_flops_and_peak(config: PathLike | Any, analysis: Analysis) -> tuple[float, float]:

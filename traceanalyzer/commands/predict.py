@@ -36,9 +36,9 @@ def predict(
     outputs = Outputs([config, megatron_args, vs])
     if output is not None:
         outputs.check(output)
-    from traceanalyzer.api import _predict
+    from traceanalyzer.api import predict_parts
 
-    doc, sections, warnings = _predict(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline)
+    doc, sections, warnings = predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline)
     emit(sections, format, doc, output, outputs)
     print_warnings(warnings)
 

@@ -78,9 +78,9 @@ def whatif(
     warnings += list(anchor.notes)
     doc: dict[str, Any]
     if search:
-        from traceanalyzer.api import _search
+        from traceanalyzer.api import search_parts
 
-        found = _search(cfg, None, set_ or [], None, top, capacity_gb, reserve_gb, base, convention, anchor=anchor, warnings=warnings)
+        found = search_parts(cfg, None, set_ or [], None, top, capacity_gb, reserve_gb, base, convention, anchor=anchor, warnings=warnings)
         df, warnings, doc = found["frame"], found["warnings"], found["document"]
         sections = search_sections(df, top or df.height, found["title"], found["notes"])
     else:
