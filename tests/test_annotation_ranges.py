@@ -18,7 +18,8 @@ import polars as pl
 import pytest
 
 from tests.conftest import DEMO, TRACES, needs_shared, run_cli
-from traceanalyzer.classify.annotation_ranges import annotation_table, annotations, with_level
+from traceanalyzer.api import annotations
+from traceanalyzer.classify.annotation_ranges import annotation_table, with_level
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import BUCKETS
 from traceanalyzer.classify.steps import gpu_windows

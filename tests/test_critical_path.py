@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceanalyzer.classify.critical_path import CP_BUCKETS, critical_path, longest
+from traceanalyzer.api import critical_path
+from traceanalyzer.classify.critical_path import CP_BUCKETS, longest
 from traceanalyzer.parsers import load
 
 from conftest import DLRM, FIXTURES, TRACES, needs_shared, run_cli

@@ -8,7 +8,7 @@ from fractions import Fraction
 import polars as pl
 import pytest
 
-from traceanalyzer.classify.tables import analysis_with_tables
+from traceanalyzer.api import analysis_with_tables
 from traceanalyzer.reconcile import compare_time
 from traceanalyzer.reconcile.kerneldiff import bucket_gaps, kernel_diff
 

@@ -12,7 +12,7 @@ import pytest
 
 from traceanalyzer.classify.kernelstats import nearest_rank
 from traceanalyzer.classify.shapes import op_cost
-from traceanalyzer.classify.tables import analysis_with_tables, kernels, ops
+from traceanalyzer.api import analysis_with_tables, kernels, ops
 
 from conftest import DEMO, DLRM, ROOT, TRACES, needs_shared, run_cli
 
@@ -87,19 +87,21 @@ def test_kernel_shares_sum_to_buckets_exactly(path):
 @pytest.mark.parametrize("path", [B200, DEMO, DLRM], ids=["b200", "mi300x-recompute", "dlrm-8-ranks"])
 def test_tables_computed_on_demand_equal_the_workers_rows(path):
     """``ta.analyze`` leaves the per-kernel and per-op rows out; ``kernels()`` / ``ops()`` compute
-    them from the analysis's events on first use: the same rows as the rank workers compute,
-    and on a ``select`` cut the rows of the whole analysis on those ranks and steps."""
+    them from the analysis's events when asked, in a new analysis (the one given is never
+    changed): the same rows as the rank workers compute, and on a ``select`` cut the rows of the
+    whole analysis on those ranks and steps."""
     import traceanalyzer as ta
-    from traceanalyzer.classify.tables import with_tables
+    from traceanalyzer.engine import with_tables
 
     eager = analysis_with_tables(path)
     lazy = ta.analyze(path)
     assert lazy.kernel_stats is None and lazy.op_stats is None
-    assert with_tables(lazy) is lazy
-    assert lazy.kernel_stats.equals(eager.kernel_stats) and lazy.op_stats.equals(eager.op_stats)
-    assert lazy.kernel_stats.height and lazy.op_stats.height
+    filled = with_tables(lazy, "kernel_stats")
+    assert filled is not lazy and lazy.kernel_stats is None and with_tables(filled, "kernel_stats") is filled
+    assert filled.kernel_stats.equals(eager.kernel_stats) and filled.op_stats.equals(eager.op_stats)
+    assert filled.kernel_stats.height and filled.op_stats.height
     rank, step = eager.steps.row(-1, named=True)["rank"], eager.steps.row(-1, named=True)["step"]
-    cut = with_tables(ta.select(ta.analyze(path), ranks=[rank], steps=[step]))
+    cut = with_tables(ta.select(ta.analyze(path), ranks=[rank], steps=[step]), "kernel_stats")
     for name in ("kernel_stats", "op_stats"):
         want = getattr(eager, name).filter((pl.col("rank") == rank) & (pl.col("step") == step))
         assert getattr(cut, name).equals(want), name

@@ -33,7 +33,8 @@ import polars as pl
 import pytest
 
 from tests.conftest import TRACES, needs_shared, run_cli
-from traceanalyzer.classify.launches import launch_pairs, launches, queue_length, queue_series, queue_summary
+from traceanalyzer.api import launches, queue_length
+from traceanalyzer.classify.launches import launch_pairs, queue_series, queue_summary
 from traceanalyzer.parsers import load
 
 QUEUE = TRACES / "hta" / "negative_queue_length_values_check" / "rank0.json.gz"
@@ -183,14 +184,16 @@ def test_docstring_examples_run(monkeypatch):
     print what their docstrings say."""
     import doctest
 
-    import traceanalyzer.classify.annotation_ranges as ar
-    import traceanalyzer.classify.launches as lm
+    import traceanalyzer.api as api
     from tests.conftest import ROOT
 
     monkeypatch.chdir(ROOT)
-    for mod in (ar, lm):
-        res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
-        assert res.attempted >= 2 and res.failed == 0, mod.__name__
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    for verb in (api.annotations, api.launches, api.queue_length):
+        for test in doctest.DocTestFinder().find(verb, verb.__name__, globs={}):
+            runner.run(test)
+    res = runner.summarize(verbose=False)
+    assert res.attempted >= 4 and res.failed == 0
 
 
 def test_extras_cost_nothing_unless_asked():

@@ -22,7 +22,7 @@ import sys
 import types
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from traceanalyzer._version import __version__
 
 #: The public API: name -> "module:attribute", imported on first use (so ``import traceanalyzer``
 #: loads no polars, and the command line can handle a signal before the heavy libraries load).
@@ -38,17 +38,25 @@ _API: dict[str, str] = {
     "idle": "traceanalyzer.api:idle",
     "stragglers": "traceanalyzer.api:stragglers",
     "compare": "traceanalyzer.api:compare",
+    "kernel_diff": "traceanalyzer.api:kernel_diff",
     "report": "traceanalyzer.api:report",
-    "kernels": "traceanalyzer.classify.tables:kernels",
-    "ops": "traceanalyzer.classify.tables:ops",
-    "annotations": "traceanalyzer.classify.annotation_ranges:annotations",
-    "launches": "traceanalyzer.classify.launches:launches",
-    "queue_length": "traceanalyzer.classify.launches:queue_length",
-    "critical_path": "traceanalyzer.classify.critical_path:critical_path",
-    "memory": "traceanalyzer.reconcile.footprint:memory",
-    "whatif": "traceanalyzer.model.whatif:whatif",
-    "search_layouts": "traceanalyzer.model.search:search_layouts",
+    "kernels": "traceanalyzer.api:kernels",
+    "ops": "traceanalyzer.api:ops",
+    "annotations": "traceanalyzer.api:annotations",
+    "launches": "traceanalyzer.api:launches",
+    "queue_length": "traceanalyzer.api:queue_length",
+    "critical_path": "traceanalyzer.api:critical_path",
+    "reconcile": "traceanalyzer.api:reconcile",
+    "memory": "traceanalyzer.api:memory",
+    "whatif": "traceanalyzer.api:whatif",
+    "search_layouts": "traceanalyzer.api:search_layouts",
+    "predict": "traceanalyzer.api:predict",
     "plan": "traceanalyzer.api:plan",
+    "annotate": "traceanalyzer.api:annotate",
+    "baseline": "traceanalyzer.api:baseline",
+    "batch": "traceanalyzer.api:batch",
+    "trend": "traceanalyzer.api:trend",
+    "gate": "traceanalyzer.api:gate",
     "Trace": "traceanalyzer.schema:Trace",
     "Analysis": "traceanalyzer.classify:Analysis",
 }

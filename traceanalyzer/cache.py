@@ -47,7 +47,7 @@ from typing import Iterable
 import orjson
 import polars as pl
 
-from traceanalyzer import __version__
+from traceanalyzer._version import __version__
 from traceanalyzer.outputs import replace_atomically
 
 #: part of every entry key: bump whenever the parser's canonical output changes (the package

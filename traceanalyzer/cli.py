@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from traceanalyzer import __version__
+from traceanalyzer._version import __version__
 from traceanalyzer.commands import annotate, baseline, batch, breakdown, critpath, gate, kernels, launch_stats, memory, plan, predict, reconcile, report, trend, user_annotations, whatif
 from traceanalyzer.commands.common import NoColorOpt, VersionOpt
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError

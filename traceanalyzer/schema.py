@@ -78,6 +78,13 @@ KIND = pl.Enum(KINDS)
 #: GPU kinds that occupy the device (count as activity in the partition).
 GPU_WORK_KINDS = ["kernel", "memcpy", "memset", "gpu_other"]
 
+#: a file's events form one cluster in time: sorted start times with no gap above this. Events
+#: outside the cluster that holds the median start (or ending more than this after it) are absurd
+#: (the parsers' cleaning and the classifiers' invariants both read it)
+MAX_GAP_NS = 10 * 60 * 1_000_000_000
+#: ranks recorded further apart than this are different runs, not one job
+SAME_JOB_NS = 3600 * 1_000_000_000
+
 EVENT_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32,
     "kind": KIND,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.model.hardware import GPUS, detect_gpu
+from traceanalyzer.hardware import GPUS, detect_gpu
 
 #: (lower bound of ratio, verdict), checked top-down
 THRESHOLDS = [

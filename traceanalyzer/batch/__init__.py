@@ -19,7 +19,7 @@ from typing import Callable
 
 import polars as pl
 
-from traceanalyzer import __version__
+from traceanalyzer._version import __version__
 from traceanalyzer.batch.analyse import RunResult, failed_result, load_run_config
 from traceanalyzer.batch.discover import MANIFEST, RunSpec, discover_runs
 from traceanalyzer.batch.engines import analyse_run, execute

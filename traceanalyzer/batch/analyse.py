@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceanalyzer import __version__
+from traceanalyzer._version import __version__
 from traceanalyzer.batch.discover import RunSpec, fallback_date
 from traceanalyzer.batch.store import RANK_SCHEMA, RUN_SCHEMA, STEP_SCHEMA
 from traceanalyzer.classify import FIELDS

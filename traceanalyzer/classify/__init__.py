@@ -8,6 +8,7 @@ Classifiers never print.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -42,7 +43,8 @@ class Analysis:
     exposed_kernels: pl.DataFrame | None = None  # comm kernels with exposed time (classify.kernels.exposed_rows)
     kernel_stats: pl.DataFrame | None = None  # per rank, step, kernel (classify.kernelstats.kernel_stat_rows)
     op_stats: pl.DataFrame | None = None  # per rank, step, host op and shapes (classify.opstats.op_stat_rows)
-    extras: dict[str, pl.DataFrame] = field(default_factory=dict)  # optional tables asked for (engine.rank.EXTRAS)
+    extras: dict[str, pl.DataFrame] = field(default_factory=dict)  # optional tables asked for (engine.rank.TABLES)
+    options: Any = None  # the options it was made with (step range, patterns, optional tables): a verb that needs another table builds it with these
 
     def __repr__(self) -> str:
         """A few lines: ranks, steps, events, mean step time and its partition (never the frames)."""

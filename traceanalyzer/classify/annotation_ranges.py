@@ -37,8 +37,6 @@ over events.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import polars as pl
 
 from traceanalyzer.classify.launches import launch_calls
@@ -52,10 +50,6 @@ TIME_FIELDS = ["duration", *BUCKETS, "overlapped_comm", "outside"]
 COLUMNS = ["rank", "step", "source", "name", "level", "count", "gpu_work", "gpu_work_ns",
            *[f"{f}_ns" for f in TIME_FIELDS]]
 SOURCES = ("auto", "gpu", "host")
-
-if TYPE_CHECKING:
-    from traceanalyzer.api import PathLike, Source
-    from traceanalyzer.model.config import RunConfig
 
 
 def with_level(ranges: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
@@ -340,101 +334,5 @@ def add_mfu(table: pl.DataFrame, peak_tflops: float) -> pl.DataFrame:
     )
 
 
-def annotations(
-    trace: Source,
-    *,
-    name: str | None = None,
-    level: int | None = None,
-    source: str = "auto",
-    by: str = "step",
-    config: PathLike | RunConfig | None = None,
-    step_name: str | None = "ProfilerStep",
-    comm_kernels: list[str] | None = None,
-    **engine_kw,
-) -> pl.DataFrame:
-    """GPU time under each NVTX / ``record_function`` range, split into the partition's buckets.
-
-    Parameters
-    ----------
-    trace:
-        A loaded :class:`~traceanalyzer.schema.Trace`, a trace file, a directory of rank files,
-        a list of files, or an :class:`~traceanalyzer.classify.Analysis` made with
-        ``Options(extras=("annotations",))``.
-    name:
-        Regex (polars dialect, searched anywhere) the range name must match; ``None``: all.
-    level:
-        Only ranges at this nesting level (0: outermost on their thread or stream).
-    source:
-        ``"gpu"``: Kineto's GPU-side range copies (``gpu_user_annotation``, HTA's input);
-        ``"host"``: host ranges (``record_function``, NVTX) projected onto the GPU through the
-        launches made inside them; ``"auto"`` (default): ``gpu`` for ranks that have GPU-side
-        ranges, else ``host``.
-    by:
-        ``"step"`` (default): one row per (rank, step, source, name, level); ``"rank"``: summed
-        over steps (``steps`` column: how many); ``"name"``: summed over ranks and steps
-        (``ranks`` column).
-    config:
-        Run configuration (a TOML path, or a :class:`~traceanalyzer.model.RunConfig`): adds
-        ``model_flops`` (per GPU) and ``mfu`` columns (see :func:`with_mfu` for what MFU means
-        for a range that covers part of a step).
-    step_name:
-        The step range (``None``: each rank's whole GPU span is one step).
-    comm_kernels:
-        Extra kernel-name regexes that are communication (as ``--comm-kernel``).
-    engine_kw:
-        ``engine``, ``workers``, ``address``, ``quiet`` for files (see :func:`traceanalyzer.engine.analyse`).
-
-    Returns
-    -------
-    polars.DataFrame
-        Columns ``rank, step, source, name, level, count, gpu_work, gpu_work_ns, duration_ns,
-        compute_ns, recompute_ns, exposed_comm_ns, other_ns, idle_ns, overlapped_comm_ns,
-        outside_ns`` (+ ``model_flops, mfu`` with ``config``), sorted by ``duration_ns``
-        descending. Times are integer nanoseconds; the five buckets sum exactly to
-        ``duration_ns`` (the range's GPU time inside step windows), ``outside_ns`` is its GPU
-        time in no step. ``count``: range instances; ``gpu_work``/``gpu_work_ns``: GPU items
-        under them and their summed duration.
-
-    Example
-    -------
-    The bundled MI300X trace (run from the repository root), its optimizer ranges summed over
-    steps: 3 instances, 90.761 µs of GPU time of which 90.756 µs compute:
-
-    >>> from traceanalyzer.classify.annotation_ranges import annotations
-    >>> df = annotations("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz", name="Optimizer", by="name")
-    >>> df.select("name", "count", "duration_ns", "compute_ns", "idle_ns").rows()
-    [('Optimizer.step#SGD.step', 3, 90761, 90756, 5)]
-    """
-    from traceanalyzer.engine import Options, analyse_any
-
-    check_regex(name)
-    if source not in SOURCES:
-        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
-    opts = Options(step_name=step_name, comm_kernels=tuple(comm_kernels or ()), extras=("annotations",))
-    analysis = analyse_any(trace, opts, **engine_kw)
-    table = analysis.extras.get("annotations")
-    if table is None:
-        table = empty_table()
-    if config is not None:
-        flops, peak = model_flops_and_peak(config, analysis)
-        table = with_mfu(table, analysis.steps, flops, peak)
-    out = select(table, name=name, level=level, source=source, by=by)
-    if config is not None and by != "step":
-        out = add_mfu(out, peak)
-    return out
-
-
-def model_flops_and_peak(config, analysis) -> tuple[float, float]:
-    """(model FLOPs per GPU per step, peak TFLOP/s per GPU) of a run configuration (a path or a
-    :class:`~traceanalyzer.model.RunConfig`), as ``reconcile`` computes them."""
-    from traceanalyzer.model import RunConfig, load_config, step_flops
-    from traceanalyzer.reconcile.waterfall import _peak
-
-    cfg = config if isinstance(config, RunConfig) else load_config(config)
-    gpus = cfg.num_gpus
-    if gpus is None:
-        ws = analysis.trace.meta["world_size"].drop_nulls()
-        gpus = int(ws.max()) if ws.len() else None
-    gpus = cfg.need(gpus, "[hardware] num_gpus", "the FLOPs per GPU (the trace does not give a world size either)")
-    peak, _gpu, _where = _peak(cfg, analysis.trace, [])
-    return step_flops(cfg).model / gpus, peak
+# ``traceanalyzer.annotations`` (the Python verb over :func:`rank_table`, :func:`select`,
+# :func:`with_mfu`) is in :mod:`traceanalyzer.api`: classifiers take frames, never a path.

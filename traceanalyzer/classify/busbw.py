@@ -27,7 +27,7 @@ import polars as pl
 
 from traceanalyzer.baselines.curve import busbw_at
 from traceanalyzer.baselines.nccltests import bus_factor_expr
-from traceanalyzer.model.hardware import BUS_EFFICIENCY, GPUS, detect_gpu
+from traceanalyzer.hardware import BUS_EFFICIENCY, GPUS, detect_gpu
 
 BUSBW_COLUMNS = [
     "rank", "step", "coll_type", "pg_name", "group_size", "bytes", "start_ns", "dur_ns", "time_ns", "time_basis",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.errors import InvariantViolation
-from traceanalyzer.parsers.clean import MAX_GAP_NS, SAME_JOB_NS
+from traceanalyzer.schema import MAX_GAP_NS, SAME_JOB_NS
 
 _REPORT = "internal consistency check failed ({}): please report this input"
 

@@ -26,14 +26,9 @@ Sorted cumulative sums and as-of joins only; no Python loop over events.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import polars as pl
 
 from traceanalyzer.schema import GPU_WORK_KINDS
-
-if TYPE_CHECKING:
-    from traceanalyzer.api import Source
 
 #: the default share of a step the GPU must wait on the host for the step to be launch-bound
 LAUNCH_BOUND_SHARE = 0.10
@@ -233,128 +228,5 @@ def rank_queue_series(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataF
     return queue_series(launch_pairs(events.lazy(), gpu.lazy())).collect()
 
 
-# ---------------------------------------------------------------------------------------------
-# the Python verbs
-
-
-def _analysis(trace, extras: tuple[str, ...], step_name, comm_kernels, engine_kw):
-    from traceanalyzer.engine import Options, analyse_any
-
-    opts = Options(step_name=step_name, comm_kernels=tuple(comm_kernels or ()), extras=extras)
-    return analyse_any(trace, opts, **engine_kw)
-
-
-def launches(
-    trace: Source,
-    *,
-    by: str = "step",
-    threshold: float = LAUNCH_BOUND_SHARE,
-    step_name: str | None = "ProfilerStep",
-    comm_kernels: list[str] | None = None,
-    **engine_kw,
-) -> pl.DataFrame:
-    """Kernel launch statistics: per step (default) or one row per launched GPU item.
-
-    Parameters
-    ----------
-    trace:
-        A loaded :class:`~traceanalyzer.schema.Trace`, a trace file, a directory of rank files,
-        a list of files, or an :class:`~traceanalyzer.classify.Analysis`.
-    by:
-        ``"step"``: one row per (rank, step); ``"kernel"``: one row per launched GPU item
-        (kernel, memcpy, memset) that has a launch record.
-    threshold:
-        With ``by="step"``: the share of the step (0 to 1) the GPU must sit idle waiting for a
-        launch call that had not begun yet for the step to count as launch-bound.
-    step_name:
-        The step range (``None``: each rank's whole GPU span is one step).
-    comm_kernels:
-        Extra kernel-name regexes that are communication (as ``--comm-kernel``).
-    engine_kw:
-        ``engine``, ``workers``, ``address``, ``quiet`` for files (see :func:`traceanalyzer.engine.analyse`).
-
-    Returns
-    -------
-    polars.DataFrame
-        ``by="step"``: ``rank, step, kernels, memcpy, memset, launched,
-        launch_latency_{mean,p50,p99,max}_ns, launch_delay_p50_ns, launch_cpu_p50_ns,
-        launch_cpu_ns, gpu_work_p50_ns, duration_ns, idle_ns, idle_host_bound_ns,
-        host_bound_share, launch_bound`` (percentiles: nearest rank).
-        ``by="kernel"``: ``rank, step, pid, stream, kind, name, cls, correlation, launch_name,
-        launch_ns, launch_end_ns, start_ns, end_ns, launch_latency_ns, launch_delay_ns, cpu_ns,
-        gpu_ns`` (``step`` null outside every step window). Integer nanoseconds on the trace's
-        clock; ``launch_latency_ns`` = GPU start − launch call start, ``launch_delay_ns`` = GPU
-        start − launch call end (HTA's launch delay before its clip at 0).
-
-    Example
-    -------
-    The bundled MI300X trace (run from the repository root): 746 kernels a step, the host ~25 ms
-    ahead of the GPU, no step launch-bound:
-
-    >>> from traceanalyzer.classify.launches import launches
-    >>> per_step = launches("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz")
-    >>> per_step.select("step", "kernels", "launched", "launch_latency_p50_ns", "launch_bound").rows()
-    [(15, 746, 895, 23591401, False), (16, 746, 895, 26345479, False), (17, 746, 895, 30956370, False)]
-    >>> launches("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz", by="kernel").height
-    2685
-    """
-    if by not in ("step", "kernel"):
-        raise ValueError(f"by must be 'step' or 'kernel', got {by!r}")
-    if not 0 <= threshold <= 1:
-        raise ValueError(f"threshold must be between 0 and 1, got {threshold}")
-    name = "launches" if by == "step" else "launch_rows"
-    analysis = _analysis(trace, (name,), step_name, comm_kernels, engine_kw)
-    df = analysis.extras.get(name)
-    if df is None:
-        schema = {"rank": pl.Int32, "step": pl.Int64}
-        df = pl.DataFrame(schema=schema)
-        return df
-    return with_launch_bound(df, threshold) if by == "step" else df
-
-
-def queue_length(
-    trace: Source,
-    *,
-    series: bool = False,
-    step_name: str | None = "ProfilerStep",
-    comm_kernels: list[str] | None = None,
-    **engine_kw,
-) -> pl.DataFrame:
-    """Launch queue length per (rank, device, stream): a summary, or the step function itself.
-
-    Parameters
-    ----------
-    trace:
-        A loaded :class:`~traceanalyzer.schema.Trace`, a trace file, a directory of rank files,
-        a list of files, or an :class:`~traceanalyzer.classify.Analysis`.
-    series:
-        ``False`` (default): one summary row per stream; ``True``: the time series.
-    step_name, comm_kernels, engine_kw:
-        As for :func:`launches`.
-
-    Returns
-    -------
-    polars.DataFrame
-        Summary: ``rank, pid, stream, launched, span_ns, queued_mean, queued_max,
-        outstanding_mean, outstanding_max`` (means weighted by time over ``span_ns``, from the
-        first launch to the last end on the stream) and HTA's statistics of the queued count
-        ``hta_count, hta_mean, hta_std, hta_min, hta_p25, hta_p50, hta_p75, hta_max`` (one value
-        per launch and per start, not weighted by time). Series: ``rank, pid, stream, t_ns,
-        queued, outstanding``; each value holds from ``t_ns`` (integer ns) to the next row.
-        ``queued`` = launched and not started; ``outstanding`` = launched and not finished.
-
-    Example
-    -------
-    The bundled MI300X trace: up to 1,840 kernels queued on stream 0:
-
-    >>> from traceanalyzer.classify.launches import queue_length
-    >>> queue_length("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz").select(
-    ...     "stream", "launched", "queued_max", "outstanding_max").rows()
-    [(0, 2673, 1840, 1840), (4, 12, 8, 9)]
-    """
-    name = "queue_series" if series else "queue"
-    analysis = _analysis(trace, (name,), step_name, comm_kernels, engine_kw)
-    df = analysis.extras.get(name)
-    if df is None:
-        return pl.DataFrame(schema={"rank": pl.Int32, "pid": pl.String, "stream": pl.Int64})
-    return df
+# The Python verbs over these tables (``traceanalyzer.launches``, ``traceanalyzer.queue_length``)
+# are in :mod:`traceanalyzer.api`: classifiers take frames, never a path.

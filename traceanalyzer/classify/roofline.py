@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.model.hardware import GPUS, detect_gpu
+from traceanalyzer.hardware import GPUS, detect_gpu
 
 #: bytes per element of each precision
 ELEMENT_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}

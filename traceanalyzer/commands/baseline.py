@@ -79,16 +79,13 @@ def baseline(
     elif config is not None:
         raise ConfigError("--config flags TP groups against a topology: give --topo FILE too")
     if trace:
-        from traceanalyzer.classify.busbw import achieved_busbw, busbw_summary, exposed_split
+        from traceanalyzer.api import collective_busbw
 
         an = analyse_paths(list(trace), step_range, cache=cache, workers=workers, quiet=quiet)
-        dev = gpu or next(iter(an.trace.meta["device_name"].drop_nulls().to_list()), None)
-        per = achieved_busbw(an.collectives, baseline=base, gpu=dev)
+        per, summ_c, split = collective_busbw(an, base, gpu)
         if not per.height:
             print_warnings(["no collective in the trace carries a byte count and a group size "
                             "(record_param_comms / NCCL kernel args 'In msg nelems'): nothing to set against the baseline"])
-        summ_c = busbw_summary(per)
-        split = exposed_split(per, an.comm)
         sections += efficiency_sections(summ_c, per)
         if split.height:
             sections.append(exposed_split_section(split))

@@ -139,7 +139,7 @@ JobOpt = Annotated[Optional[str], job_opt()]
 
 def _version(value: bool) -> None:
     if value:
-        from traceanalyzer import __version__
+        from traceanalyzer._version import __version__
 
         typer.echo(f"traceanalyzer {__version__}")
         raise typer.Exit()

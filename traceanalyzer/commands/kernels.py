@@ -33,7 +33,8 @@ DEFAULT_TOP = 20
 
 def _run(what: str, paths, name, rank, step, sort, top, precision, format, output, step_range, whole_trace, recompute_range,
          comm_kernel, config, cache, workers, engine, address, quiet) -> None:
-    from traceanalyzer.classify.tables import analysis_with_tables, check_filters, kernels as kernel_verb, ops as op_verb
+    from traceanalyzer.api import analysis_with_tables, kernels as kernel_verb, ops as op_verb
+    from traceanalyzer.classify.tables import check_filters
     from traceanalyzer.render import kerneltable as render
 
     sort = Sort(sort).value

@@ -63,7 +63,7 @@ def launches(
     quiet: QuietOpt = False,
 ) -> None:
     """Kernel launch latency (launch call -> GPU start), kernels per step, launch-bound steps, queue length per stream."""
-    from traceanalyzer.classify import launches as lm
+    from traceanalyzer import api as lm
     from traceanalyzer.engine import Options, analyse
     from traceanalyzer.render import frames
 

@@ -16,7 +16,7 @@ from traceanalyzer.model import load_config
 from traceanalyzer.model.config import CONVENTIONS
 from traceanalyzer.model.flops import HFU_CONVENTIONS
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.reconcile import attach_overlapped, compare as compare_waterfalls, compare_time, waterfall
+from traceanalyzer.reconcile import compare as compare_waterfalls
 from traceanalyzer.render.predictions import (
     Format, emit, time_comparison_sections, trace_comparison_sections, waterfall_sections,
 )
@@ -46,8 +46,9 @@ def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path]
         from traceanalyzer.baselines import read_nccl_tests
 
         base = pl.concat([read_nccl_tests(f) for f in baseline], how="diagonal_relaxed")
-    wf = waterfall(analysis, cfg, convention=convention, step_name=step_range, hfu=hfu, baseline=base)
-    attach_overlapped(wf, analysis)
+    from traceanalyzer.api import waterfall_of
+
+    wf = waterfall_of(analysis, cfg, convention=convention, hfu=hfu, baseline=base)
     return wf, [*analysis.warnings, *wf["warnings"]]
 
 
@@ -102,20 +103,14 @@ def compare(
     if output is not None:
         outputs.check(output)
     if ca is None:
-        from traceanalyzer.classify.tables import analysis_with_tables
-        from traceanalyzer.errors import InvariantViolation
-        from traceanalyzer.reconcile.kerneldiff import bucket_gaps, kernel_diff
+        from traceanalyzer.api import analysis_with_tables, time_comparison
         from traceanalyzer.render.kerneltable import kernel_diff_sections
 
         patterns = tuple(comm_patterns(comm_kernel))
         steps = step_name(step_range, whole_trace)
         an_a = analysis_with_tables([trace_a], steps, cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
         an_b = analysis_with_tables([trace_b], steps, cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
-        cmp_t = compare_time(an_a, an_b)
-        diff = kernel_diff(an_a, an_b)
-        gaps = bucket_gaps(cmp_t)
-        if any(diff["exact"][f"{b}_ns"] != gaps[b] for b in gaps):
-            raise InvariantViolation(f"the kernel diff does not sum to the bucket differences of {trace_a} and {trace_b}")
+        cmp_t, diff = time_comparison(an_a, an_b)
         emit(time_comparison_sections(cmp_t) + kernel_diff_sections(diff), format,
              {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "time",
               "comparison": {**_public(cmp_t), "kernels": _public(diff)}}, output, outputs)

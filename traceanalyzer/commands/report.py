@@ -97,39 +97,10 @@ def report(
         command=_command(paths, config, format, embed, output, rank, step_range, top, baseline, whole_trace) + ([] if ranks is RankView.auto else ["--ranks", ranks.value]),
         ranks=ranks.value,
     )
-    _write(m, format, embed, output, outputs)
+    from traceanalyzer.api import write_report
+
+    write_report(m, output, format.value, outputs, embed=embed)
     print_warnings([*analysis.warnings, *m["notes"]])
-
-
-def _write(m: dict, format: ReportFormat, embed: bool, output: Path | None, outputs: Outputs) -> None:
-    """Every file through ``outputs``: none over an input, each whole or not at all."""
-    if format is ReportFormat.json:
-        from traceanalyzer.render import json as json_render
-
-        with outputs.stream(output) as fh:
-            fh.write(json_render.dumps(m))
-        return
-    from traceanalyzer.render import plots
-
-    images = plots.render_all(m)
-    assert output is not None
-    if format is ReportFormat.html:
-        from traceanalyzer.render import html
-
-        outputs.write_text(output, html.render(m, images))
-        return
-    from traceanalyzer.render import markdown
-
-    if embed:
-        refs = {stem: markdown.data_uri(png) for stem, png in images.items()}
-    else:
-        stem = output.name[: -len(".md")] if output.name.endswith(".md") else output.name
-        refs = {plot: f"{stem}_{plot}.png" for plot in images}
-        for name in refs.values():  # all checked before any is written
-            outputs.check(output.parent / name)
-        for plot, png in images.items():
-            outputs.write_bytes(output.parent / refs[plot], png)
-    outputs.write_text(output, markdown.render(m, refs))
 
 
 def register(app: typer.Typer) -> None:

@@ -68,7 +68,9 @@ def annotations(
         cfg = load_config(config)
     opts = Options(step_name=None if whole_trace else step_range, comm_kernels=tuple(patterns), extras=("annotations",))
     analysis = analyse(paths, opts, engine=engine.value, workers=workers, address=address, quiet=quiet, console=err_console)
-    df = ann.annotations(analysis, name=name, level=level, source=source.value, by=by.value, config=cfg)
+    from traceanalyzer.api import annotations as annotation_verb
+
+    df = annotation_verb(analysis, name=name, level=level, source=source.value, by=by.value, config=cfg)
     if format is FrameFormat.json:
         with outputs.stream(output) as fh:
             fh.write(frames.json_bytes("annotations", {"rows": df}, source=source.value, by=by.value))

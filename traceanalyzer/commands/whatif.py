@@ -78,27 +78,11 @@ def whatif(
     warnings += list(anchor.notes)
     doc: dict[str, Any]
     if search:
-        from traceanalyzer.model.search import KNOBS, search_layouts
-        from traceanalyzer.model.whatif import _parse_one
+        from traceanalyzer.api import search_parts
 
-        keys = {_parse_one(s)[0] for s in set_ or []}
-        fixed = {k: _knob_value(new, k) for k in keys if k in KNOBS or k == "dp"}
-        df = search_layouts(anchor, base=new, fixed=fixed, capacity_gib=capacity_gb, reserve_gib=reserve_gb,
-                            top=top)
-        shown = df if top == 0 else df.head(top)
-        notes = [f"anchor: {anchor.description}", f"FLOPs convention: {anchor.convention}"]
-        if df["fits"].null_count() == df.height and df.height:
-            warnings.append("the memory model cannot size this configuration: no layout was dropped for memory")
-        if fixed:
-            notes.append("pinned: " + ", ".join(f"{k}={v}" for k, v in fixed.items()))
-        title = (f"Layouts of {new.num_gpus} GPUs at global batch {new.batch.global_batch}, ranked by predicted TFLOP/s/GPU"
-                 + (" (those that fit in memory)" if df["fits"].null_count() < df.height else ""))
-        sections = search_sections(df, top or df.height, title, notes)
-        sized = df.height - df["fits"].null_count()
-        doc = {"schema": "traceanalyzer.whatif_search", "schema_version": 1, "anchor": anchor.description, "anchor_source": anchor.source, "convention": anchor.convention,
-               "valid_layouts": df.height, "sized_layouts": sized, "fitting_layouts": int(df["fits"].sum() or 0),
-               "not_fitting_layouts": sized - int(df["fits"].sum() or 0),
-               "pinned": fixed, "layouts": shown.to_dicts()}
+        found = search_parts(cfg, None, set_ or [], None, top, capacity_gb, reserve_gb, base, convention, anchor=anchor, warnings=warnings)
+        df, warnings, doc = found["frame"], found["warnings"], found["document"]
+        sections = search_sections(df, top or df.height, found["title"], found["notes"])
     else:
         res = project(anchor, new, capacity_gib=capacity_gb, reserve_gib=reserve_gb)
         if res["predicted"]["memory"] is None:
@@ -109,15 +93,6 @@ def whatif(
     doc["warnings"] = warnings
     emit(sections, format, doc, output, outputs)
     print_warnings(warnings)
-
-
-def _knob_value(cfg, key: str):
-    p = cfg.parallel
-    return {
-        "tp": p.tp, "pp": p.pp, "vp": p.vp, "cp": p.cp, "ep": p.ep, "dp": cfg.dp, "micro_batch": cfg.batch.micro_batch,
-        "recompute": cfg.recompute.granularity, "sequence_parallel": p.sequence_parallel,
-        "distributed_optimizer": p.distributed_optimizer,
-    }[key]
 
 
 def register(app: typer.Typer) -> None:

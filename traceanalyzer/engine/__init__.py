@@ -26,15 +26,15 @@ from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
 from traceanalyzer.engine.pool import ENGINES, WorkerDied, run_tasks
 from traceanalyzer.engine.progress import JobProgress, json_bytes
-from traceanalyzer.engine.rank import KEEP, Options, RankResult, RankTask, classify_ranks, default_workers
+from traceanalyzer.engine.rank import EXTRAS, KEEP, TABLES, Options, RankResult, RankTask, check_tables, classify_ranks, default_workers, extra_table
 from traceanalyzer.errors import ConfigError, InputNotFound, InvalidArgument
 
 #: below this much JSON in all (inflated), the default is one process (starting worker
 #: processes, ~1 s each, would cost more than they save)
 POOL_BYTES = 32 * 2**20
 
-__all__ = ["analyze", "breakdown", "analyse", "load", "check_workers", "analyse_trace", "analyse_any", "Options", "RankResult", "ENGINES", "KEEP", "WorkerDied",
-           "default_workers"]
+__all__ = ["analyze", "breakdown", "analyse", "load", "check_workers", "analyse_trace", "analyse_any", "with_tables", "Options", "RankResult",
+           "ENGINES", "KEEP", "TABLES", "WorkerDied", "default_workers"]
 
 
 def check_workers(workers) -> None:
@@ -56,8 +56,10 @@ def analyse_trace(trace, opts: Options):
         RankResult(index=i, file=row["file"] or "", rank=row["rank"], meta=row)
         for i, row in enumerate(trace.meta.iter_rows(named=True))  # one row per rank
     ]
-    tables = opts.tables or opts.keep == "report"  # the report's kernel section reads the kernel rows
-    classify_ranks(trace.events, trace.meta, Options(**{**opts.__dict__, "keep": "gpu", "tables": tables}), source, results)
+    # the events are the trace's own; the GPU work is kept; the report's kernel section reads the
+    # per-kernel rows (kernel_stats) when loaded in this process
+    want = {"gpu", *(["kernel_stats"] if "kernel_rows" in opts.tables else [])}
+    classify_ranks(trace.events, trace.meta, opts.with_tables(*want, without=("events", "kernel_rows")), source, results)
     return reduce_job(results, trace, opts, source)
 
 
@@ -141,7 +143,7 @@ def load(
 
     Returns ``(trace, memory_events)``; ``memory_events`` is None when the job was loaded in
     this process (small jobs, Nsight Systems inputs: read them from the files then)."""
-    opts = Options(keep="events", parse_only=True, cache=cache, memory=memory)
+    opts = Options(tables={"events", "gpu", *(["memory"] if memory else [])}, parse_only=True, cache=cache)
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     mapped = _map(paths, opts, engine, workers, address, quiet, console)
     if not isinstance(mapped, list):
@@ -173,8 +175,8 @@ def _map(paths: list[Path], opts: Options, engine: str, workers: int | None, add
         finally:
             progress.close()
     source = _source(kin)
-    if opts.keep == "report" and len(kin) == 1:
-        opts = Options(**{**opts.__dict__, "keep_gpu": True})  # its timeline needs no second pass
+    if "kernel_rows" in opts.tables and len(kin) == 1:
+        opts = opts.with_tables("gpu")  # the report's timeline needs no second pass
     tasks = [RankTask(i, str(f), opts, source) for i, f in enumerate(kin)]
     results: dict[int, RankResult] = {}
     with JobProgress(kin, quiet=quiet, console=console) as progress:
@@ -199,21 +201,101 @@ def _map(paths: list[Path], opts: Options, engine: str, workers: int | None, add
 
 
 def analyse_any(what, opts: Options, **engine_kw):
-    """An :class:`~traceanalyzer.classify.Analysis` holding the optional tables ``opts.extras``:
-    ``what`` itself when it is an analysis that has them all, :func:`analyse_trace` for a loaded
-    :class:`~traceanalyzer.schema.Trace`, else :func:`analyse` of the file(s) or directory
-    ``what`` (``engine_kw``: ``engine``, ``workers``, ``address``, ``quiet``, ``console``)."""
+    """An :class:`~traceanalyzer.classify.Analysis` holding the optional tables ``opts.tables``:
+    for an analysis, :func:`with_tables` (its own options, never ``opts``' others); for a loaded
+    :class:`~traceanalyzer.schema.Trace`, :func:`analyse_trace`; else :func:`analyse` of the
+    file(s) or directory ``what`` (``engine_kw``: ``engine``, ``workers``, ``address``,
+    ``quiet``, ``console``)."""
     from traceanalyzer.classify import Analysis
     from traceanalyzer.schema import Trace
 
     if isinstance(what, Analysis):
-        missing = [n for n in opts.extras if n not in what.extras]
-        if not missing:
-            return what
-        what = what.trace  # classified again, with the missing tables
+        return with_tables(what, *opts.tables)
     if isinstance(what, Trace):
         return analyse_trace(what, opts)
     return analyse(what, opts, **{"quiet": True, **engine_kw})
+
+
+#: where an analysis holds each optional table of :data:`TABLES` (the rest: ``Analysis.extras``)
+_HELD = {"events": ("trace",), "gpu": ("gpu",), "kernel_rows": ("kernel_rows", "exposed_kernels"),
+         "kernel_stats": ("kernel_stats", "op_stats")}
+
+
+def has_table(analysis, name: str) -> bool:
+    """Whether ``analysis`` holds the optional table ``name``."""
+    if name == "events":
+        return analysis.trace.events.height > 0
+    if name == "gpu":
+        return analysis.gpu.height > 0
+    if name in _HELD:
+        return all(getattr(analysis, a) is not None for a in _HELD[name])
+    return name in analysis.extras
+
+
+def with_tables(analysis, *names: str, if_possible: bool = False):
+    """``analysis`` holding the optional tables ``names`` (:data:`TABLES`): itself when it holds
+    them all, else a new :class:`~traceanalyzer.classify.Analysis` with the same numbers and the
+    missing tables added (``analysis`` itself is never changed). The tables are computed from its
+    events and GPU work when it kept them, else by analysing its files again with the options it
+    was made with (``Analysis.options``), cut to its ranks and steps. Without either:
+    InvalidArgument, or with ``if_possible`` the analysis as it is."""
+    import dataclasses
+
+    from traceanalyzer.errors import InvalidArgument
+
+    missing = sorted(n for n in check_tables(names) if not has_table(analysis, n))
+    if not missing:
+        return analysis
+    opts = analysis.options if analysis.options is not None else Options()
+    source = _source(analysis.trace.sources)
+    found: dict = {}
+    if analysis.trace.events.height and analysis.gpu.height and not {"events", "gpu", "memory"} & set(missing):
+        # every optional table is per rank: computed from the kept events, as the workers do
+        ev, gpu, win = analysis.trace.events, analysis.gpu, analysis.windows
+        if "kernel_rows" in missing:
+            from traceanalyzer.classify.kernels import exposed_rows, kernel_rows
+            from traceanalyzer.classify.partition import segment_frame
+
+            seg = segment_frame(gpu, win).sort("rank", "t0").collect()
+            found["kernel_rows"], found["exposed_kernels"] = kernel_rows(gpu, win), exposed_rows(gpu, win, seg)
+        if "kernel_rows" in missing or "kernel_stats" in missing:
+            from traceanalyzer.classify.tables import table_rows
+
+            found["kernel_stats"], found["op_stats"] = table_rows(ev, gpu, win)
+        extras = {n: extra_table(n, ev, gpu, win, analysis.steps, source) for n in missing if n in EXTRAS}
+    elif analysis.trace.sources and all(Path(s).exists() for s in analysis.trace.sources) and "memory" not in missing:
+        again = analyse([Path(s) for s in analysis.trace.sources], opts.with_tables(*missing), quiet=True)
+        cut = _cutter(analysis)
+        for n in missing:
+            for attr in _HELD.get(n, ()):
+                if attr == "trace":
+                    found["trace"] = dataclasses.replace(analysis.trace, events=cut(again.trace.events, steps=False))
+                else:
+                    found[attr] = cut(getattr(again, attr), steps=attr != "gpu")
+        extras = {n: cut(again.extras[n]) for n in missing if n in again.extras}
+    else:
+        if if_possible:
+            return analysis
+        raise InvalidArgument(f"this analysis holds no events to compute the {', '.join(missing)} table(s) from, "
+                              "and no trace files to analyse again: pass the trace (or files) instead")
+    return dataclasses.replace(analysis, **found, extras={**analysis.extras, **extras})
+
+
+def _cutter(analysis):
+    """A function cutting a frame to the ranks (and, with ``steps``, the steps) of ``analysis.steps``."""
+    ranks = analysis.steps.get_column("rank").unique().to_list()
+    step_list = analysis.steps.get_column("step").unique().to_list()
+
+    def cut(df, steps: bool = True):
+        if df is None or not df.width:
+            return df
+        if "rank" in df.columns:
+            df = df.filter(pl.col("rank").is_in(ranks))
+        if steps and "step" in df.columns:
+            df = df.filter(pl.col("step").is_in(step_list))
+        return df
+
+    return cut
 
 
 def with_rank_gpu(analysis, rank: int, opts: Options):
@@ -227,7 +309,7 @@ def with_rank_gpu(analysis, rank: int, opts: Options):
     if not rows.height or meta.get_column("format").ne("kineto").any():
         return analysis
     row = rows.row(0, named=True)
-    one = Options(**{**opts.__dict__, "keep": "gpu"})
+    one = opts.with_tables("gpu", without=("events", "kernel_rows", "kernel_stats"))
     task = RankTask(row["__i"], row["file"], one, _source(analysis.trace.sources))
     res = next(iter(run_tasks([task], "local", 1)))
     if not res.meta.get("base_time_ns") and row["base_time_ns"]:  # it borrowed the job's base time

@@ -21,7 +21,7 @@ import polars as pl
 
 from traceanalyzer.classify import IDLE_FIELDS, comm, crossrank, invariants
 from traceanalyzer.classify.steps import outside_warnings
-from traceanalyzer.engine.rank import Options, RankResult
+from traceanalyzer.engine.rank import EXTRAS, Options, RankResult
 from traceanalyzer.errors import InvalidTrace, NoGpuActivity
 from traceanalyzer.parsers import kineto
 from traceanalyzer.parsers.clean import RANGE_PROFILER_NOTE, judge_job
@@ -209,5 +209,6 @@ def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: s
         kernel_stats=_concat([r.kernel_stats for r in gpu_ranks]),
         op_stats=_concat([r.op_stats for r in gpu_ranks]),
         outside_steps=outside,
-        extras={name: _concat([r.extras.get(name) for r in gpu_ranks]) for name in opts.extras},
+        extras={name: _concat([r.extras.get(name) for r in gpu_ranks]) for name in sorted(opts.tables) if name in EXTRAS},
+        options=opts,
     )

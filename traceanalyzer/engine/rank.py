@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -31,11 +31,6 @@ from traceanalyzer.errors import InputNotFound, InternalFailure, TraceAnalyzerEr
 from traceanalyzer.parsers.clean import step_starts
 from traceanalyzer.schema import GPU_WORK_KINDS
 
-#: what a renderer needs beyond the compact tables: nothing; the report's per-kernel tables
-#: (top kernels, top exposed collectives: a few rows per kernel name); the labelled GPU work
-#: (timelines); or every event as well (annotate's free pid, reconcile's matmul FLOPs)
-KEEP = ("compact", "report", "gpu", "events")
-
 #: the per-step table's columns, in this order
 STEP_COLUMNS = [
     "rank", "step", "start_ns", "duration_ns", "compute_ns", "recompute_ns", "exposed_comm_ns", "other_ns", "idle_ns",
@@ -44,21 +39,75 @@ STEP_COLUMNS = [
 ]
 
 
+#: THE registry of optional per-rank tables: everything an analysis may hold beyond its compact
+#: tables (the partition, the collectives, the exposed communication, the recomputed ops) is named
+#: here, asked for by name in :attr:`Options.tables`, computed by the rank workers only when asked,
+#: and held by the :class:`~traceanalyzer.classify.Analysis` (the attribute(s) named, or
+#: ``Analysis.extras[name]``). A verb that needs one asks :func:`traceanalyzer.engine.with_tables`
+#: for an analysis that holds it: built with the same options, never re-classified with others.
+TABLES: dict[str, str] = {
+    "events": "every event (Analysis.trace.events): annotate's free pid, reconcile's matmul FLOPs, the critical path",
+    "gpu": "the labelled GPU work (Analysis.gpu): timelines",
+    "kernel_rows": "per rank and kernel: calls and time, and the exposed communication kernels "
+                   "(Analysis.kernel_rows, Analysis.exposed_kernels): the report's top kernels",
+    "kernel_stats": "per rank, step and kernel / host op (Analysis.kernel_stats, Analysis.op_stats): kernels, ops, compare",
+    "annotations": "user annotation ranges (Analysis.extras['annotations'])",
+    "launches": "launch statistics per step (Analysis.extras['launches'])",
+    "launch_rows": "one row per launched GPU item (Analysis.extras['launch_rows'])",
+    "queue": "launch queue summary per stream (Analysis.extras['queue'])",
+    "queue_series": "launch queue length over time (Analysis.extras['queue_series'])",
+    "memory": "the allocator events of each Kineto rank file (engine.load only)",
+}
+
+#: the older spellings of ``keep`` (accepted by :class:`Options`, folded into ``tables``)
+KEEP = {"compact": (), "report": ("kernel_rows", "kernel_stats"), "gpu": ("gpu",), "events": ("events", "gpu")}
+
+
+def check_tables(names) -> frozenset[str]:
+    """``names`` as a set of :data:`TABLES` names (InvalidArgument for another)."""
+    from traceanalyzer.errors import InvalidArgument
+
+    if isinstance(names, str):
+        names = (names,)
+    out = frozenset(names)
+    unknown = sorted(out - TABLES.keys())
+    if unknown:
+        raise InvalidArgument(f"tables: no optional table {unknown[0]!r} (known: {', '.join(TABLES)})")
+    return out
+
+
 @dataclass
 class Options:
-    """How to classify: the same for every rank of a job."""
+    """How to classify: the same for every rank of a job.
+
+    ``tables`` names the optional tables (:data:`TABLES`) to compute besides the compact ones.
+    ``keep``, ``keep_gpu``, ``extras`` and ``memory`` (and ``tables=True``) are older spellings
+    of the same request, accepted when constructing and folded into ``tables``."""
 
     step_name: str | None = DEFAULT_STEP
     recompute_pattern: str | None = None
     bus_bw_gbps: float = comm.DEFAULT_BUS_BW_GBPS
-    keep: str = "compact"  # one of KEEP
-    keep_gpu: bool = False  # with keep="report": the GPU work too (a one-file job's timeline)
+    keep: InitVar[str] = "compact"  # older spelling: one of KEEP
+    keep_gpu: InitVar[bool] = False  # older spelling of "gpu" in tables
     cache: bool = False
     comm_kernels: tuple[str, ...] = ()  # extra kernel-name regexes that are communication (--comm-kernel)
-    tables: bool = False  # the kernel and op tables' rows (classify.kernelstats, classify.opstats); also with keep="report"
-    extras: tuple[str, ...] = ()  # optional per-rank tables (names in EXTRAS), computed only when asked
-    parse_only: bool = False  # the events (with keep="events") and the job checks' tables: nothing classified (engine.load)
-    memory: bool = False  # also the file's allocator events (RankResult.memory; parsers.kineto_memory)
+    tables: frozenset[str] = frozenset()  # optional tables (names in TABLES); True: the older spelling of {"kernel_stats"}
+    extras: InitVar[tuple[str, ...]] = ()  # older spelling of tables (its non-core names)
+    parse_only: bool = False  # the events (with "events") and the job checks' tables: nothing classified (engine.load)
+    memory: InitVar[bool] = False  # older spelling of "memory" in tables
+
+    def __post_init__(self, keep: str, keep_gpu: bool, extras: tuple[str, ...], memory: bool) -> None:
+        if keep not in KEEP:
+            raise ValueError(f"keep must be one of {', '.join(KEEP)}, got {keep!r}")
+        names = set(KEEP[keep]) | set(extras) | ({"gpu"} if keep_gpu else set()) | ({"memory"} if memory else set())
+        tables = self.tables
+        if isinstance(tables, bool):
+            tables = ("kernel_stats",) if tables else ()
+        self.tables = check_tables(names | set(check_tables(tables)))
+
+    def with_tables(self, *names: str, without: tuple[str, ...] = ()) -> "Options":
+        """These options asking for ``names`` too (and not for ``without``)."""
+        return replace(self, tables=(self.tables | check_tables(names)) - frozenset(without))
 
 
 @dataclass
@@ -93,14 +142,14 @@ class RankResult:
     recompute_ops: pl.DataFrame | None = None
     recomputed_by_name: pl.DataFrame | None = None
     outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns (classify.steps.outside_steps)
-    gpu: pl.DataFrame | None = None  # only with keep >= "gpu"
-    kernel_rows: pl.DataFrame | None = None  # only with keep="report"
-    exposed_kernels: pl.DataFrame | None = None  # only with keep="report"
-    kernel_stats: pl.DataFrame | None = None  # with tables or keep="report" (classify.kernelstats.kernel_stat_rows)
-    op_stats: pl.DataFrame | None = None  # with tables or keep="report" (classify.opstats.op_stat_rows)
-    events: pl.DataFrame | None = None  # only with keep == "events"
-    extras: dict[str, pl.DataFrame] = field(default_factory=dict)  # Options.extras, by name
-    memory: pl.DataFrame | None = None  # with Options.memory: the allocator events, with rank
+    gpu: pl.DataFrame | None = None  # only with "gpu" in Options.tables
+    kernel_rows: pl.DataFrame | None = None  # only with "kernel_rows"
+    exposed_kernels: pl.DataFrame | None = None  # only with "kernel_rows"
+    kernel_stats: pl.DataFrame | None = None  # with "kernel_stats" or "kernel_rows" (classify.kernelstats.kernel_stat_rows)
+    op_stats: pl.DataFrame | None = None  # as kernel_stats (classify.opstats.op_stat_rows)
+    events: pl.DataFrame | None = None  # only with "events"
+    extras: dict[str, pl.DataFrame] = field(default_factory=dict)  # the tables of EXTRAS asked for, by name
+    memory: pl.DataFrame | None = None  # with "memory": the allocator events, with rank
 
     def relabel(self, rank: int) -> None:
         """Give every frame the job's rank for this file."""
@@ -145,7 +194,7 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
     starts = step_starts(events)  # the job checks' step markers
     for rank, df in _split(starts, ranks).items():
         by_rank[rank].step_starts = df
-    if opts.keep == "events":
+    if "events" in opts.tables:
         for rank, df in _split(events, ranks).items():
             by_rank[rank].events = df
     if opts.parse_only or not any(r.has_gpu for r in into):
@@ -178,22 +227,22 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
         "steps": steps, "windows": windows, "instances": inst, "exposure": expo, "recompute_ops": rc_ops,
         "recomputed_by_name": recompute.ops_by_name(rc_ops, gpu), "outside_steps": outside,
     }
-    if opts.keep in ("gpu", "events") or (opts.keep == "report" and opts.keep_gpu):
+    if "gpu" in opts.tables:
         frames["gpu"] = gpu
-    if opts.keep == "report" or opts.tables:
+    if "kernel_rows" in opts.tables or "kernel_stats" in opts.tables:
         from traceanalyzer.classify.kernels import exposed_rows, kernel_rows
         from traceanalyzer.classify.partition import segment_frame
         from traceanalyzer.classify.tables import table_rows
 
         seg = segment_frame(gpu, windows).sort("rank", "t0").collect()
-        if opts.keep == "report":
+        if "kernel_rows" in opts.tables:
             frames["kernel_rows"], frames["exposed_kernels"] = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
         frames["kernel_stats"], frames["op_stats"] = table_rows(events, gpu, windows, seg)
     for name, df in frames.items():
         for rank, part in _split(df, ranks).items():
             setattr(by_rank[rank], name, part)
     try:
-        extras = {name: extra_table(name, events, gpu, windows, steps, source) for name in opts.extras}
+        extras = {name: extra_table(name, events, gpu, windows, steps, source) for name in opts.tables if name in EXTRAS}
     except TraceAnalyzerError as exc:
         into[0].deferred = exc
         return
@@ -204,7 +253,7 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
         r.stepless = r.windows is not None and r.windows.height > 0 and r.windows.get_column("cpu_start_ns").is_null().all()
 
 
-#: optional per-rank tables a command may ask for (``Options.extras``): name -> (module, function);
+#: how the optional tables of :data:`TABLES` held in ``Analysis.extras`` are computed: name -> (module, function);
 #: each function takes ``(events, gpu, windows, steps, source)`` and returns a compact frame with
 #: a ``rank`` column (never raw events, except ``launch_rows``: one row per launched GPU item)
 EXTRAS = {
@@ -351,7 +400,7 @@ def _analyse_rank_file(task: RankTask, progress: ProgressFn | None) -> RankResul
     events = df.with_columns(pl.lit(res.rank, dtype=pl.Int32).alias("rank"))
     del df
     meta_row = kineto.meta_frame([{**meta, "rank": res.rank}])
-    if task.opts.memory:
+    if "memory" in task.opts.tables:
         from traceanalyzer.parsers.kineto_memory import read_memory_events
 
         # on the job's clock, as the trace's events (a file that lost its base time borrows the job's)

@@ -16,7 +16,8 @@ Nothing here prints or reads a trace; the reconciler (``traceanalyzer.reconcile`
 predictions beside measured time buckets.
 """
 
-from traceanalyzer.model.config import CONVENTIONS, RunConfig, load_config, parse_megatron_args
+from traceanalyzer.model.config import CONVENTIONS, RunConfig
+from traceanalyzer.model.loader import load_config, parse_megatron_args
 from traceanalyzer.model.flops import StepFlops, step_flops, tflops_per_gpu, utilization
 from traceanalyzer.model.hardware import GPUS, detect_gpu, peak_tflops
 from traceanalyzer.model.parallel import bubble_fraction, comm_volumes

@@ -94,7 +94,7 @@ def check_positive(option: str, v: float | None) -> None:
 
 def check(cfg) -> list[str]:
     """Validate ``cfg`` (a RunConfig); return warnings; raise ConfigError on a bad value."""
-    from traceanalyzer.model.config import CONVENTIONS  # noqa: PLC0415 (import cycle)
+    from traceanalyzer.model.conventions import CONVENTIONS  # noqa: PLC0415
     from traceanalyzer.model.hardware import GPUS, detect_gpu  # noqa: PLC0415
 
     where = _where(cfg)

@@ -33,22 +33,19 @@ import polars as pl
 
 from traceanalyzer.errors import InvalidTrace
 from traceanalyzer.parsers.categories import GPU_WORK_CATS, KIND_OF_CAT, KNOWN_OTHER_CATS
-from traceanalyzer.schema import GPU_WORK_KINDS
+from traceanalyzer.schema import GPU_WORK_KINDS, MAX_GAP_NS, SAME_JOB_NS
 
 #: more bad events than this fraction of a file's events (or of its GPU work) rejects the file
 MAX_BAD_FRACTION = 0.10
 #: |ts| + dur beyond this (µs; year 2128) cannot be an epoch timestamp and would overflow ns
 MAX_ABS_TS_US = 5e15
-#: a file's events form one cluster in time: sorted start times with no gap above this. Events
-#: outside the cluster that holds the median start (or ending more than this after it) are absurd
-MAX_GAP_NS = 10 * 60 * 1_000_000_000
 #: a GPU event cannot start before the runtime call that launched it: one starting more than
 #: this before its launch (same correlation id) has an absurd timestamp (real traces: >= +2 µs)
 MAX_EARLY_NS = 1_000_000
 #: rank clocks further apart than this (median over the steps they share) are reported
 SKEW_WARN_NS = 1_000_000_000
-#: ranks recorded further apart than this are different runs, not one job
-SAME_JOB_NS = 3600 * 1_000_000_000
+# MAX_GAP_NS (one cluster of events in time) and SAME_JOB_NS (ranks of one job) are in
+# traceanalyzer.schema: the classifiers' invariants read them too
 
 #: the loader's note on CUPTI range-profiler traces (analyze() quotes it when there is no GPU work)
 RANGE_PROFILER_NOTE = "CUPTI range-profiler trace"

@@ -225,7 +225,7 @@ def memory(
         if isinstance(config, RunConfig):
             cfg = config
         else:
-            from traceanalyzer.model.config import load_config
+            from traceanalyzer.model.loader import load_config
 
             cfg = load_config(config, megatron_args)
         warnings += list(cfg.warnings)

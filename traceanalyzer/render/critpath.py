@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from traceanalyzer import __version__
+from traceanalyzer._version import __version__
 from traceanalyzer.classify.critical_path import CP_BUCKETS, CriticalPath
 from traceanalyzer.classify.partition import BUCKET_LABELS
 

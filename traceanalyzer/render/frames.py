@@ -15,7 +15,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from traceanalyzer import __version__
+from traceanalyzer._version import __version__
 
 
 def table(df: pl.DataFrame, title: str, *, limit: int | None = None, caption: str | None = None,

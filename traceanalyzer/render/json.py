@@ -9,7 +9,7 @@ from __future__ import annotations
 import orjson
 import polars as pl
 
-from traceanalyzer import __version__
+from traceanalyzer._version import __version__
 from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, IDLE_FIELDS, Analysis
 
 SCHEMA = "traceanalyzer.breakdown"  # traceanalyzer/schemas/breakdown.schema.json

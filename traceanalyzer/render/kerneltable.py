@@ -8,7 +8,7 @@ import orjson
 import polars as pl
 from rich.table import Table
 
-from traceanalyzer import __version__
+from traceanalyzer._version import __version__
 
 SCHEMA_VERSION = 1
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer import __version__
+from traceanalyzer._version import __version__
 from traceanalyzer.classify import BUCKETS, Analysis
 from traceanalyzer.classify.kernels import exposed_by_kernel as kernel_exposure
 from traceanalyzer.classify.kernels import exposed_rows, in_windows, kernel_rows

@@ -9,14 +9,12 @@ that sets the step's length, and the share of each bucket on it.
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Iterable, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import polars as pl
 
 from traceanalyzer.classify.critical_path import cpgraph, longest
-from traceanalyzer.classify.steps import DEFAULT_STEP
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
@@ -46,114 +44,24 @@ def _empty_segments() -> pl.DataFrame:
 
 
 def critical_path(
-    trace: Trace | str | os.PathLike | Iterable[str | os.PathLike],
+    trace: Trace,
     step: int | None = None,
     rank: int | None = None,
     *,
     analysis: Analysis | None = None,
-    step_name: str | None = DEFAULT_STEP,
     infer_waits: bool = True,
     wait_slack_ns: int = WAIT_SLACK_NS,
     host_gaps: bool = False,
-    workers: int | None = None,
 ) -> CriticalPath:
-    """The critical path of every step (or of one): what the step waited on, piece by piece.
+    """The critical path of every step (or of one) of a classified trace: what the step waited on,
+    piece by piece (see ``traceanalyzer.critical_path``, the Python verb, for the parameters and
+    the result; it loads and classifies a path first).
 
-    The path is the longest path through the step's dependency graph: host threads (CPU ops,
-    ``record_function`` ranges, runtime calls, and the time between them), GPU streams
-    (kernels, memcpy, memset in stream order), launch edges (runtime call -> its activity, by
-    correlation id), synchronisations (a blocking call such as ``cudaDeviceSynchronize`` or
-    ``cudaStreamSynchronize`` returns after the activity it waited for), waits between streams
-    (inferred: see ``infer_waits``) and, when several ranks are loaded and ``rank`` is not
-    given, matched collectives (a rank's collective kernel moves data only once the last rank of
-    its group arrived, so the path can cross to that rank). Waiting weighs nothing on the path;
-    work and the delays that held work back weigh their time (see ``docs/critical-path.md``).
-
-    Parameters
-    ----------
-    trace : traceanalyzer.schema.Trace or path
-        A loaded trace (``traceanalyzer.parsers.load``), or a trace file or directory of rank
-        files to load: one rank, or all ranks of a job.
-    step : int, optional
-        Only this step number (as in ``breakdown``); default: every step.
-    rank : int, optional
-        Only this rank, on its own (no cross-rank edges). Default: every rank; with several
-        ranks the path of a step runs through all of them.
-    analysis : traceanalyzer.classify.Analysis, optional
-        The trace already classified (``traceanalyzer.analyze(trace)``), to reuse its GPU
-        labels, step windows and matched collectives; computed when not given.
-    step_name : str or None
-        The step range (``ProfilerStep``); ``None``: each rank's whole trace is one step (step 0).
-        Ignored when ``analysis`` is given.
-    infer_waits : bool
-        Link an activity that started more than ``wait_slack_ns`` after both its launch call and
-        its stream predecessor to the activity on another stream of its rank that ended last
-        before it (what a ``cudaStreamWaitEvent`` waits for). ``False``: no such edge (HTA
-        without CUDA synchronisation events behaves so).
-    wait_slack_ns : int
-        See ``infer_waits`` (default 10 000 ns).
-    host_gaps : bool
-        Weigh the host's time inside no op or runtime call (``host_gap``: the own time of
-        ``record_function`` ranges such as ``ProfilerStep#N``, and the time between them: Python
-        between ops). Default ``False``, as HTA's critical path: a thread blocked outside any op
-        (e.g. the main thread while the autograd thread runs ``backward``) looks the same as a
-        thread running Python, and weighing it would make such a thread the whole path.
-    workers : int, optional
-        When ``trace`` is a path: rank files parsed and classified in parallel processes
-        (default: one process for a small job, all cores for a large one; 1: in this process).
-
-    Returns
-    -------
-    CriticalPath
-        ``summary``: one row per step (and per rank when ranks are on their own): ``step``,
-        ``rank`` (null for a path through several ranks), ``ranks`` (ranks the path visits),
-        ``path_ns`` (length of the path), ``window_ns`` (span of the step's events: its host
-        events and GPU work, first start to last end over the ranks; ``path_ns <= window_ns``),
-        ``<bucket>_ns`` and ``<bucket>_share`` (fraction of ``path_ns``) for the buckets
-        ``compute, recompute, exposed_comm, other, idle, host``, ``segments``, ``syncs`` / ``waits`` / ``collectives`` (hops of each kind on the path)
-        and ``rounds`` (relaxation rounds the solver needed).
-
-        ``segments``: the pieces of the path with weight, in time order: ``step, rank, seq,
-        what`` (``kernel``, ``transfer`` — a collective after the last rank arrived —,
-        ``kernel_gap``, ``launch_delay``, ``wait_gap``, ``host_op``, ``host_gap`` — Python
-        outside every op: the range it is in, or null), ``bucket``, ``name`` (the op, kernel,
-        range, or the activity a delay held back),
-        ``where`` (``thread PID/TID`` or ``stream DEVICE/STREAM``), ``start_ns, end_ns`` and
-        ``dur_ns`` (its weight: the bucket sums of a step equal ``path_ns``). All times are
-        integer nanoseconds on the trace's time base.
-    warnings : list of str
-        The analysis' warnings (steps without GPU work, truncated files, ...).
-
-    Raises
-    ------
-    ValueError
-        ``step`` or ``rank`` is not in the trace (the message lists the ones that are).
-
-    Example
-    -------
-    >>> from traceanalyzer.parsers import load
-    >>> from traceanalyzer.classify.critical_path import critical_path
-    >>> import polars as pl
-    >>> cp = critical_path(load("fixtures/kineto/dlrm-v100-8rank"))  # 8 ranks: one path per step
-    >>> cp.summary.select("step", "ranks", "path_ns", "idle_share", "host_share").row(0)
-    (10, 2, 7389000, 0.15022330491270808, 0.7910407362295304)
-    >>> cp.segments.group_by("rank").agg(pl.col("dur_ns").sum()).sort("rank").rows()
-    [(2, 330000), (4, 7059000)]
-    """
-    from pathlib import Path
-
-    from pathlib import Path
-
-    from traceanalyzer.engine import Options, analyse, analyze, check_workers
-    from traceanalyzer.schema import Trace
-
-    if not isinstance(trace, Trace):  # file(s): parsed and classified by rank workers, events kept
-        check_workers(workers)
-        paths = [Path(trace)] if isinstance(trace, (str, os.PathLike)) else [Path(p) for p in trace]
-        analysis = analysis or analyse(paths, Options(step_name=step_name, keep="events"), workers=workers, quiet=True)
-        trace = analysis.trace
+    ``trace`` is the loaded trace with its events, ``analysis`` its classification (GPU labels,
+    step windows, matched collectives). Raises ValueError when ``step`` or ``rank`` is not in
+    the trace (the message lists the ones that are)."""
     if analysis is None:
-        analysis = analyze(trace, step_name)
+        raise ValueError("critical_path needs the trace's events and its analysis (traceanalyzer.critical_path loads and classifies)")
     events, gpu, windows, coll = trace.events, analysis.gpu, analysis.windows, analysis.collectives
     if rank is not None:
         if rank not in windows.get_column("rank").to_list():
