@@ -50,6 +50,9 @@ def print_breakdown(analysis: Analysis, console: Console, summary=None) -> None:
 # --- cause sub-tables (breakdown --detail) -------------------------------------------------
 
 CAUSE_LABELS = {"idle_host_bound": "host-bound", "idle_sync": "sync wait", "idle_bubble": "PP bubble", "idle_other": "other"}
+#: host-bound idle by what the launching host thread was doing (classify.idle.HOST_CAUSES)
+HOST_LABELS = {"idle_host_dataloader": "data loader", "idle_host_optimizer": "optimizer", "idle_host_ops": "op dispatch/launch",
+               "idle_host_untraced": "untraced (Python, sleep, I/O)"}
 
 
 def _ms(ns) -> str:
@@ -69,6 +72,13 @@ def idle_table(analysis: Analysis) -> Table:
             v = row.get(f"{f}_ns", 0) or 0
             cells.append(f"{_ms(v / n)} ({100 * v / idle if idle else 0.0:.0f}%)")
         t.add_row(*cells)
+    host = [f for f in HOST_LABELS if f"{f}_ns" in analysis.steps.columns]
+    if host:
+        t.caption = "host-bound: what the launching host thread was doing (ms per step): " + "; ".join(
+            f"rank {row['rank']}: " + ", ".join(f"{HOST_LABELS[f]} {_ms(row[f'{f}_ns'] / row['steps'])}" for f in host)
+            for row in analysis.totals().iter_rows(named=True)
+        )
+        t.caption_justify = "left"
     return t
 
 
