@@ -36,6 +36,7 @@ class CriticalPath(NamedTuple):
     summary: pl.DataFrame
     segments: pl.DataFrame
     warnings: list[str]
+    host_gaps: bool = True  # host time outside every op weighed as the host's (critical_path's host_gaps)
 
 
 def _empty_segments() -> pl.DataFrame:
@@ -54,7 +55,7 @@ def critical_path(
     step_name: str | None = DEFAULT_STEP,
     infer_waits: bool = True,
     wait_slack_ns: int = WAIT_SLACK_NS,
-    host_gaps: bool = False,
+    host_gaps: bool = True,
     workers: int | None = None,
 ) -> CriticalPath:
     """The critical path of every step (or of one): what the step waited on, piece by piece.
@@ -95,9 +96,11 @@ def critical_path(
     host_gaps : bool
         Weigh the host's time inside no op or runtime call (``host_gap``: the own time of
         ``record_function`` ranges such as ``ProfilerStep#N``, and the time between them: Python
-        between ops). Default ``False``, as HTA's critical path: a thread blocked outside any op
-        (e.g. the main thread while the autograd thread runs ``backward``) looks the same as a
-        thread running Python, and weighing it would make such a thread the whole path.
+        between ops, a ``time.sleep``, a slow data loader). Default ``True``: a host stall is on
+        the path as the host's (bucket ``host``), not as nothing. ``False`` weighs only ops and
+        runtime calls, as HTA's critical path does: then a host stall outside every op leaves
+        ``path_ns`` short of the step (a thread blocked outside any op, e.g. the main thread
+        while the autograd thread runs ``backward``, also counts as host with ``True``).
     workers : int, optional
         When ``trace`` is a path: rank files parsed and classified in parallel processes
         (default: one process for a small job, all cores for a large one; 1: in this process).
@@ -168,7 +171,7 @@ def critical_path(
                                       host_gaps=host_gaps)
     warnings: list[str] = list(dict.fromkeys(analysis.warnings))
     if not points.height:
-        return CriticalPath(_summary(pl.DataFrame(), windows, joint, 0), _empty_segments(), [*warnings, "no events in the chosen steps"])
+        return CriticalPath(_summary(pl.DataFrame(), windows, joint, 0), _empty_segments(), [*warnings, "no events in the chosen steps"], host_gaps)
     chain = points.get_column("chain").to_numpy()
     w = points.get_column("w").to_numpy()
     src, dst, cw = (cross.get_column(c).to_numpy().astype(np.int64) for c in ("src", "dst", "w"))
@@ -198,7 +201,7 @@ def critical_path(
     groups = ends.select(*keys, "dist").with_row_index("g").with_columns(pl.col("g").cast(pl.Int64)).join(span, on=keys, how="left")
     segments, hops = _segments(ev, points, cross, node_rows, group_rows, edge_rows, groups, keys)
     summary = _summary(segments, windows, joint, sol.rounds, groups, hops, keys)
-    return CriticalPath(summary, segments.drop("g"), warnings)
+    return CriticalPath(summary, segments.drop("g"), warnings, host_gaps)
 
 
 def _listing(col: pl.Series) -> str:
