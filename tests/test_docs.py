@@ -80,6 +80,10 @@ def test_guide_quotes_the_numbers_breakdown_prints():
     guide = (ROOT / "docs" / "guide.md").read_text()
     step = doc["cross_rank"][0]
     assert step["slowest_rank"] == 1 and step["waited_on_rank"] == 7 and step["straggler_bucket"] == "exposed_comm"
-    assert f"{step['max_us'] / 1e3:.3f}" == "18.467" and f"{step['median_us'] / 1e3:.3f}" == "14.700"
-    for quoted in ("18.467 ms", "14.700", "+5.182 ms", "rank 7", "11.125 of its 11.336 ms", "5.021 of 6.419 ms"):
+    assert f"{step['max_us'] / 1e3:.3f}" == "19.901" and f"{step['median_us'] / 1e3:.3f}" == "16.126"
+    r0 = doc["ranks"][0]["total"]
+    assert (r0["idle_host_bound_us"], r0["idle_us"]) == (6440.0, 7865.0)
+    assert [r0[f"idle_host_{c}_us"] for c in ("dataloader", "optimizer", "ops", "untraced")] == [1088.0, 301.0, 2905.0, 2146.0]
+    for quoted in ("19.901 ms", "16.126", "+5.182 ms", "rank 7", "11.125 of its 11.336 ms", "6.440 of 7.865 ms",
+                   "1.088 ms in the data loader, 0.301 ms in the optimizer, 2.905 ms in\nop dispatch and 2.146 ms untraced"):
         assert quoted in guide

@@ -51,8 +51,8 @@ def print_breakdown(analysis: Analysis, console: Console, summary=None) -> None:
 
 CAUSE_LABELS = {"idle_host_bound": "host-bound", "idle_sync": "sync wait", "idle_bubble": "PP bubble", "idle_other": "other"}
 #: host-bound idle by what the launching host thread was doing (classify.idle.HOST_CAUSES)
-HOST_LABELS = {"idle_host_dataloader": "data loader", "idle_host_optimizer": "optimizer", "idle_host_ops": "op dispatch/launch",
-               "idle_host_untraced": "untraced (Python, sleep, I/O)"}
+HOST_LABELS = {"idle_host_dataloader": "data loader", "idle_host_optimizer": "optimizer", "idle_host_ops": "ops",
+               "idle_host_untraced": "untraced"}
 
 
 def _ms(ns) -> str:
@@ -65,19 +65,23 @@ def idle_table(analysis: Analysis) -> Table:
     t.add_column("idle ms", justify="right")
     for label in CAUSE_LABELS.values():
         t.add_column(label, justify="right")
+    host = [f for f in HOST_LABELS if f"{f}_ns" in analysis.steps.columns]
+    for f in host:
+        t.add_column(f"host: {HOST_LABELS[f]}", justify="right")
     for row in analysis.totals().iter_rows(named=True):
         n, idle = row["steps"], row["idle_ns"]
         cells = [str(row["rank"]), _ms(idle / n)]
         for f in CAUSE_LABELS:
             v = row.get(f"{f}_ns", 0) or 0
             cells.append(f"{_ms(v / n)} ({100 * v / idle if idle else 0.0:.0f}%)")
+        hb = row.get("idle_host_bound_ns", 0) or 0
+        for f in host:
+            v = row.get(f"{f}_ns", 0) or 0
+            cells.append(f"{_ms(v / n)} ({100 * v / hb if hb else 0.0:.0f}%)")
         t.add_row(*cells)
-    host = [f for f in HOST_LABELS if f"{f}_ns" in analysis.steps.columns]
     if host:
-        t.caption = "host-bound: what the launching host thread was doing (ms per step): " + "; ".join(
-            f"rank {row['rank']}: " + ", ".join(f"{HOST_LABELS[f]} {_ms(row[f'{f}_ns'] / row['steps'])}" for f in host)
-            for row in analysis.totals().iter_rows(named=True)
-        )
+        t.caption = ("host-bound split by what the launching host thread was doing (% of host-bound): in a DataLoader "
+                     "__next__ range, an Optimizer.step/zero_grad range, another recorded op (dispatch, launch), or none (untraced)")
         t.caption_justify = "left"
     return t
 
