@@ -89,7 +89,13 @@ def _cross_rank(analysis: Analysis) -> list[dict]:
     return out
 
 
-def document(analysis: Analysis) -> dict:
+def document(analysis: Analysis, findings: list[dict] | None = None) -> dict:
+    """The breakdown document; ``findings`` (:func:`traceanalyzer.classify.findings.findings`)
+    computed without a run configuration when not given."""
+    if findings is None:
+        from traceanalyzer.classify.findings import findings as find
+
+        findings = find(analysis)
     meta = {r["rank"]: r for r in analysis.trace.meta.iter_rows(named=True)}
     cause_fields = [f for f in [*CAUSE_FIELDS, *HOST_CAUSE_FIELDS] if f in analysis.steps.columns]
     steps = analysis.steps.select("rank", *STEP_FIELDS, *cause_fields).partition_by("rank", as_dict=True, maintain_order=True)
@@ -117,6 +123,7 @@ def document(analysis: Analysis) -> dict:
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "traceanalyzer", "version": __version__},
         "inputs": [str(s) for s in analysis.trace.sources],
+        "findings": findings,
         "ranks": ranks,
         "cross_rank": _cross_rank(analysis),
         "warnings": list(analysis.warnings),

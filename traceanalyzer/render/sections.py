@@ -176,6 +176,37 @@ def idle_causes_table(model: dict[str, Any]) -> Table | None:
     return t
 
 
+def host_bound_table(model: dict[str, Any]) -> Table | None:
+    rows = (model.get("causes") or {}).get("host_bound") or []
+    if not rows:
+        return None
+    t = Table("host-bound", "Host-bound idle by what the host thread was doing (mean per step)", ["host was in", "ms per step", "% of host-bound"])
+    labels = {"dataloader": "the data loader (DataLoader __next__)", "optimizer": "the optimizer (Optimizer.step / zero_grad)",
+              "ops": "other ops (dispatch, launch)", "untraced": "no recorded op (Python, sleep, I/O)"}
+    for i, r in enumerate(rows):
+        t.rows.append([Cell(labels.get(r["cause"], r["cause"])), num(model, f"causes.host_bound.{i}.ms", MS),
+                       num(model, f"causes.host_bound.{i}.pct_of_host_bound", PCT)])
+    return t
+
+
+def findings_table(model: dict[str, Any]) -> Table | None:
+    rows = model.get("findings") or []
+    if not rows:
+        return None
+    t = Table("findings", "Findings: the largest losses, largest first",
+              ["#", "loss", "ms per step", "% of step", "cause", "remedy", "predicted gain ms"])
+    for i, f in enumerate(rows):
+        p = f"findings.{i}"
+        gain = num(model, f"{p}.predicted_gain_ms", MS)
+        if f["predicted_gain_ms"] is None:
+            gain = Cell("-", title=f.get("gain_note"))
+        t.rows.append([Cell(str(i + 1)), Cell(f["label"]), num(model, f"{p}.ms_per_step", MS),
+                       Cell(PCT.format(100 * f["share_of_step"]), f"{p}.share_of_step"), Cell(f["cause"]), Cell(f["remedy"]), gain])
+    t.note = ("Predicted gain: the what-if model's (traceanalyzer whatif), with a run configuration; '-' where it "
+              "cannot price the change (hover for why).")
+    return t
+
+
 def comm_dims_table(model: dict[str, Any]) -> Table | None:
     rows = model["causes"]["comm_by_dimension"] if model.get("causes") else []
     if not rows:

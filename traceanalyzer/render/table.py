@@ -42,9 +42,26 @@ def breakdown_table(analysis: Analysis) -> Table:
     return table
 
 
-def print_breakdown(analysis: Analysis, console: Console, summary=None) -> None:
-    """One row per rank, or with ``summary`` (``classify.rankspread.rank_spread``) the ranks' distribution."""
+def print_breakdown(analysis: Analysis, console: Console, summary=None, findings: list[dict] | None = None) -> None:
+    """One row per rank, or with ``summary`` (``classify.rankspread.rank_spread``) the ranks' distribution;
+    ``findings`` (:func:`traceanalyzer.classify.findings.findings`) first."""
+    if findings:
+        console.print(findings_table(findings))
     console.print(breakdown_table(analysis) if summary is None else rank_summary_table(summary))
+
+
+def findings_table(findings: list[dict]) -> Table:
+    """The largest losses, largest first: what, how much, why, what to change, the predicted gain."""
+    t = Table(title="Findings: the largest losses per step, what causes them, what to change", title_justify="left",
+              caption="predicted gain: the what-if model's, with a run configuration (-c); '-' where it cannot price the change",
+              caption_justify="left")
+    for col, just in (("#", "right"), ("loss", "left"), ("ms/step", "right"), ("% step", "right"), ("cause", "left"),
+                      ("remedy", "left"), ("gain ms", "right")):
+        t.add_column(col, justify=just)
+    for i, f in enumerate(findings, 1):
+        gain = "-" if f["predicted_gain_ms"] is None else f"{f['predicted_gain_ms']:.3f}"
+        t.add_row(str(i), f["label"], f"{f['ms_per_step']:.3f}", f"{100 * f['share_of_step']:.1f}%", f["cause"], f["remedy"], gain)
+    return t
 
 
 # --- cause sub-tables (breakdown --detail) -------------------------------------------------
