@@ -326,7 +326,10 @@ def _stragglers(steps: pl.DataFrame, top: int) -> dict[str, Any]:
 
 
 def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:
+    from traceanalyzer.classify import HOST_FIELDS
+
     cols = [*BUCKETS, "overlapped_comm"]
+    host = [f for f in ["idle_host_bound", *HOST_FIELDS] if f"{f}_ns" in steps.columns]
     return (
         steps.sort("rank", "start_ns")
         .select(
@@ -336,6 +339,8 @@ def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:
             "start_us",
             (pl.col("duration_ns") / _MS).alias("duration_ms"),
             *[(pl.col(f"{c}_ns") / _MS).alias(f"{c}_ms") for c in cols],
+            # host-bound idle by what the host did: exact ns (the four sum to idle_host_bound_ns) and µs
+            *[pl.col(f"{f}_ns") for f in host], *[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in host],
         )
         .to_dicts()
     )
