@@ -398,10 +398,15 @@ def annotations(
     Example
     -------
     The bundled MI300X trace (run from the repository root), its optimizer ranges summed over
-    steps: 3 instances, 90.761 µs of GPU time of which 90.756 µs compute:
+    steps: 3 instances, 90.761 µs of GPU time of which 90.756 µs compute. Its host runs ~25 ms
+    ahead of the GPU, so the optimizer's kernels run after the last step's host range has ended:
+    outside every step, unless the whole trace is one step (``step_name=None``):
 
     >>> from traceanalyzer.classify.annotation_ranges import annotations
-    >>> df = annotations("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz", name="Optimizer", by="name")
+    >>> mi300x = "fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz"
+    >>> annotations(mi300x, name="Optimizer", by="name").select("name", "count", "duration_ns", "outside_ns").rows()
+    [('Optimizer.step#SGD.step', 3, 0, 90762)]
+    >>> df = annotations(mi300x, name="Optimizer", by="name", step_name=None)
     >>> df.select("name", "count", "duration_ns", "compute_ns", "idle_ns").rows()
     [('Optimizer.step#SGD.step', 3, 90761, 90756, 5)]
     """

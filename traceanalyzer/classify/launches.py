@@ -183,7 +183,8 @@ def with_launch_bound(table: pl.DataFrame, threshold: float = LAUNCH_BOUND_SHARE
         ((pl.col("host_bound_share") >= threshold)
          & (pl.col("gpu_work_p50_ns") <= pl.col("launch_cpu_p50_ns")).fill_null(False)).alias("launch_bound"),
         ((pl.col("gpu_wait_share") >= threshold)
-         & (pl.col("host_ns_per_kernel") > pl.col("gpu_ns_per_kernel")).fill_null(False)).alias("cpu_bound"),
+         & (pl.col("host_ns_per_kernel") > pl.col("gpu_ns_per_kernel")).fill_null(False)).alias("cpu_bound")
+        if {"host_ns_per_kernel", "gpu_ns_per_kernel"} <= set(table.columns) else pl.lit(None, pl.Boolean).alias("cpu_bound"),
     )
 
 
@@ -369,13 +370,14 @@ def launches(
 
     Example
     -------
-    The bundled MI300X trace (run from the repository root): 746 kernels a step, the host ~25 ms
-    ahead of the GPU, no step launch-bound:
+    The bundled MI300X trace (run from the repository root): the host runs ~25 ms ahead of the
+    GPU, so the kernels that start inside a step's host range were launched earlier (in step 15's
+    range, before the profile began: no launch record), and no step is launch- or CPU-bound:
 
     >>> from traceanalyzer.classify.launches import launches
     >>> per_step = launches("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz")
-    >>> per_step.select("step", "kernels", "launched", "launch_latency_p50_ns", "launch_bound").rows()
-    [(15, 746, 895, 23591401, False), (16, 746, 895, 26345479, False), (17, 746, 895, 30956370, False)]
+    >>> per_step.select("step", "kernels", "launched", "launch_latency_p50_ns", "launch_bound", "cpu_bound").rows()
+    [(15, 637, 0, None, False, False), (16, 406, 354, 27148331, False, False), (17, 459, 483, 22017999, False, False)]
     >>> launches("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz", by="kernel").height
     2685
     """
