@@ -230,9 +230,9 @@ def analyze(
         >>> import traceanalyzer as ta
         >>> a = ta.analyze("fixtures/kineto/dlrm-v100-8rank")
         >>> a.steps.height, a.steps["duration_ns"].sum()
-        (8, 115695000)
+        (8, 128062000)
         >>> a.steps.select(pl.sum_horizontal("compute_ns", "recompute_ns", "exposed_comm_ns", "other_ns", "idle_ns")).to_series().sum()
-        115695000
+        128062000
     """
     from traceanalyzer.classify import Analysis
     from traceanalyzer.schema import Trace
@@ -363,7 +363,7 @@ def breakdown(source: Source, step_range: str | None = DEFAULT_STEP, *, by: Lite
         >>> import traceanalyzer as ta
         >>> df = ta.breakdown("fixtures/kineto/dlrm-v100-8rank")
         >>> df.select("rank", "duration_ns", "exposed_comm_ns").row(1)
-        (1, 18467000, 11056000)
+        (1, 19901000, 11056000)
         >>> ta.breakdown("fixtures/kineto/dlrm-v100-8rank", by="rank")["steps"].to_list()
         [1, 1, 1, 1, 1, 1, 1, 1]
     """
@@ -399,7 +399,7 @@ def rank_summary(source: Source, *, top: int = 3) -> pl.DataFrame:
         >>> import traceanalyzer as ta
         >>> s = ta.rank_summary("fixtures/kineto/dlrm-v100-8rank")
         >>> s.filter(field="duration").select("min_ns", "p50_ns", "max_ns", "max_rank").row(0)
-        (10967000.0, 14700500.0, 18467000.0, 1)
+        (12509000.0, 16126000.0, 19901000.0, 1)
         >>> s.filter(field="exposed_comm")["top_ranks"].to_list()
         [[1, 3, 4]]
     """
@@ -495,7 +495,7 @@ def idle(source: Source, *, per: Literal["step", "rank"] = "step") -> pl.DataFra
         >>> import traceanalyzer as ta
         >>> i = ta.idle("fixtures/kineto/dlrm-v100-8rank")
         >>> i.filter(rank=0).select("idle_ns", "idle_host_bound_ns", "idle_sync_ns", "idle_other_ns").row(0)
-        (6419000, 5021000, 83000, 1315000)
+        (7865000, 6440000, 96000, 1329000)
     """
     from traceanalyzer.classify import IDLE_FIELDS
 
@@ -591,7 +591,7 @@ def compare(a: Source, b: Source) -> pl.DataFrame:
         >>> an = ta.analyze("fixtures/kineto/dlrm-v100-8rank")
         >>> d = ta.compare(ta.select(an, ranks=[7]), ta.select(an, ranks=[1]))
         >>> round(d["diff_ms"].sum(), 3)
-        7.5
+        7.392
         >>> d.row(0)
         ('exposed_comm_dp', 1.58, 11.056, 9.476)
     """
@@ -645,7 +645,7 @@ def report(
         >>> import traceanalyzer as ta
         >>> m = ta.report("fixtures/kineto/dlrm-v100-8rank")
         >>> m["headline"]["slowest_rank"], round(m["headline"]["step_ms"], 3)
-        (1, 14.462)
+        (1, 16.008)
         >>> m["rank_summary"] is None, len(m["ranks"])
         (True, 8)
     """
