@@ -95,3 +95,21 @@ def test_host_causes_sum_exactly_to_host_bound(path):
     total = st.select(pl.sum_horizontal([f"{f}_ns" for f in HOST_FIELDS])).to_series()
     assert (total == st["idle_host_bound_ns"]).all()
     assert all((st[f"{f}_ns"] >= 0).all() for f in HOST_FIELDS)
+
+
+SAXPY = TRACES / "nsys" / "pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+
+
+@pytest.mark.skipif(not SAXPY.exists(), reason=f"nsys trace not found at {SAXPY}")
+def test_nsys_nvtx_step_ranges_are_the_steps():
+    """An Nsight Systems trace with --step-range saxpy: each step is one NVTX 'saxpy' range, read
+    here from the SQLite export's NVTX_EVENTS table (start, end in ns)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{SAXPY}?mode=ro", uri=True)
+    rows = con.execute("SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON n.textId = s.id "
+                       "WHERE coalesce(n.text, s.value) = 'saxpy' ORDER BY n.start").fetchall()
+    con.close()
+    st = ta.analyze(ta.load(SAXPY), "saxpy").steps.sort("start_ns")
+    assert len(rows) == 5
+    assert st.select("start_ns", "duration_ns").rows() == [(s, e - s) for s, e in rows]
