@@ -81,3 +81,18 @@ def test_a_graph_launch_counts_one_latency_to_its_first_kernel():
     # latencies: graph 1000 - 100 = 900 (once, not 900/1000/1100), plain 2100 - 2000 = 100
     assert r["launch_latency_mean_ns"] == (900 + 100) / 2
     assert r["launch_latency_max_ns"] == 900
+
+
+@needs_h200
+def test_breakdown_detail_and_report_show_the_verdict(tmp_path):
+    res = run_cli("breakdown", _trace("small"), "--detail", "-q")
+    assert res.returncode == 0, res.stderr
+    line = next(x for x in res.stdout.splitlines() if x.startswith("│    0 │       yes │"))
+    assert "3 of 3" in line
+    out = tmp_path / "r.json"
+    assert run_cli("report", _trace("small"), "-f", "json", "-o", out, "-q").returncode == 0
+    (v,) = json.loads(out.read_text())["host_verdict"]
+    assert v["cpu_bound"] is True and v["cpu_bound_steps"] == 3 and v["host_ns_per_kernel"] > v["gpu_ns_per_kernel"]
+    out_b = tmp_path / "b.json"
+    assert run_cli("report", _trace("base"), "-f", "json", "-o", out_b, "-q").returncode == 0
+    assert json.loads(out_b.read_text())["host_verdict"][0]["cpu_bound"] is False

@@ -188,6 +188,32 @@ def with_launch_bound(table: pl.DataFrame, threshold: float = LAUNCH_BOUND_SHARE
     )
 
 
+def verdict(steps: pl.DataFrame) -> pl.DataFrame:
+    """Per rank, from :func:`launches` per step (with ``cpu_bound``): ``rank, steps,
+    cpu_bound_steps, gpu_wait_share`` (host-bound idle over the summed step time),
+    ``host_ns_per_kernel`` and ``gpu_ns_per_kernel`` (summed over the steps, over all launched
+    items), ``cuda_graphs`` and ``cpu_bound`` (the rule applied to those sums)."""
+    if steps.height == 0 or "host_ns" not in steps.columns:
+        return pl.DataFrame(schema={"rank": pl.Int32, "steps": pl.UInt32, "cpu_bound_steps": pl.UInt32, "gpu_wait_share": pl.Float64,
+                                    "host_ns_per_kernel": pl.Int64, "gpu_ns_per_kernel": pl.Int64, "cuda_graphs": pl.Boolean,
+                                    "cpu_bound": pl.Boolean})
+    launched = pl.col("launched").sum()
+    return (
+        steps.group_by("rank")
+        .agg(
+            pl.len().alias("steps"),
+            pl.col("cpu_bound").sum().cast(pl.UInt32).alias("cpu_bound_steps"),
+            (pl.col("idle_host_bound_ns").sum() / pl.col("duration_ns").sum()).alias("gpu_wait_share"),
+            pl.when(launched > 0).then(pl.col("host_ns").sum() // launched).alias("host_ns_per_kernel"),
+            pl.when(launched > 0).then((pl.col("duration_ns") - pl.col("idle_ns")).sum() // launched).alias("gpu_ns_per_kernel"),
+            pl.col("cuda_graphs").any(),
+        )
+        .with_columns(((pl.col("gpu_wait_share") >= LAUNCH_BOUND_SHARE)
+                       & (pl.col("host_ns_per_kernel") > pl.col("gpu_ns_per_kernel")).fill_null(False)).alias("cpu_bound"))
+        .sort("rank")
+    )
+
+
 def profiler_notes(analysis, steps: pl.DataFrame) -> list[dict]:
     """Per rank with a Kineto file: ``rank``, ``options`` (the profiler options on, read from the
     file's header: :func:`traceanalyzer.parsers.kineto_header.profiler_options`),

@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 
 from traceanalyzer.render import plots
-from traceanalyzer.render.sections import findings_table, host_bound_table, rank_summary_table, stragglers_table
+from traceanalyzer.render.sections import findings_table, host_bound_table, host_verdict_table, rank_summary_table, stragglers_table
 from traceanalyzer.render.sections import (
     Cell,
     Table,
@@ -150,6 +150,7 @@ def render(model: dict[str, Any], images: dict[str, bytes] | None = None) -> str
     out.append(_table(kernel_section_table(model) or kernels_table(model)))
     causes = [(title, t) for title, t in (("Idle by cause", idle_causes_table(model)),
                                           ("Host-bound idle by what the host was doing", host_bound_table(model)),
+                                          ("Host and launches", host_verdict_table(model)),
                                           ("Communication by dimension", comm_dims_table(model)),
                                           ("Recomputed ops", recomputed_table(model)), ("Slowest rank per step", step_stragglers_table(model))) if t is not None]
     if causes:

@@ -170,13 +170,34 @@ def cross_rank_table(analysis: Analysis) -> Table | None:
     return t
 
 
+def verdict_table(analysis: Analysis) -> Table | None:
+    """The host/launch verdict per rank (``classify.launches.verdict``), when the launches table was computed."""
+    if "launches" not in analysis.extras:
+        return None
+    from traceanalyzer.classify.launches import verdict, with_launch_bound
+
+    v = verdict(with_launch_bound(analysis.extras["launches"]))
+    if v.height == 0:
+        return None
+    t = Table(title="Host and launches per rank: is the step CPU-bound? (GPU waits on the host >= 10% of the step and "
+                    "host time per launched item > GPU time per item)", title_justify="left")
+    for col in ("rank", "CPU-bound", "steps CPU-bound", "GPU waits %", "host µs/item", "GPU µs/item", "CUDA graphs"):
+        t.add_column(col, justify="right")
+    for r in v.iter_rows(named=True):
+        us = lambda x: "-" if x is None else f"{x / 1000:.1f}"  # noqa: E731
+        t.add_row(str(r["rank"]), "yes" if r["cpu_bound"] else "no", f"{r['cpu_bound_steps']} of {r['steps']}",
+                  f"{100 * r['gpu_wait_share']:.1f}%", us(r["host_ns_per_kernel"]), us(r["gpu_ns_per_kernel"]),
+                  "yes" if r["cuda_graphs"] else "no")
+    return t
+
+
 def print_detail(analysis: Analysis, console: Console, summary=None, stragglers=None, comm_summary=None) -> None:
     """The cause sub-tables: idle by cause, communication, recompute, cross-rank; with
     ``summary`` (the ranks' distribution, which holds the idle causes) no per-rank idle table,
     and ``comm_summary`` (``classify.rankspread.comm_spread``) instead of one row per rank;
     ``stragglers``: the multi-step straggler table's rows."""
     comm = comm_summary_table(comm_summary) if summary is not None else comm_table(analysis)
-    tables = (None if summary is not None else idle_table(analysis), comm, recompute_table(analysis),
+    tables = (None if summary is not None else idle_table(analysis), verdict_table(analysis), comm, recompute_table(analysis),
               cross_rank_table(analysis), None if stragglers is None else stragglers_table(stragglers))
     for table in tables:
         if table is not None:

@@ -161,6 +161,7 @@ def build(
         "buckets": [{"key": b, "label": LABELS[b]} for b in BUCKETS],
         "headline": headline,
         "findings": found,
+        "host_verdict": _host_verdict(analysis),
         "ranks": ranks,
         "rank_summary": _rank_summary(steps, top) if summarise_ranks(len(ranks), ranks_mode) else None,
         "stragglers": _stragglers(steps, top),
@@ -323,6 +324,16 @@ def _stragglers(steps: pl.DataFrame, top: int) -> dict[str, Any]:
             for r in slow.head(top).iter_rows(named=True)  # at most ``top`` rows
         ],
     }
+
+
+def _host_verdict(analysis: Analysis) -> list[dict[str, Any]]:
+    """Per rank: is the step CPU-bound (:func:`traceanalyzer.classify.launches.verdict`); empty
+    when the launch table was not computed."""
+    if "launches" not in analysis.extras:
+        return []
+    from traceanalyzer.classify.launches import verdict, with_launch_bound
+
+    return verdict(with_launch_bound(analysis.extras["launches"])).to_dicts()
 
 
 def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:
