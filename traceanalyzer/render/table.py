@@ -47,6 +47,9 @@ def print_breakdown(analysis: Analysis, console: Console, summary=None, findings
     ``findings`` (:func:`traceanalyzer.classify.findings.findings`) first."""
     if findings:
         console.print(findings_table(findings))
+    elif findings is not None:
+        console.print("Findings: no recompute, exposed communication, idle or copy time of 1% of the step or more "
+                      "(how efficiently the kernels compute: traceanalyzer reconcile)")
     console.print(breakdown_table(analysis) if summary is None else rank_summary_table(summary))
 
 
