@@ -264,9 +264,10 @@ def window_metrics(ivs: dict[str, list[tuple[int, int]]], lo: int, hi: int) -> d
 
 
 def raw_steps(data: dict) -> dict | None:
-    """Our per-step GPU windows: step N starts at the first GPU activity launched inside
-    ProfilerStep#N's CPU window and ends where step N+1 starts (the last step at its last
-    GPU activity). Returns None without step markers."""
+    """Our steps: step N is ProfilerStep#N's host range [start, end) (the last one included),
+    kept when it launched GPU work (a launch call inside it, by correlation); the partition
+    classifies the GPU time inside that range, whenever the work was launched. Returns None
+    without step markers."""
     base = int(data.get("baseTimeNanoseconds") or 0)
     events = [e for e in (data.get("traceEvents") or []) if isinstance(e, dict)]
     steps = []
@@ -308,10 +309,13 @@ def raw_steps(data: dict) -> dict | None:
                 last_end[n] = max(last_end.get(n, iv[1]), iv[1])
                 break
     nums = [n for _, _, n in steps if n in first]
+    span = {n: (st, en) for st, en, n in steps}
     out_steps = []
     for i, n in enumerate(nums):
-        hi = first[nums[i + 1]] if i + 1 < len(nums) else last_end[n]
-        out_steps.append({"step": n, **window_metrics(ivs, first[n], hi)})
+        lo, hi = span[n]
+        if i + 1 < len(nums):  # overlapping ranges are cut where the next one begins
+            hi = min(hi, span[nums[i + 1]][0])
+        out_steps.append({"step": n, **window_metrics(ivs, lo, hi)})
     res: dict[str, Any] = {"n_gpu_events_without_cpu_launch": n_unlaunched, "steps": out_steps}
     if len(nums) >= 2:
         # the span HTA keeps when it drops the last step: first step start .. last step start

@@ -1,11 +1,11 @@
 """The Python API's verbs and the many-rank tables, against hand computations on the 8-rank
 DLRM fixture (one step per rank), a synthetic multi-step job, and the 2-rank x 2-step HTA trace.
 
-Hand numbers for DLRM (per-rank step durations, ns, from ``breakdown``; checked against the
-traces' ``ProfilerStep#10`` ranges by tests/test_partition.py): 0: 13009000, 1: 18467000,
-2: 11350000, 3: 17511000, 4: 16589000, 5: 16392000, 6: 11410000, 7: 10967000. Sorted:
-10967000 11350000 11410000 13009000 | 16392000 16589000 17511000 18467000, so the median is
-(13009000 + 16392000) / 2 = 14700500 and a rank is slow above 1.05 x 14700500 = 15435525: ranks
+Hand numbers for DLRM (per-rank step durations, ns: each rank's ``ProfilerStep#10`` range, read
+from the JSON by :func:`_profiler_step_durations` below): 0: 14455000, 1: 19901000,
+2: 13017000, 3: 19313000, 4: 17979000, 5: 17797000, 6: 13091000, 7: 12509000. Sorted:
+12509000 13017000 13091000 14455000 | 17797000 17979000 19313000 19901000, so the median is
+(14455000 + 17797000) / 2 = 16126000 and a rank is slow above 1.05 x 16126000 = 16932300: ranks
 1, 3, 4, 5; rank 1 is the slowest.
 """
 
@@ -22,7 +22,24 @@ from traceanalyzer.classify import rankspread
 from traceanalyzer.classify.stragglers import straggler_steps, stragglers
 from traceanalyzer.errors import InvalidArgument, TraceAnalyzerError
 
-DURATIONS = {0: 13009000, 1: 18467000, 2: 11350000, 3: 17511000, 4: 16589000, 5: 16392000, 6: 11410000, 7: 10967000}
+DURATIONS = {0: 14455000, 1: 19901000, 2: 13017000, 3: 19313000, 4: 17979000, 5: 17797000, 6: 13091000, 7: 12509000}
+
+
+def _profiler_step_durations() -> dict[int, int]:
+    """Each DLRM rank's ``ProfilerStep#N`` duration (ns), straight from its JSON (integer µs)."""
+    import gzip
+    import json
+
+    out = {}
+    for rank in range(8):
+        doc = json.loads(gzip.open(sorted(DLRM.glob(f"worker{rank}_*"))[0]).read())
+        (dur,) = [e["dur"] for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"]
+        out[rank] = dur * 1000
+    return out
+
+
+def test_hand_durations_are_the_profiler_step_ranges():
+    assert _profiler_step_durations() == DURATIONS
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +62,8 @@ def test_rank_summary_against_hand_and_plain_python(dlrm):
     s = ta.rank_summary(dlrm, top=3)
     assert s["field"].to_list()[:7] == ["duration", "compute", "recompute", "exposed_comm", "other", "idle", "overlapped_comm"]
     d = s.filter(field="duration").row(0, named=True)
-    assert (d["ranks"], d["min_ns"], d["p50_ns"], d["max_ns"], d["max_rank"]) == (8, 10967000, 14700500, 18467000, 1)
-    assert d["top_ranks"] == [1, 3, 4] and d["top_ns"] == [18467000, 17511000, 16589000]
+    assert (d["ranks"], d["min_ns"], d["p50_ns"], d["max_ns"], d["max_rank"]) == (8, 12509000, 16126000, 19901000, 1)
+    assert d["top_ranks"] == [1, 3, 4] and d["top_ns"] == [19901000, 19313000, 17979000]
     assert d["mean_ns"] == sum(DURATIONS.values()) / 8
     # every field: plain Python over the per-rank values
     rows = ta.breakdown(dlrm).rows(named=True)
@@ -77,16 +94,16 @@ def test_stragglers_dlrm_by_hand(dlrm):
     slow = s.filter(pl.col("slow_steps") > 0)
     assert slow["rank"].to_list() == [1, 3, 4, 5]  # 1 first: also the slowest
     r1 = slow.row(0, named=True)
-    assert (r1["slowest_steps"], r1["excess_ns"]) == (1, 18467000 - 14700500)
+    assert (r1["slowest_steps"], r1["excess_ns"]) == (1, 19901000 - 16126000)
     # rank 1's exposed comm 11056000 against the median over ranks of exposed comm
     med_comm = statistics.median(ta.breakdown(dlrm)["exposed_comm_ns"].to_list())
     assert r1["bucket"] == "exposed_comm" and r1["bucket_excess_ns"] == 11056000 - med_comm
     assert s.filter(pl.col("slow_steps") == 0)["bucket"].null_count() == 4
     assert s["slowest_steps"].sum() == 1
-    # a larger tolerance: only rank 1 (3766500 / 14700500 = 25.6 %) stays slow
+    # a larger tolerance: only rank 1 (3775000 / 16126000 = 23.4 %) stays slow (rank 3: 19.8 %)
     assert ta.stragglers(dlrm, tolerance=0.2).filter(pl.col("slow_steps") > 0)["rank"].to_list() == [1]
     per_step = ta.stragglers(dlrm, per="step").row(0, named=True)
-    assert (per_step["slowest_rank"], per_step["median_ns"]) == (1, 14700500)
+    assert (per_step["slowest_rank"], per_step["median_ns"]) == (1, 16126000)
 
 
 def _job() -> pl.DataFrame:
@@ -129,12 +146,13 @@ def test_stragglers_multi_step_by_hand():
 
 @needs_shared()
 def test_stragglers_two_ranks_two_steps_hta():
-    """HTA's sampled 2-rank job: durations 607246000 / 607900000 (step 551) and 615601000 /
-    623286000 (552): the median of two is their mean, rank 1 is the slowest twice and above
-    the median by 327000 and 3842500 ns, i.e. 0.05 % and 0.6 %: never slow at 5 %."""
+    """HTA's sampled 2-rank job: durations (the ProfilerStep ranges) 607312000 / 607904000
+    (step 551) and 622928000 / 630639000 (552): the median of two is their mean, rank 1 is the
+    slowest twice and above the median by 296000 and 3855500 ns, i.e. 0.05 % and 0.6 %: never
+    slow at 5 %."""
     a = ta.analyze(TRACES / "hta" / "trace_filter")
     per = ta.stragglers(a, per="rank_step")
-    assert per.filter(rank=1)["excess_ns"].to_list() == [327000.0, 3842500.0]
+    assert per.filter(rank=1)["excess_ns"].to_list() == [296000.0, 3855500.0]
     s = ta.stragglers(a)
     assert s.filter(rank=1).select("slow_steps", "slowest_steps").row(0) == (0, 2)
     assert ta.stragglers(a, tolerance=0.005).filter(rank=1)["slow_steps"].item() == 1
@@ -144,7 +162,7 @@ def test_select_and_compare(dlrm):
     one, seven = ta.select(dlrm, ranks=[1]), ta.select(dlrm, ranks=[7])
     assert one.trace.ranks == [1] and one.steps.height == 1 and one.cross_rank.height == 0
     d = ta.compare(seven, one)
-    assert d["diff_ms"].sum() == pytest.approx((18467000 - 10967000) / 1e6)
+    assert d["diff_ms"].sum() == pytest.approx((19901000 - 12509000) / 1e6)
     assert d.row(0) == ("exposed_comm_dp", 1.58, 11.056, pytest.approx(9.476))
     with pytest.raises(InvalidArgument, match="no step"):
         ta.select(dlrm, steps=[99])
@@ -159,7 +177,7 @@ def test_comm_and_idle_sum_to_the_partition(dlrm):
     assert per_step["step"].unique().to_list() == [10]
     i = ta.idle(dlrm)
     assert (i.select(pl.sum_horizontal("idle_host_bound_ns", "idle_sync_ns", "idle_bubble_ns", "idle_other_ns")).to_series() == i["idle_ns"]).all()
-    assert i.filter(rank=7)["idle_pct"].item() == pytest.approx(100 * 8308000 / 10967000)
+    assert i.filter(rank=7)["idle_pct"].item() == pytest.approx(100 * 9850000 / 12509000)
 
 
 def test_report_model_with_low_threshold(dlrm, monkeypatch):
@@ -167,7 +185,7 @@ def test_report_model_with_low_threshold(dlrm, monkeypatch):
     monkeypatch.setattr(rankspread, "RANK_SUMMARY_THRESHOLD", 4)
     m = ta.report(dlrm)
     rows = {r["field"]: r for r in m["rank_summary"]}
-    assert (rows["duration"]["p50_ms"], rows["duration"]["max_rank"]) == (14.7005, 1)
+    assert (rows["duration"]["p50_ms"], rows["duration"]["max_rank"]) == (16.126, 1)
     assert rows["exposed_comm"]["top_ranks"][:2] == [1, 3]
     assert len(m["ranks"]) == 8  # the JSON keeps every rank
     assert ta.report(dlrm, ranks="all")["rank_summary"] is None
@@ -178,8 +196,8 @@ def test_report_model_with_low_threshold(dlrm, monkeypatch):
 def test_report_writes_files(dlrm, tmp_path):
     m = ta.report(dlrm, tmp_path / "r.md", ranks="summary")
     text = (tmp_path / "r.md").read_text()
-    assert "| step time | 10.967 | 14.700 | 14.462 | 18.467 | 1 |" in text
-    assert "### Stragglers" in text and "| 1 | 1 | 1 | 3.767 |" in text
+    assert "| step time | 12.509 | 16.126 | 16.008 | 19.901 | 1 |" in text
+    assert "### Stragglers" in text and "| 1 | 1 | 1 | 3.775 |" in text
     ta.report(dlrm, tmp_path / "r.html")
     assert 'id="rank-summary"' not in (tmp_path / "r.html").read_text() and m["headline"]["slowest_rank"] == 1
     ta.report(dlrm, tmp_path / "r.json")
@@ -190,7 +208,7 @@ def test_cli_ranks_option():
     r = run_cli("breakdown", DLRM, "--ranks", "summary", "--detail", "-q")
     assert r.returncode == 0, r.stderr
     line = next(x for x in r.stdout.splitlines() if "step time" in x)
-    assert line.split("│")[2:7] == [" 10.967 ", " 14.700 ", " 14.462 ", " 18.467 ", "       1 "]
+    assert line.split("│")[2:7] == [" 12.509 ", " 16.126 ", " 16.008 ", " 19.901 ", "       1 "]
     assert "Stragglers" in r.stdout and "exposed comm" in r.stdout
     full = run_cli("breakdown", DLRM, "--ranks", "all", "-q")
     assert "GPU time per rank" in full.stdout and "distribution" not in full.stdout
@@ -212,7 +230,7 @@ def test_reprs_are_short(dlrm):
     t, a = repr(dlrm.trace), repr(dlrm)
     assert t == "<Trace 8 ranks (0-7), 19,789 events, span 21.019 ms, kineto, 2 warnings>" or t.startswith("<Trace 8 ranks (0-7), 19,789 events")
     assert a.splitlines()[0].startswith("<Analysis 8 ranks x 1 step (8 rank-steps), 19,789 events")
-    assert "mean step 14.462 ms" in a and len(a.splitlines()) <= 3 and len(a) < 400
+    assert "mean step 16.008 ms" in a and len(a.splitlines()) <= 3 and len(a) < 400
 
 
 def test_scan_equals_load(tmp_path):

@@ -56,7 +56,7 @@ def test_steps_tile(job, fname, entry):
     if not rs:
         return
     steps = rs["steps"]
-    for a, b in zip(steps, steps[1:]):
-        assert a["end_ns"] == b["start_ns"]
+    for a, b in zip(steps, steps[1:]):  # each step its ProfilerStep range: in order, never overlapping
+        assert a["end_ns"] <= b["start_ns"]
     for s in steps:
         assert s["compute_ns"] + s["exposed_comm_ns"] + s["other_ns"] + s["idle_ns"] == s["span_ns"]

@@ -41,8 +41,8 @@ def hand_idle(rank):
     step = [e for e in ev if re.fullmatch(r"ProfilerStep#\d+", e.get("name", ""))][0]
     launch = {e["args"]["correlation"]: e["ts"] for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
     gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    mine = [e for e in gpu if step["ts"] <= launch.get(e["args"].get("correlation"), -1) < step["ts"] + step["dur"]]
-    w0, w1 = min(e["ts"] for e in mine), max(e["ts"] + e["dur"] for e in mine)
+    # the step is its host range; a gap that reaches past its end ends at the next GPU start
+    w0, w1 = step["ts"], step["ts"] + step["dur"]
     busy = bytearray(w1 - w0)
     for e in gpu:
         for t in range(max(e["ts"], w0), min(e["ts"] + e["dur"], w1)):
@@ -66,7 +66,9 @@ def hand_idle(rank):
         end = t
         while end < w1 - w0 and not busy[end]:
             end += 1
-        L = first_launch.get(w0 + end)
+        nxt = w0 + end if end < w1 - w0 else min((e["ts"] for e in gpu if e["ts"] >= w1), default=None)
+        # no GPU work after the gap at all: the GPU waited on the host to the end
+        L = float("inf") if nxt is None else first_launch.get(nxt)
         for u in range(t, end):
             if sync[u]:
                 want["sync"] += 1000
@@ -118,12 +120,58 @@ def test_synthetic_bubble_sync_and_host_bound():
     c = comm.collectives(a.trace.events, a.gpu, a.windows, a.trace.meta)
     assert c["dim"].to_list() == ["PP"] and c["coll_type"].to_list() == ["send_recv"]
     got = idle.idle_split(a.trace.events, a.gpu, a.windows, c).row(0, named=True)
-    # gaps: [100,300) [400,600) [700,900)
+    # the step is its host range [-50, 2000); gaps: [-50,0) [100,300) [400,600) [700,900) [1000,2000)
+    # [-50,-40): A not launched yet -> host_bound 10; [-40,0): launched, not started -> other 40
     # [100,150): next work (R) not launched yet -> host_bound 50; [150,300): recv outstanding -> bubble 150
     # [400,420): host_bound (B launched at 560) 20; [420,520) sync 100; [520,560) host_bound 40; [560,600) other 40
     # [700,900): C launched at 650 < 700 -> other 200
+    # [1000,2000): nothing launched after C: host_bound 1000
     assert got["idle_bubble_ns"] == 150
     assert got["idle_sync_ns"] == 100
-    assert got["idle_host_bound_ns"] == 50 + 20 + 40
-    assert got["idle_other_ns"] == 40 + 200
-    assert a.steps["idle_ns"].item() == 600
+    assert got["idle_host_bound_ns"] == 10 + 50 + 20 + 40 + 1000
+    assert got["idle_other_ns"] == 40 + 40 + 200
+    assert a.steps["idle_ns"].item() == 1650
+    # thread 1 is in no recorded op during any of it (its launch calls lie outside): all untraced
+    assert got["idle_host_untraced_ns"] == got["idle_host_bound_ns"]
+
+
+def _synthetic_host():
+    """One rank, one step [0, 1000) on host thread 1; GPU kernels K1 [0,100), K2 [500,600),
+    K3 [900,950). Host: a DataLoader __next__ range 100..250, an op 250..300 inside nothing,
+    launch of K2 at 350; an Optimizer.step range 600..800 holding an op 700..800 and the launch of
+    K3 at 820; nothing after. Thread 2 (another thread) runs an op 100..900 that must not count."""
+    rows = [
+        ("annotation", "ProfilerStep#3", 0, 1000, None, "1"),
+        ("runtime", "cudaLaunchKernel", -20, -10, 1, "1"),
+        ("kernel", "k1", 0, 100, 1, "7"),
+        ("annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 250, None, "1"),
+        ("cpu_op", "aten::copy_", 250, 300, None, "1"),
+        ("runtime", "cudaLaunchKernel", 350, 360, 2, "1"),
+        ("kernel", "k2", 500, 600, 2, "7"),
+        ("annotation", "Optimizer.step#AdamW.step", 600, 800, None, "1"),
+        ("cpu_op", "aten::_foreach_add_", 700, 800, None, "1"),
+        ("runtime", "cudaLaunchKernel", 820, 830, 3, "1"),
+        ("kernel", "k3", 900, 950, 3, "7"),
+        ("cpu_op", "aten::mm", 100, 900, None, "2"),
+    ]
+    recs = [{"rank": 0, "kind": k, "name": n, "start_ns": s + 10_000, "end_ns": e + 10_000, "correlation": c,
+             "pid": "0" if k == "kernel" else "1", "tid": t, **({"stream": 7} if k == "kernel" else {})}
+            for k, n, s, e, c, t in rows]
+    events = conform(pl.DataFrame(recs), EVENT_SCHEMA)
+    meta = conform(pl.DataFrame({"rank": [0], "world_size": [1], "file": ["synthetic"]}), META_SCHEMA)
+    return Trace(events=events, meta=meta)
+
+
+def test_host_bound_idle_split_by_what_the_launching_thread_did():
+    a = ta.analyze(_synthetic_host())
+    r = a.steps.row(0, named=True)
+    # gaps [100,500) (K2 launched at 350) and [600,900) (K3 launched at 820), [950,1000) (none after)
+    # host-bound: [100,350) and [600,820) and [950,1000)
+    # [100,250) data loader; [250,300) op; [300,350) untraced;
+    # [600,820): optimizer range to 800 -> 200, [800,820) untraced; [950,1000) untraced
+    assert r["idle_host_bound_ns"] == 250 + 220 + 50
+    assert r["idle_host_dataloader_ns"] == 150
+    assert r["idle_host_optimizer_ns"] == 200
+    assert r["idle_host_ops_ns"] == 50
+    assert r["idle_host_untraced_ns"] == 50 + 20 + 50
+    assert r["idle_ns"] == 400 + 300 + 50

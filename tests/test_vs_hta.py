@@ -4,7 +4,8 @@ That file (scripts/hta_reference.py, run under HTA 0.5.0) holds, per real trace,
 temporal breakdown and overlap, and an independent plain-Python count of our definitions
 ("raw_steps", written from docs/validation.md without our code). We pin:
 
-* every step of every real trace equals the independent count to the nanosecond;
+* every step of every real trace equals the independent count to the nanosecond (each step its
+  ProfilerStep range, read again here from the trace's JSON by the plain-Python reference);
 * where HTA's definitions coincide with ours (single-step traces analysed whole, no sync
   records, no fractional timestamps: the 8 DLRM ranks), HTA's idle, compute and non-compute
   equal ours to the µs, and its overlap % equals ours.
@@ -13,6 +14,7 @@ temporal breakdown and overlap, and an independent plain-Python count of our def
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,9 @@ import pytest
 import traceanalyzer as ta
 
 from conftest import TRACES, needs_shared
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import hta_reference  # noqa: E402  (plain Python, standard library only)
 
 REF = json.loads((Path(__file__).parent / "data" / "hta_reference.json").read_text())
 
@@ -39,6 +44,8 @@ def _single_files():
 @needs_shared()
 @pytest.mark.parametrize("job,steps", _single_files(), ids=[j for j, _ in _single_files()])
 def test_every_step_equals_the_independent_count(job, steps):
+    # the stored reference is what the plain-Python pass reads from the trace's JSON now
+    assert hta_reference.raw_steps(hta_reference.load_json(TRACES / job))["steps"] == steps
     got = ta.breakdown(ta.load(TRACES / job)).sort("start_ns")
     assert got.height == len(steps)
     for row, ref in zip(got.iter_rows(named=True), steps):

@@ -233,9 +233,9 @@ def analyze(
         >>> import traceanalyzer as ta
         >>> a = ta.analyze("fixtures/kineto/dlrm-v100-8rank")
         >>> a.steps.height, a.steps["duration_ns"].sum()
-        (8, 115695000)
+        (8, 128062000)
         >>> a.steps.select(pl.sum_horizontal("compute_ns", "recompute_ns", "exposed_comm_ns", "other_ns", "idle_ns")).to_series().sum()
-        115695000
+        128062000
     """
     from traceanalyzer.classify import Analysis
     from traceanalyzer.schema import Trace
@@ -369,7 +369,7 @@ def breakdown(source: Source, step_range: str | None = DEFAULT_STEP, *, by: Lite
         >>> import traceanalyzer as ta
         >>> df = ta.breakdown("fixtures/kineto/dlrm-v100-8rank")
         >>> df.select("rank", "duration_ns", "exposed_comm_ns").row(1)
-        (1, 18467000, 11056000)
+        (1, 19901000, 11056000)
         >>> ta.breakdown("fixtures/kineto/dlrm-v100-8rank", by="rank")["steps"].to_list()
         [1, 1, 1, 1, 1, 1, 1, 1]
     """
@@ -405,7 +405,7 @@ def rank_summary(source: Source, *, top: int = 3) -> pl.DataFrame:
         >>> import traceanalyzer as ta
         >>> s = ta.rank_summary("fixtures/kineto/dlrm-v100-8rank")
         >>> s.filter(field="duration").select("min_ns", "p50_ns", "max_ns", "max_rank").row(0)
-        (10967000.0, 14700500.0, 18467000.0, 1)
+        (12509000.0, 16126000.0, 19901000.0, 1)
         >>> s.filter(field="exposed_comm")["top_ranks"].to_list()
         [[1, 3, 4]]
     """
@@ -501,7 +501,7 @@ def idle(source: Source, *, per: Literal["step", "rank"] = "step") -> pl.DataFra
         >>> import traceanalyzer as ta
         >>> i = ta.idle("fixtures/kineto/dlrm-v100-8rank")
         >>> i.filter(rank=0).select("idle_ns", "idle_host_bound_ns", "idle_sync_ns", "idle_other_ns").row(0)
-        (6419000, 5021000, 83000, 1315000)
+        (7865000, 6440000, 96000, 1329000)
     """
     from traceanalyzer.classify import IDLE_FIELDS
 
@@ -597,7 +597,7 @@ def compare(a: Source, b: Source) -> pl.DataFrame:
         >>> an = ta.analyze("fixtures/kineto/dlrm-v100-8rank")
         >>> d = ta.compare(ta.select(an, ranks=[7]), ta.select(an, ranks=[1]))
         >>> round(d["diff_ms"].sum(), 3)
-        7.5
+        7.392
         >>> d.row(0)
         ('exposed_comm_dp', 1.58, 11.056, 9.476)
     """
@@ -651,7 +651,7 @@ def report(
         >>> import traceanalyzer as ta
         >>> m = ta.report("fixtures/kineto/dlrm-v100-8rank")
         >>> m["headline"]["slowest_rank"], round(m["headline"]["step_ms"], 3)
-        (1, 14.462)
+        (1, 16.008)
         >>> m["rank_summary"] is None, len(m["ranks"])
         (True, 8)
     """
@@ -964,13 +964,14 @@ def launches(
 
     Example
     -------
-    The bundled MI300X trace (run from the repository root): 746 kernels a step, the host ~25 ms
-    ahead of the GPU, no step launch-bound:
+    The bundled MI300X trace (run from the repository root): the host runs ~25 ms ahead of the
+    GPU, so the kernels that start inside a step's host range were launched earlier (in step 15's
+    range, before the profile began: no launch record), and no step is launch- or CPU-bound:
 
     >>> import traceanalyzer as ta
     >>> per_step = ta.launches("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz")
-    >>> per_step.select("step", "kernels", "launched", "launch_latency_p50_ns", "launch_bound").rows()
-    [(15, 746, 895, 23591401, False), (16, 746, 895, 26345479, False), (17, 746, 895, 30956370, False)]
+    >>> per_step.select("step", "kernels", "launched", "launch_latency_p50_ns", "launch_bound", "cpu_bound").rows()
+    [(15, 637, 0, None, False, False), (16, 406, 354, 27148331, False, False), (17, 459, 483, 22017999, False, False)]
     >>> ta.launches("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz", by="kernel").height
     2685
     """
@@ -1099,10 +1100,15 @@ def annotations(
     Example
     -------
     The bundled MI300X trace (run from the repository root), its optimizer ranges summed over
-    steps: 3 instances, 90.761 µs of GPU time of which 90.756 µs compute:
+    steps: 3 instances, 90.761 µs of GPU time of which 90.756 µs compute. Its host runs ~25 ms
+    ahead of the GPU, so the optimizer's kernels run after the last step's host range has ended:
+    outside every step, unless the whole trace is one step (``step_range=None``):
 
     >>> import traceanalyzer as ta
-    >>> df = ta.annotations("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz", name="Optimizer", by="name")
+    >>> mi300x = "fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz"
+    >>> ta.annotations(mi300x, name="Optimizer", by="name").select("name", "count", "duration_ns", "outside_ns").rows()
+    [('Optimizer.step#SGD.step', 3, 0, 90762)]
+    >>> df = ta.annotations(mi300x, name="Optimizer", by="name", step_range=None)
     >>> df.select("name", "count", "duration_ns", "compute_ns", "idle_ns").rows()
     [('Optimizer.step#SGD.step', 3, 90761, 90756, 5)]
     """
@@ -1136,7 +1142,7 @@ def critical_path(
     step_range: str | None = DEFAULT_STEP,
     infer_waits: bool = True,
     wait_slack_ns: int = 10_000,  # classify.critical_path.WAIT_SLACK_NS
-    host_gaps: bool = False,
+    host_gaps: bool = True,
     workers: int | None = None,
     **options: Any,
 ) -> Any:
@@ -1179,9 +1185,11 @@ def critical_path(
     host_gaps : bool
         Weigh the host's time inside no op or runtime call (``host_gap``: the own time of
         ``record_function`` ranges such as ``ProfilerStep#N``, and the time between them: Python
-        between ops). Default ``False``, as HTA's critical path: a thread blocked outside any op
-        (e.g. the main thread while the autograd thread runs ``backward``) looks the same as a
-        thread running Python, and weighing it would make such a thread the whole path.
+        between ops, a ``time.sleep``, a slow data loader). Default ``True``: a host stall is on
+        the path as the host's (bucket ``host``), not as nothing. ``False`` weighs only ops and
+        runtime calls, as HTA's critical path does: then a host stall outside every op leaves
+        ``path_ns`` short of the step (a thread blocked outside any op, e.g. the main thread
+        while the autograd thread runs ``backward``, also counts as host with ``True``).
     workers : int, optional
         When ``source`` is a path: rank files parsed and classified in parallel processes
         (default: one process for a small job, all cores for a large one; 1: in this process).

@@ -16,10 +16,12 @@ from traceanalyzer.classify import comm, idle
 from traceanalyzer.classify.partition import BUCKETS, FIELDS
 from traceanalyzer.schema import Trace
 
-__all__ = ["Analysis", "BUCKETS", "FIELDS", "IDLE_FIELDS", "COMM_DIM_FIELDS"]
+__all__ = ["Analysis", "BUCKETS", "FIELDS", "IDLE_FIELDS", "HOST_FIELDS", "COMM_DIM_FIELDS"]
 
 #: idle split by cause (``idle_<cause>_ns/_us`` columns of ``Analysis.steps``; sum = idle)
 IDLE_FIELDS = [f"idle_{c}" for c in idle.CAUSES]
+#: host-bound idle split by what the launching host thread did (``idle_host_<cause>_ns/_us``; sum = idle_host_bound)
+HOST_FIELDS = [f"idle_host_{c}" for c in idle.HOST_CAUSES]
 #: exposed communication by parallelism dimension (``exposed_comm_<dim>_ns/_us``; sum = exposed_comm)
 COMM_DIM_FIELDS = [f"exposed_comm_{d.lower()}" for d in [*comm.DIMENSIONS, comm.CONCURRENT]]
 
@@ -62,7 +64,7 @@ class Analysis:
                 f"{f'; {len(self.warnings)} warnings' if self.warnings else ''}>")
 
     def _fields(self) -> list[str]:
-        return [f for f in [*FIELDS, *IDLE_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in self.steps.columns]
+        return [f for f in [*FIELDS, *IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in self.steps.columns]
 
     def totals(self) -> pl.DataFrame:
         """Per rank: ``rank``, ``steps`` (UInt32) and every field of :attr:`steps` summed over the

@@ -20,6 +20,18 @@ launch-bound, and how many launched items were outstanding on each stream over t
   and (2) the median launched item ran no longer than the median launch call took: the host
   cannot issue work as fast as the GPU finishes it, so launch overhead, not the kernels, sets
   the pace (CUDA graphs, fusion or ``torch.compile`` are the usual cures).
+* A step is **CPU-bound** (``cpu_bound``) when the GPU waited on the host for at least
+  ``threshold`` of the step (``gpu_wait_share`` = ``idle_host_bound_ns / duration_ns``) and the
+  host's time per launched GPU item exceeds the GPU's: ``host_ns_per_kernel`` = the time the
+  rank's launching threads spent inside recorded host ops and runtime calls during the step
+  (their union: dispatch + launch; synchronisations, where the host waits on the GPU, excluded)
+  over the items that start in the step; ``gpu_ns_per_kernel`` = the step's GPU busy time
+  (duration − idle) over the same items. The launch call alone (``launch_cpu_p50_ns``) misses
+  the dispatch around it: this verdict does not.
+* **CUDA graphs** (``cuda_graphs``): a ``cudaGraphLaunch`` / ``cuGraphLaunch`` /
+  ``hipGraphLaunch`` call launched work of the step. One graph launch runs many kernels that
+  wait on each other, not on the call: its launch latency is counted once, to the graph's first
+  kernel, not once per kernel.
 
 Sorted cumulative sums and as-of joins only; no Python loop over events.
 """
@@ -32,6 +44,8 @@ from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: the default share of a step the GPU must wait on the host for the step to be launch-bound
 LAUNCH_BOUND_SHARE = 0.10
+#: runtime calls that launch a whole CUDA / HIP graph
+GRAPH_LAUNCH = r"^(cuda|cu|hip)GraphLaunch"
 #: the columns of :func:`launch_pairs`
 PAIR_COLUMNS = [
     "rank", "pid", "stream", "kind", "name", "cls", "correlation", "launch_name", "launch_ns", "launch_end_ns",
@@ -92,30 +106,67 @@ def step_table(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, s
         *[(pl.col("kind") == k).sum().cast(pl.Int64).alias(k) for k in ("kernel", "memcpy", "memset")],
     ).rename({"kernel": "kernels"})
     pairs = in_windows(launch_pairs(events.lazy(), gpu.lazy()).collect(), windows)
-    stats = pairs.group_by("rank", "step").agg(
-        pl.len().cast(pl.Int64).alias("launched"),
+    graph = pl.col("launch_name").str.contains(GRAPH_LAUNCH)
+    # a graph launch's kernels wait on each other, not on the call: one latency per graph launch
+    # (to its first kernel in the step), every other item its own
+    lat = pl.concat([
+        pairs.filter(~graph).select("rank", "step", "launch_latency_ns", "launch_delay_ns"),
+        pairs.filter(graph).group_by("rank", "step", "correlation").agg(
+            pl.col("launch_latency_ns").min(), pl.col("launch_delay_ns").min()).select("rank", "step", "launch_latency_ns", "launch_delay_ns"),
+    ]).group_by("rank", "step").agg(
         pl.col("launch_latency_ns").mean().alias("launch_latency_mean_ns"),
         _q("launch_latency_ns", 0.5, "launch_latency_p50_ns"),
         _q("launch_latency_ns", 0.99, "launch_latency_p99_ns"),
         pl.col("launch_latency_ns").max().alias("launch_latency_max_ns"),
         _q("launch_delay_ns", 0.5, "launch_delay_p50_ns"),
+    )
+    stats = pairs.group_by("rank", "step").agg(
+        pl.len().cast(pl.Int64).alias("launched"),
         _q("cpu_ns", 0.5, "launch_cpu_p50_ns"),
         # a call that launched several items (a graph) counts once
         pl.col("cpu_ns").filter(pl.col("correlation").is_first_distinct()).sum().alias("launch_cpu_ns"),
         _q("gpu_ns", 0.5, "gpu_work_p50_ns"),
-    )
-    base = steps.select("rank", "step", "duration_ns", "idle_ns", "idle_host_bound_ns")
+        graph.any().alias("cuda_graphs"),
+    ).join(lat, on=["rank", "step"], how="left")
+    base = steps.select("rank", "step", "duration_ns", "idle_ns", "idle_host_bound_ns").join(
+        host_time(events, windows), on=["rank", "step"], how="left").with_columns(pl.col("host_ns").fill_null(0))
     return (
         base.join(counts, on=["rank", "step"], how="left")
         .join(stats, on=["rank", "step"], how="left")
         .with_columns(pl.col(c).fill_null(0) for c in ("kernels", "memcpy", "memset", "launched", "launch_cpu_ns"))
+        .with_columns(
+            pl.col("cuda_graphs").fill_null(False),
+            pl.when(pl.col("launched") > 0).then(pl.col("host_ns") // pl.col("launched")).alias("host_ns_per_kernel"),
+            pl.when(pl.col("launched") > 0).then((pl.col("duration_ns") - pl.col("idle_ns")) // pl.col("launched")).alias("gpu_ns_per_kernel"),
+        )
         .select(
             "rank", "step", "kernels", "memcpy", "memset", "launched",
             "launch_latency_mean_ns", "launch_latency_p50_ns", "launch_latency_p99_ns", "launch_latency_max_ns",
             "launch_delay_p50_ns", "launch_cpu_p50_ns", "launch_cpu_ns", "gpu_work_p50_ns",
-            "duration_ns", "idle_ns", "idle_host_bound_ns",
+            "duration_ns", "idle_ns", "idle_host_bound_ns", "host_ns", "host_ns_per_kernel", "gpu_ns_per_kernel", "cuda_graphs",
         )
         .sort("rank", "step")
+    )
+
+
+def host_time(events: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step): ``host_ns``, the time inside the step window that the rank's launching
+    threads (those that made a launch call) spent in recorded host ops or runtime calls, their
+    union over the threads, less the time in synchronisations (the host waiting on the GPU)."""
+    from traceanalyzer.classify.idle import SYNC_OPS, SYNC_RUNTIME
+    from traceanalyzer.classify.intervals import segments
+
+    ev = events.lazy()
+    threads = ev.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()).select("rank", "tid").unique()
+    host = ev.filter(pl.col("kind").is_in(["cpu_op", "runtime"])).join(threads, on=["rank", "tid"], how="semi")
+    sync = (pl.col("kind") == "runtime") & pl.col("name").str.contains(SYNC_RUNTIME) | (pl.col("kind") == "cpu_op") & pl.col("name").is_in(SYNC_OPS)
+    iv = host.select("rank", "start_ns", "end_ns", pl.when(sync).then(pl.lit("sync")).otherwise(pl.lit("op")).alias("cls"))
+    seg = segments(iv, windows.lazy().select("rank", "step", "wstart_ns", "wend_ns"), ["op", "sync"])
+    return (
+        seg.filter((pl.col("n_op") > 0) & (pl.col("n_sync") == 0))
+        .group_by("rank", "step")
+        .agg((pl.col("t1") - pl.col("t0")).sum().alias("host_ns"))
+        .collect()
     )
 
 
@@ -123,10 +174,67 @@ def with_launch_bound(table: pl.DataFrame, threshold: float = LAUNCH_BOUND_SHARE
     """:func:`step_table` with ``host_bound_share`` (``idle_host_bound_ns / duration_ns``) and
     ``launch_bound`` (see the module docstring; ``threshold``: the share, 0 to 1)."""
     share = pl.when(pl.col("duration_ns") > 0).then(pl.col("idle_host_bound_ns") / pl.col("duration_ns")).otherwise(0.0)
-    return table.with_columns(share.alias("host_bound_share")).with_columns(
+    return table.with_columns(share.alias("host_bound_share"), share.alias("gpu_wait_share")).with_columns(
         ((pl.col("host_bound_share") >= threshold)
-         & (pl.col("gpu_work_p50_ns") <= pl.col("launch_cpu_p50_ns")).fill_null(False)).alias("launch_bound")
+         & (pl.col("gpu_work_p50_ns") <= pl.col("launch_cpu_p50_ns")).fill_null(False)).alias("launch_bound"),
+        ((pl.col("gpu_wait_share") >= threshold)
+         & (pl.col("host_ns_per_kernel") > pl.col("gpu_ns_per_kernel")).fill_null(False)).alias("cpu_bound")
+        if {"host_ns_per_kernel", "gpu_ns_per_kernel"} <= set(table.columns) else pl.lit(None, pl.Boolean).alias("cpu_bound"),
     )
+
+
+def verdict(steps: pl.DataFrame) -> pl.DataFrame:
+    """Per rank, from :func:`launches` per step (with ``cpu_bound``): ``rank, steps,
+    cpu_bound_steps, gpu_wait_share`` (host-bound idle over the summed step time),
+    ``host_ns_per_kernel`` and ``gpu_ns_per_kernel`` (summed over the steps, over all launched
+    items), ``cuda_graphs`` and ``cpu_bound`` (the rule applied to those sums)."""
+    if steps.height == 0 or "host_ns" not in steps.columns:
+        return pl.DataFrame(schema={"rank": pl.Int32, "steps": pl.UInt32, "cpu_bound_steps": pl.UInt32, "gpu_wait_share": pl.Float64,
+                                    "host_ns_per_kernel": pl.Int64, "gpu_ns_per_kernel": pl.Int64, "cuda_graphs": pl.Boolean,
+                                    "cpu_bound": pl.Boolean})
+    launched = pl.col("launched").sum()
+    return (
+        steps.group_by("rank")
+        .agg(
+            pl.len().alias("steps"),
+            pl.col("cpu_bound").sum().cast(pl.UInt32).alias("cpu_bound_steps"),
+            (pl.col("idle_host_bound_ns").sum() / pl.col("duration_ns").sum()).alias("gpu_wait_share"),
+            pl.when(launched > 0).then(pl.col("host_ns").sum() // launched).alias("host_ns_per_kernel"),
+            pl.when(launched > 0).then((pl.col("duration_ns") - pl.col("idle_ns")).sum() // launched).alias("gpu_ns_per_kernel"),
+            pl.col("cuda_graphs").any(),
+        )
+        .with_columns(((pl.col("gpu_wait_share") >= LAUNCH_BOUND_SHARE)
+                       & (pl.col("host_ns_per_kernel") > pl.col("gpu_ns_per_kernel")).fill_null(False)).alias("cpu_bound"))
+        .sort("rank")
+    )
+
+
+def profiler_notes(analysis, steps: pl.DataFrame) -> list[dict]:
+    """Per rank with a Kineto file: ``rank``, ``options`` (the profiler options on, read from the
+    file's header: :func:`traceanalyzer.parsers.kineto_header.profiler_options`),
+    ``may_inflate_host_time`` (a costly option was on: ``record_shapes``, ``profile_memory``,
+    ``with_stack`` add host work to every op) and ``note`` (a sentence when they may have made
+    the host look slower than it is, where a step is CPU-bound or the GPU waits on the host)."""
+    from traceanalyzer.parsers.kineto_header import COSTLY, profiler_options
+
+    meta = analysis.trace.meta
+    if "file" not in meta.columns:
+        return []
+    out = []
+    for rank, file in meta.select("rank", "file").sort("rank").iter_rows():  # one row per rank
+        if file is None:
+            continue
+        opts = profiler_options(file)
+        costly = [o for o in opts if o in COSTLY]
+        mine = steps.filter(pl.col("rank") == rank) if steps.height else steps
+        waits = mine.height > 0 and bool(mine.select((pl.col("cpu_bound") | (pl.col("gpu_wait_share") >= LAUNCH_BOUND_SHARE)).any()).item())
+        note = None
+        if costly and waits:
+            note = (f"rank {rank}: the trace was recorded with {', '.join(costly)}: the profiler adds host work to every op, "
+                    "so host time (and the GPU's wait on the host) may be larger than without the profiler; "
+                    "time a few steps unprofiled to compare")
+        out.append({"rank": rank, "options": opts, "may_inflate_host_time": bool(costly), "note": note})
+    return out
 
 
 def _points(pairs: pl.LazyFrame) -> pl.LazyFrame:

@@ -95,15 +95,20 @@ def check_partition(df: pl.DataFrame, source: str) -> None:
         )
 
 
-def check_causes(df: pl.DataFrame, idle_fields: list[str], comm_fields: list[str], source: str) -> None:
-    """Invariants of the cause splits: idle causes sum to ``idle_ns`` and exposed communication
-    by dimension sums to ``exposed_comm_ns``, exactly, every part non-negative."""
+def check_causes(df: pl.DataFrame, idle_fields: list[str], comm_fields: list[str], source: str,
+                 host_fields: list[str] | None = None) -> None:
+    """Invariants of the cause splits: idle causes sum to ``idle_ns``, exposed communication
+    by dimension to ``exposed_comm_ns`` and the host-bound split (``host_fields``) to
+    ``idle_host_bound_ns``, exactly, every part non-negative."""
     idle_sum = pl.sum_horizontal([pl.col(f"{f}_ns") for f in idle_fields])
     comm_sum = pl.sum_horizontal([pl.col(f"{f}_ns") for f in comm_fields])
+    host_fields = host_fields or []
+    host_ok = (pl.sum_horizontal([pl.col(f"{f}_ns") for f in host_fields]) == pl.col("idle_host_bound_ns")) if host_fields else pl.lit(True)
     bad = df.filter(
         (idle_sum != pl.col("idle_ns"))
         | (comm_sum != pl.col("exposed_comm_ns"))
-        | pl.any_horizontal([pl.col(f"{f}_ns") < 0 for f in [*idle_fields, *comm_fields]])
+        | ~host_ok
+        | pl.any_horizontal([pl.col(f"{f}_ns") < 0 for f in [*idle_fields, *comm_fields, *host_fields]])
     )
     if bad.height:
         r = bad.row(0, named=True)

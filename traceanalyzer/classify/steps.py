@@ -180,17 +180,22 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
     marks = gpu_step_marks(ev, name or DEFAULT_STEP).join(cpu.select("rank", "step"), on=["rank", "step"], how="semi")
     placed = gpu_step_of(ev, cpu, marks).filter(pl.col("step").is_not_null()).collect()
     assigned = placed.lazy().group_by("rank", "step").agg(pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns"))
+    # a step is its host range [start, end), every one of them (the last included); ranges that
+    # overlap (a custom --step-range nested in itself) are cut where the next one starts
     win = (
-        cpu.join(assigned, on=["rank", "step"], how="inner")
-        .sort("rank", "first_ns")
-        .with_columns(pl.col("first_ns").shift(-1).over("rank").alias("next_ns"))
+        cpu.join(assigned.select("rank", "step"), on=["rank", "step"], how="inner")
+        .sort("rank", "cpu_start_ns")
+        .with_columns(pl.col("cpu_start_ns").shift(-1).over("rank").alias("next_ns"))
         .with_columns(
-            pl.col("first_ns").alias("wstart_ns"),
-            pl.coalesce("next_ns", "last_ns").alias("wend_ns"),
+            pl.col("cpu_start_ns").alias("wstart_ns"),
+            pl.min_horizontal("cpu_end_ns", pl.coalesce("next_ns", "cpu_end_ns")).alias("wend_ns"),
         )
         .select("rank", "step", "wstart_ns", "wend_ns", "cpu_start_ns", "cpu_end_ns")
         .collect()
     )
+    cut = win.filter(pl.col("wend_ns") < pl.col("cpu_end_ns")).group_by("rank").len().sort("rank")
+    for r, n in cut.iter_rows():  # one row per rank
+        warnings.append(f"rank {r}: {n} '{name}' ranges overlap the next one; each was cut where the next begins")
     cpu_counts = cpu.group_by("rank").len().collect()
     kept = win.group_by("rank").len()
     by_time = placed.filter(pl.col("by_time")).group_by("rank").len().sort("rank")

@@ -47,10 +47,16 @@ def breakdown(
     if output is not None:
         outputs.check(output)
     analysis = analyse_paths(paths, step_name(step_range, whole_trace), recompute_pattern=recompute_range, bus_bw_gbps=bus_bw,
-                             cache=cache, workers=workers, engine=engine, address=address, quiet=quiet, comm_kernels=patterns)
+                             cache=cache, workers=workers, engine=engine, address=address, quiet=quiet, comm_kernels=patterns,
+                             extras=("launches",) if format in (TableFormat.json, TableFormat.table) else ())
+    found = None
+    if format in (TableFormat.json, TableFormat.table):
+        from traceanalyzer.classify.findings import findings, run_config
+
+        found = findings(analysis, run_config(config))
     if format is TableFormat.json:
         with outputs.stream(output) as fh:
-            fh.write(json_render.dumps(json_render.document(analysis)))
+            fh.write(json_render.dumps(json_render.document(analysis, found)))
     elif format is not TableFormat.table:
         with outputs.stream(output) as fh:
             write_frame(json_render.steps_table(analysis), format.value, fh)
@@ -61,7 +67,7 @@ def breakdown(
             from traceanalyzer.classify.stragglers import stragglers
 
             summary = rank_spread(analysis.steps) if summarise_ranks(len(analysis.trace.ranks), ranks.value) else None
-            print_breakdown(analysis, console, summary)
+            print_breakdown(analysis, console, summary, found)
             if detail:
                 comm = comm_spread(analysis.comm) if summary is not None and analysis.comm is not None and analysis.comm.height else None
                 print_detail(analysis, console, summary, stragglers(analysis.steps), comm)

@@ -357,14 +357,16 @@ def analyse_paths(
     address: str | None = None,
     quiet: bool = False,
     comm_kernels: list[str] | None = None,
+    extras: tuple[str, ...] = (),
 ):
     """Load and classify traces on the engine (rank files in parallel), with progress on stderr
     (a bar on a terminal, a line per rank file otherwise, nothing with ``quiet``). ``keep``: what
-    the renderer needs beyond the compact tables (see :data:`traceanalyzer.engine.KEEP`)."""
+    the renderer needs beyond the compact tables (see :data:`traceanalyzer.engine.KEEP`);
+    ``extras``: optional per-rank tables (:data:`traceanalyzer.engine.rank.EXTRAS`)."""
     from traceanalyzer.engine import Options, analyse
 
     opts = Options(step_name=step_name, recompute_pattern=recompute_pattern, keep=keep, cache=cache,
-                   comm_kernels=tuple(comm_kernels or ()))
+                   comm_kernels=tuple(comm_kernels or ()), extras=tuple(extras))
     if bus_bw_gbps is not None:
         opts.bus_bw_gbps = bus_bw_gbps
     return analyse(paths, opts, engine=Engine(engine).value, workers=workers, address=address, quiet=quiet, console=err_console)

@@ -27,7 +27,8 @@ def critical_path(
     top: Annotated[int, typer.Option("--top", min=0, help="Longest pieces of the path listed in the table.")] = 10,
     step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
     whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: each rank's whole trace is one step.")] = False,
-    host_gaps: Annotated[bool, typer.Option("--host-gaps", help="Weigh host time outside every op (Python between ops); off by default, as in HTA.")] = False,
+    host_gaps: Annotated[bool, typer.Option("--host-gaps/--no-host-gaps", help="Weigh host time outside every op (Python between ops, sleeps, a slow "
+                                             "data loader) as the host's (default); --no-host-gaps: only ops and runtime calls, as in HTA.")] = True,
     infer_waits: Annotated[bool, typer.Option("--infer-waits/--no-infer-waits", help="Link a kernel that started late to the kernel on another stream it waited for.")] = True,
     workers: WorkersOpt = None,
     cache: CacheOpt = False,

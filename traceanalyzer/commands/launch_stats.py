@@ -31,7 +31,8 @@ _EXTRAS = {View.steps: ("launches", "queue"), View.queue: ("queue",), View.kerne
 #: the table's columns (json and csv have every column)
 _TABLE_COLUMNS = {
     "steps": ["rank", "step", "kernels", "launched", "launch_latency_p50_ns", "launch_latency_p99_ns", "launch_delay_p50_ns",
-              "launch_cpu_p50_ns", "gpu_work_p50_ns", "duration_ns", "idle_host_bound_ns", "host_bound_share", "launch_bound"],
+              "launch_cpu_p50_ns", "gpu_work_p50_ns", "duration_ns", "idle_host_bound_ns", "host_bound_share", "launch_bound",
+              "host_ns_per_kernel", "gpu_ns_per_kernel", "cuda_graphs", "cpu_bound"],
     "queue": ["rank", "pid", "stream", "launched", "span_ns", "queued_mean", "queued_max", "outstanding_mean", "outstanding_max"],
     "kernels": ["rank", "step", "stream", "name", "launch_name", "launch_latency_ns", "launch_delay_ns", "cpu_ns", "gpu_ns"],
 }
@@ -41,6 +42,7 @@ _LABELS = {
     "host_bound_share": "waits %", "launch_bound": "launch-bound", "launch_latency_ns": "latency", "launch_delay_ns": "delay",
     "cpu_ns": "launch call", "gpu_ns": "GPU", "queued_mean": "queued mean", "queued_max": "queued max",
     "outstanding_mean": "outstanding mean", "outstanding_max": "outstanding max", "duration_ns": "step",
+    "host_per_item_ns": "host per item", "gpu_per_item_ns": "GPU per item", "cuda_graphs": "CUDA graphs", "cpu_bound": "CPU-bound",
 }
 
 
@@ -74,8 +76,12 @@ def launches(
     opts = Options(step_name=None if whole_trace else step_range, comm_kernels=tuple(patterns), extras=_EXTRAS[view])
     analysis = analyse(paths, opts, engine=engine.value, workers=workers, address=address, quiet=quiet, console=err_console)
     shown: dict = {}
+    notes: list[dict] = []
     if view is View.steps:
         shown["steps"] = lm.launches(analysis, threshold=threshold)
+        from traceanalyzer.classify.launches import profiler_notes
+
+        notes = profiler_notes(analysis, shown["steps"])
         if format is not FrameFormat.csv:
             shown["queue"] = lm.queue_length(analysis)
     elif view is View.queue:
@@ -86,14 +92,16 @@ def launches(
         shown["queue_series"] = lm.queue_length(analysis, series=True)
     if format is FrameFormat.json:
         with outputs.stream(output) as fh:
-            fh.write(frames.json_bytes("launches", shown, view=view.value, launch_bound_threshold=threshold))
+            fh.write(frames.json_bytes("launches", shown, view=view.value, launch_bound_threshold=threshold,
+                                       **({"profiler": notes} if view is View.steps else {})))
     elif format is FrameFormat.csv:
         with outputs.stream(output) as fh:
             frames.write_csv(next(iter(shown.values())), fh)
     else:
         titles = {
             "steps": f"Launches per rank and step (launch-bound: GPU waiting on launches >= {100 * threshold:g}% of the step "
-                     "and median item <= median launch call)",
+                     "and median item <= median launch call; CPU-bound: GPU waiting >= "
+                     f"{100 * threshold:g}% and host time per launched item (dispatch + launch) > GPU time per item)",
             "queue": "Launch queue per stream (queued: launched, not started; outstanding: not finished; means weighted by time)",
             "kernels": "Launched GPU items (latency: launch call start -> GPU start)",
             "queue_series": "Queue length over time (each value holds until the next row)",
@@ -102,8 +110,13 @@ def launches(
             console = out_console(None if output is None else fh, 160 if output is None else 200)
             for key, df in shown.items():
                 if key in _TABLE_COLUMNS:
-                    df = df.select(_TABLE_COLUMNS[key])
+                    # per-item times end in _ns_per_kernel in the JSON; shown in ms like the rest
+                    df = df.select(_TABLE_COLUMNS[key]).rename(
+                        {c: c.replace("_ns_per_kernel", "_per_item_ns") for c in _TABLE_COLUMNS[key] if c.endswith("_ns_per_kernel")})
                 frames.print_table(df, titles[key], console, limit=top, labels=_LABELS)
+            for n in notes:
+                if n["note"]:
+                    console.print(f"note: {n['note']}")
     print_warnings(analysis.warnings)
 
 

@@ -22,7 +22,7 @@ from typing import Callable
 
 import polars as pl
 
-from traceanalyzer.classify import COMM_DIM_FIELDS, IDLE_FIELDS, comm, idle, recompute
+from traceanalyzer.classify import COMM_DIM_FIELDS, HOST_FIELDS, IDLE_FIELDS, comm, idle, recompute
 from traceanalyzer.classify.invariants import check_event_span, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import FIELDS, check_causes, partition
@@ -36,6 +36,7 @@ STEP_COLUMNS = [
     "rank", "step", "start_ns", "duration_ns", "compute_ns", "recompute_ns", "exposed_comm_ns", "other_ns", "idle_ns",
     "overlapped_comm_ns", "start_us", *[f"{f}_us" for f in FIELDS],
     *[f"{f}_ns" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]], *[f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]],
+    *[f"{f}_ns" for f in HOST_FIELDS], *[f"{f}_us" for f in HOST_FIELDS],
 ]
 
 
@@ -219,7 +220,7 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
         expo = comm.exposure(gpu, inst, windows)
         idle_parts = idle.idle_split(events, gpu, windows, inst)
         steps = _with_causes(steps, idle_parts, expo)
-        check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source)
+        check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source, HOST_FIELDS)
     except TraceAnalyzerError as exc:
         into[0].deferred = exc
         return
@@ -288,9 +289,9 @@ def _with_causes(steps: pl.DataFrame, idle_parts: pl.DataFrame, expo: pl.DataFra
         steps.join(idle_parts, on=["rank", "step"], how="left")
         .join(dims, on=["rank", "step"], how="left")
         .with_columns(
-            *[pl.col(f"{f}_ns").fill_null(0).cast(pl.Int64) if f"{f}_ns" in dims.columns or f.startswith("idle_") else pl.lit(0, pl.Int64).alias(f"{f}_ns") for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]]
+            *[pl.col(f"{f}_ns").fill_null(0).cast(pl.Int64) if f"{f}_ns" in dims.columns or f.startswith("idle_") else pl.lit(0, pl.Int64).alias(f"{f}_ns") for f in [*IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS]]
         )
-        .with_columns(*[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]])
+        .with_columns(*[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in [*IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS]])
     )
     return steps.select(STEP_COLUMNS)
 

@@ -11,6 +11,8 @@ import re
 import polars as pl
 
 _CAUSE = {"exposed_comm": re.compile(r"^exposed_comm_(.+)_(ns|us)$"), "idle": re.compile(r"^idle_(.+)_(ns|us)$")}
+#: columns that split a cause further (host-bound idle by what the host did): not causes of their own
+_SUB_CAUSE = re.compile(r"^idle_host_(dataloader|optimizer|ops|untraced)_(ns|us)$")
 
 
 def loss_columns(steps: pl.DataFrame) -> dict[str, int]:
@@ -27,7 +29,7 @@ def loss_columns(steps: pl.DataFrame) -> dict[str, int]:
         if bucket in _CAUSE:
             for col in steps.columns:
                 m = _CAUSE[bucket].match(col)
-                if not m or (m.group(2) == "us" and f"{bucket}_{m.group(1)}_ns" in steps.columns):
+                if not m or _SUB_CAUSE.match(col) or (m.group(2) == "us" and f"{bucket}_{m.group(1)}_ns" in steps.columns):
                     continue
                 v = steps[col].sum()
                 causes[f"{bucket}_{m.group(1)}"] = int(v) if m.group(2) == "ns" else int(round(float(v) * 1000))

@@ -51,6 +51,22 @@ def _peak(cfg: RunConfig, trace: Trace, warnings: list[str]) -> tuple[float, str
     return peak_tflops(names[0], hw.precision), detect_gpu(names[0]) or names[0], f"trace device name {names[0]!r}"
 
 
+def recompute_contradiction(cfg: RunConfig, recompute_ns: int, total_ns: int) -> list[str]:
+    """A sentence when the configuration's recompute contradicts the trace's: none configured but
+    recompute measured (at least 1 % of the step), or recompute configured and none measured."""
+    if total_ns <= 0:
+        return []
+    share = recompute_ns / total_ns
+    g = cfg.recompute.granularity
+    if g == "none" and share >= 0.01:
+        return [f"the configuration has no recompute ([recompute] granularity = 'none') but the trace recomputes "
+                f"{100 * share:.1f} % of the step: the FLOPs, the HFU and any what-if from it are off; set [recompute] granularity"]
+    if g != "none" and recompute_ns == 0:
+        return [f"the configuration recomputes ([recompute] granularity = {g!r}) but the trace shows no recomputed "
+                "kernel: check the configuration, or name the recompute ranges (--recompute-range)"]
+    return []
+
+
 def _ms(ns: int | float, n: int) -> float:
     return ns / n / 1e6
 
@@ -92,6 +108,7 @@ def waterfall(analysis: Analysis, cfg: RunConfig, *, convention: str | None = No
     fl = step_flops(cfg, conv_in, hfu=hfu)
     conv = fl.convention
     peak, gpu, gpu_source = _peak(cfg, analysis.trace, warnings)
+    warnings.extend(recompute_contradiction(cfg, buckets.get("recompute", 0), T))
     bf16_peak = None
     if cfg.hardware.precision == "fp8" and cfg.hardware.peak_tflops is None and detect_gpu(gpu):
         bf16_peak = peak_tflops(gpu, "bf16")

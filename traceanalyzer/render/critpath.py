@@ -16,7 +16,12 @@ LABELS = {**BUCKET_LABELS, "host": "host"}
 
 
 def summary_table(cp: CriticalPath) -> Table:
-    table = Table(title="Critical path per step: length (ms) and share of each bucket on it", title_justify="left")
+    table = Table(title="Critical path per step: length (ms) and share of each bucket on it", title_justify="left",
+                  caption=("host: the host's ops and the time between them (Python, sleeps, data loading): a host stall is on the "
+                           "path as the host's; --no-host-gaps: ops only, as HTA" if cp.host_gaps else
+                           "host: ops and runtime calls only (--no-host-gaps, as HTA): host time outside every op is on no "
+                           "bucket, so the path can be shorter than the step"),
+                  caption_justify="left")
     for col in ("step", "rank", "ranks", "path ms", "window ms"):
         table.add_column(col, justify="right")
     for b in CP_BUCKETS:
@@ -54,7 +59,8 @@ def print_critical_path(cp: CriticalPath, console: Console, top: int = 10) -> No
 def json_bytes(cp: CriticalPath) -> bytes:
     """``{"schema", "schema_version", "version", "summary": [...], "segments": [...]}``; rows as objects
     (schema ``traceanalyzer.critical_path``)."""
-    head = f'{{"schema":"{SCHEMA}","schema_version":{SCHEMA_VERSION},"version":"{__version__}","summary":'
+    head = (f'{{"schema":"{SCHEMA}","schema_version":{SCHEMA_VERSION},"version":"{__version__}",'
+            f'"host_gaps":{"true" if cp.host_gaps else "false"},"summary":')
     return (head + cp.summary.write_json() + ',"segments":' + cp.segments.write_json() + "}\n").encode()
 
 

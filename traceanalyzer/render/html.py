@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 
 from traceanalyzer.render import plots
-from traceanalyzer.render.sections import rank_summary_table, stragglers_table
+from traceanalyzer.render.sections import findings_table, host_bound_table, host_verdict_table, rank_summary_table, stragglers_table
 from traceanalyzer.render.sections import (
     Cell,
     Table,
@@ -114,6 +114,11 @@ def render(model: dict[str, Any], images: dict[str, bytes] | None = None) -> str
     if model["notes"]:
         out.append('<ul class="notes">' + "".join(f'<li class="note">{escape(n)}</li>' for n in model["notes"]) + "</ul>")
 
+    found = findings_table(model)
+    if found is not None:
+        out.append('<h2 id="findings">Findings</h2>')
+        out.append(_table(found))
+
     out.append('<h2 id="partition">Partition per rank</h2>')
     out.append(_img(images.get("partition"), "GPU time per rank, stacked by bucket"))
     summary = rank_summary_table(model)
@@ -143,7 +148,10 @@ def render(model: dict[str, Any], images: dict[str, bytes] | None = None) -> str
 
     out.append('<h2 id="kernels">Top kernels</h2>')
     out.append(_table(kernel_section_table(model) or kernels_table(model)))
-    causes = [(title, t) for title, t in (("Idle by cause", idle_causes_table(model)), ("Communication by dimension", comm_dims_table(model)),
+    causes = [(title, t) for title, t in (("Idle by cause", idle_causes_table(model)),
+                                          ("Host-bound idle by what the host was doing", host_bound_table(model)),
+                                          ("Host and launches", host_verdict_table(model)),
+                                          ("Communication by dimension", comm_dims_table(model)),
                                           ("Recomputed ops", recomputed_table(model)), ("Slowest rank per step", step_stragglers_table(model))) if t is not None]
     if causes:
         out.append('<h2 id="causes">Causes</h2>')

@@ -10,12 +10,14 @@ import orjson
 import polars as pl
 
 from traceanalyzer._version import __version__
-from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, IDLE_FIELDS, Analysis
+from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, HOST_FIELDS, IDLE_FIELDS, Analysis
 
 SCHEMA = "traceanalyzer.breakdown"  # traceanalyzer/schemas/breakdown.schema.json
 SCHEMA_VERSION = 1
 STEP_FIELDS = ["step", "start_ns", "start_us", *[f"{f}_us" for f in FIELDS]]
 CAUSE_FIELDS = [f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]]
+#: host-bound idle by cause, in exact ns (summing to ``idle_host_bound_ns``) and µs
+HOST_CAUSE_FIELDS = ["idle_host_bound_ns", *[f"{f}_ns" for f in HOST_FIELDS], *[f"{f}_us" for f in HOST_FIELDS]]
 
 
 def _us(v):
@@ -87,9 +89,15 @@ def _cross_rank(analysis: Analysis) -> list[dict]:
     return out
 
 
-def document(analysis: Analysis) -> dict:
+def document(analysis: Analysis, findings: list[dict] | None = None) -> dict:
+    """The breakdown document; ``findings`` (:func:`traceanalyzer.classify.findings.findings`)
+    computed without a run configuration when not given."""
+    if findings is None:
+        from traceanalyzer.classify.findings import findings as find
+
+        findings = find(analysis)
     meta = {r["rank"]: r for r in analysis.trace.meta.iter_rows(named=True)}
-    cause_fields = [f for f in CAUSE_FIELDS if f in analysis.steps.columns]
+    cause_fields = [f for f in [*CAUSE_FIELDS, *HOST_CAUSE_FIELDS] if f in analysis.steps.columns]
     steps = analysis.steps.select("rank", *STEP_FIELDS, *cause_fields).partition_by("rank", as_dict=True, maintain_order=True)
     totals = {r["rank"]: r for r in analysis.totals().iter_rows(named=True)}
     outside = {} if analysis.outside_steps is None else {r: ns for r, ns, _, _ in analysis.outside_steps.iter_rows()}
@@ -115,6 +123,7 @@ def document(analysis: Analysis) -> dict:
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "traceanalyzer", "version": __version__},
         "inputs": [str(s) for s in analysis.trace.sources],
+        "findings": findings,
         "ranks": ranks,
         "cross_rank": _cross_rank(analysis),
         "warnings": list(analysis.warnings),
@@ -129,7 +138,7 @@ def steps_table(analysis: Analysis) -> pl.DataFrame:
     """The breakdown as one row per (rank, step): exact integer nanoseconds of every bucket and
     cause (``breakdown -f csv|parquet``); each row's buckets sum to ``duration_ns``."""
     cols = ["rank", "step", "start_ns", *[f"{f}_ns" for f in FIELDS]]
-    cols += [f"{f}_ns" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in analysis.steps.columns]
+    cols += [f"{f}_ns" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS, *HOST_FIELDS] if f"{f}_ns" in analysis.steps.columns]
     return analysis.steps.select(cols).sort("rank", "step")
 
 

@@ -11,7 +11,7 @@ import base64
 from typing import Any
 
 from traceanalyzer.render import plots
-from traceanalyzer.render.sections import rank_summary_table, stragglers_table
+from traceanalyzer.render.sections import findings_table, host_bound_table, host_verdict_table, rank_summary_table, stragglers_table
 from traceanalyzer.render.sections import (
     Cell,
     Table,
@@ -91,6 +91,9 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
         if stem in image_refs:
             out.extend([f"![{alt}]({image_refs[stem]})", ""])
 
+    found = findings_table(model)
+    if found is not None:
+        out += ["### Findings", ""] + _table(found)
     out += ["### Partition per rank", ""]
     img("partition", "partition per rank")
     summary = rank_summary_table(model)
@@ -110,7 +113,9 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
     if strag is not None:
         out += ["### Stragglers", ""] + _table(strag)
     out += ["### Top kernels", ""] + _table(kernel_section_table(model) or kernels_table(model))
-    for title, t in (("Idle by cause", idle_causes_table(model)), ("Communication by dimension", comm_dims_table(model)),
+    for title, t in (("Idle by cause", idle_causes_table(model)), ("Host-bound idle by what the host was doing", host_bound_table(model)),
+                     ("Host and launches", host_verdict_table(model)),
+                     ("Communication by dimension", comm_dims_table(model)),
                      ("Recomputed ops", recomputed_table(model)), ("Slowest rank per step", step_stragglers_table(model))):
         if t is not None:
             out += [f"### {title}", ""] + _table(t)

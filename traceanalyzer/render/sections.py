@@ -176,6 +176,54 @@ def idle_causes_table(model: dict[str, Any]) -> Table | None:
     return t
 
 
+def host_bound_table(model: dict[str, Any]) -> Table | None:
+    rows = (model.get("causes") or {}).get("host_bound") or []
+    if not rows:
+        return None
+    t = Table("host-bound", "Host-bound idle by what the host thread was doing (mean per step)", ["host was in", "ms per step", "% of host-bound"])
+    labels = {"dataloader": "the data loader (DataLoader __next__)", "optimizer": "the optimizer (Optimizer.step / zero_grad)",
+              "ops": "other ops (dispatch, launch)", "untraced": "no recorded op (Python, sleep, I/O)"}
+    for i, r in enumerate(rows):
+        t.rows.append([Cell(labels.get(r["cause"], r["cause"])), num(model, f"causes.host_bound.{i}.ms", MS),
+                       num(model, f"causes.host_bound.{i}.pct_of_host_bound", PCT)])
+    return t
+
+
+def host_verdict_table(model: dict[str, Any]) -> Table | None:
+    rows = model.get("host_verdict") or []
+    if not rows:
+        return None
+    t = Table("host-verdict", "Host and launches: is the step CPU-bound?",
+              ["rank", "CPU-bound", "steps CPU-bound", "GPU waits on host %", "host µs per item", "GPU µs per item", "CUDA graphs"])
+    for r in rows:
+        t.rows.append([Cell(str(r["rank"])), Cell("yes" if r["cpu_bound"] else "no"), Cell(f"{r['cpu_bound_steps']} of {r['steps']}"),
+                       Cell(PCT.format(100 * r["gpu_wait_share"])),  # shown scaled: no data-path (it names the JSON number as shown)
+                       Cell("" if r["host_ns_per_kernel"] is None else US.format(r["host_ns_per_kernel"] / 1000)),
+                       Cell("" if r["gpu_ns_per_kernel"] is None else US.format(r["gpu_ns_per_kernel"] / 1000)),
+                       Cell("yes" if r["cuda_graphs"] else "no")])
+    t.note = ("CPU-bound: the GPU waits on the host for at least 10 % of the step and the host's time per launched item "
+              "(dispatch + launch, synchronisations excluded) exceeds the GPU's.")
+    return t
+
+
+def findings_table(model: dict[str, Any]) -> Table | None:
+    rows = model.get("findings") or []
+    if not rows:
+        return None
+    t = Table("findings", "Findings: the largest losses, largest first",
+              ["#", "loss", "ms per step", "% of step", "cause", "remedy", "predicted gain ms"])
+    for i, f in enumerate(rows):
+        p = f"findings.{i}"
+        gain = num(model, f"{p}.predicted_gain_ms", MS)
+        if f["predicted_gain_ms"] is None:
+            gain = Cell("-", title=f.get("gain_note"))
+        t.rows.append([Cell(str(i + 1)), Cell(f["label"]), num(model, f"{p}.ms_per_step", MS),
+                       Cell(PCT.format(100 * f["share_of_step"])), Cell(f["cause"]), Cell(f["remedy"]), gain])
+    t.note = ("Predicted gain: the what-if model's (traceanalyzer whatif), with a run configuration; '-' where it "
+              "cannot price the change (hover for why).")
+    return t
+
+
 def comm_dims_table(model: dict[str, Any]) -> Table | None:
     rows = model["causes"]["comm_by_dimension"] if model.get("causes") else []
     if not rows:

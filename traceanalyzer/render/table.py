@@ -42,14 +42,37 @@ def breakdown_table(analysis: Analysis) -> Table:
     return table
 
 
-def print_breakdown(analysis: Analysis, console: Console, summary=None) -> None:
-    """One row per rank, or with ``summary`` (``classify.rankspread.rank_spread``) the ranks' distribution."""
+def print_breakdown(analysis: Analysis, console: Console, summary=None, findings: list[dict] | None = None) -> None:
+    """One row per rank, or with ``summary`` (``classify.rankspread.rank_spread``) the ranks' distribution;
+    ``findings`` (:func:`traceanalyzer.classify.findings.findings`) first."""
+    if findings:
+        console.print(findings_table(findings))
+    elif findings is not None:
+        console.print("Findings: no recompute, exposed communication, idle or copy time of 1% of the step or more "
+                      "(how efficiently the kernels compute: traceanalyzer reconcile)")
     console.print(breakdown_table(analysis) if summary is None else rank_summary_table(summary))
+
+
+def findings_table(findings: list[dict]) -> Table:
+    """The largest losses, largest first: what, how much, why, what to change, the predicted gain."""
+    t = Table(title="Findings: the largest losses per step, what causes them, what to change", title_justify="left",
+              caption="predicted gain: the what-if model's, with a run configuration (-c); '-' where it cannot price the change",
+              caption_justify="left")
+    for col, just in (("#", "right"), ("loss", "left"), ("ms/step", "right"), ("% step", "right"), ("cause", "left"),
+                      ("remedy", "left"), ("gain ms", "right")):
+        t.add_column(col, justify=just)
+    for i, f in enumerate(findings, 1):
+        gain = "-" if f["predicted_gain_ms"] is None else f"{f['predicted_gain_ms']:.3f}"
+        t.add_row(str(i), f["label"], f"{f['ms_per_step']:.3f}", f"{100 * f['share_of_step']:.1f}%", f["cause"], f["remedy"], gain)
+    return t
 
 
 # --- cause sub-tables (breakdown --detail) -------------------------------------------------
 
 CAUSE_LABELS = {"idle_host_bound": "host-bound", "idle_sync": "sync wait", "idle_bubble": "PP bubble", "idle_other": "other"}
+#: host-bound idle by what the launching host thread was doing (classify.idle.HOST_CAUSES)
+HOST_LABELS = {"idle_host_dataloader": "data loader", "idle_host_optimizer": "optimizer", "idle_host_ops": "ops",
+               "idle_host_untraced": "untraced"}
 
 
 def _ms(ns) -> str:
@@ -62,13 +85,24 @@ def idle_table(analysis: Analysis) -> Table:
     t.add_column("idle ms", justify="right")
     for label in CAUSE_LABELS.values():
         t.add_column(label, justify="right")
+    host = [f for f in HOST_LABELS if f"{f}_ns" in analysis.steps.columns]
+    for f in host:
+        t.add_column(f"host: {HOST_LABELS[f]}", justify="right")
     for row in analysis.totals().iter_rows(named=True):
         n, idle = row["steps"], row["idle_ns"]
         cells = [str(row["rank"]), _ms(idle / n)]
         for f in CAUSE_LABELS:
             v = row.get(f"{f}_ns", 0) or 0
             cells.append(f"{_ms(v / n)} ({100 * v / idle if idle else 0.0:.0f}%)")
+        hb = row.get("idle_host_bound_ns", 0) or 0
+        for f in host:
+            v = row.get(f"{f}_ns", 0) or 0
+            cells.append(f"{_ms(v / n)} ({100 * v / hb if hb else 0.0:.0f}%)")
         t.add_row(*cells)
+    if host:
+        t.caption = ("host-bound split by what the launching host thread was doing (% of host-bound): in a DataLoader "
+                     "__next__ range, an Optimizer.step/zero_grad range, another recorded op (dispatch, launch), or none (untraced)")
+        t.caption_justify = "left"
     return t
 
 
@@ -139,13 +173,34 @@ def cross_rank_table(analysis: Analysis) -> Table | None:
     return t
 
 
+def verdict_table(analysis: Analysis) -> Table | None:
+    """The host/launch verdict per rank (``classify.launches.verdict``), when the launches table was computed."""
+    if "launches" not in analysis.extras:
+        return None
+    from traceanalyzer.classify.launches import verdict, with_launch_bound
+
+    v = verdict(with_launch_bound(analysis.extras["launches"]))
+    if v.height == 0:
+        return None
+    t = Table(title="Host and launches per rank: is the step CPU-bound? (GPU waits on the host >= 10% of the step and "
+                    "host time per launched item > GPU time per item)", title_justify="left")
+    for col in ("rank", "CPU-bound", "steps CPU-bound", "GPU waits %", "host µs/item", "GPU µs/item", "CUDA graphs"):
+        t.add_column(col, justify="right")
+    for r in v.iter_rows(named=True):
+        us = lambda x: "-" if x is None else f"{x / 1000:.1f}"  # noqa: E731
+        t.add_row(str(r["rank"]), "yes" if r["cpu_bound"] else "no", f"{r['cpu_bound_steps']} of {r['steps']}",
+                  f"{100 * r['gpu_wait_share']:.1f}%", us(r["host_ns_per_kernel"]), us(r["gpu_ns_per_kernel"]),
+                  "yes" if r["cuda_graphs"] else "no")
+    return t
+
+
 def print_detail(analysis: Analysis, console: Console, summary=None, stragglers=None, comm_summary=None) -> None:
     """The cause sub-tables: idle by cause, communication, recompute, cross-rank; with
     ``summary`` (the ranks' distribution, which holds the idle causes) no per-rank idle table,
     and ``comm_summary`` (``classify.rankspread.comm_spread``) instead of one row per rank;
     ``stragglers``: the multi-step straggler table's rows."""
     comm = comm_summary_table(comm_summary) if summary is not None else comm_table(analysis)
-    tables = (None if summary is not None else idle_table(analysis), comm, recompute_table(analysis),
+    tables = (None if summary is not None else idle_table(analysis), verdict_table(analysis), comm, recompute_table(analysis),
               cross_rank_table(analysis), None if stragglers is None else stragglers_table(stragglers))
     for table in tables:
         if table is not None:

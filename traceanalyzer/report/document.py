@@ -139,6 +139,9 @@ def build(
 
     wf, wf_notes = waterfall_section(analysis, config)
     notes.extend(wf_notes)
+    from traceanalyzer.classify.findings import findings, run_config  # noqa: PLC0415
+
+    found = findings(analysis, run_config(config))
     headline = _headline(totals, ranks, slowest, wf)
     inputs = [_file_info(Path(s), "trace") for s in analysis.trace.sources]
     if config is not None:
@@ -157,6 +160,8 @@ def build(
         "job": _job(analysis, step_range),
         "buckets": [{"key": b, "label": LABELS[b]} for b in BUCKETS],
         "headline": headline,
+        "findings": found,
+        "host_verdict": _host_verdict(analysis),
         "ranks": ranks,
         "rank_summary": _rank_summary(steps, top) if summarise_ranks(len(ranks), ranks_mode) else None,
         "stragglers": _stragglers(steps, top),
@@ -321,8 +326,21 @@ def _stragglers(steps: pl.DataFrame, top: int) -> dict[str, Any]:
     }
 
 
+def _host_verdict(analysis: Analysis) -> list[dict[str, Any]]:
+    """Per rank: is the step CPU-bound (:func:`traceanalyzer.classify.launches.verdict`); empty
+    when the launch table was not computed."""
+    if "launches" not in analysis.extras:
+        return []
+    from traceanalyzer.classify.launches import verdict, with_launch_bound
+
+    return verdict(with_launch_bound(analysis.extras["launches"])).to_dicts()
+
+
 def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:
+    from traceanalyzer.classify import HOST_FIELDS
+
     cols = [*BUCKETS, "overlapped_comm"]
+    host = [f for f in ["idle_host_bound", *HOST_FIELDS] if f"{f}_ns" in steps.columns]
     return (
         steps.sort("rank", "start_ns")
         .select(
@@ -332,6 +350,8 @@ def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:
             "start_us",
             (pl.col("duration_ns") / _MS).alias("duration_ms"),
             *[(pl.col(f"{c}_ns") / _MS).alias(f"{c}_ms") for c in cols],
+            # host-bound idle by what the host did: exact ns (the four sum to idle_host_bound_ns) and µs
+            *[pl.col(f"{f}_ns") for f in host], *[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in host],
         )
         .to_dicts()
     )
@@ -438,6 +458,15 @@ def _causes(analysis: Analysis, totals: pl.DataFrame, top: int) -> dict[str, Any
         if v:
             idle.append({"cause": f.removeprefix("idle_"), "ms": v / n / _MS, "pct_of_idle": 100 * v / idle_total})
     idle.sort(key=lambda r: -r["ms"])
+    from traceanalyzer.classify import HOST_FIELDS
+
+    host_total = int(totals.get_column("idle_host_bound_ns").sum()) if "idle_host_bound_ns" in totals.columns else 0
+    host_bound = []
+    for f in HOST_FIELDS:  # host-bound idle by what the launching host thread was doing (sum = host_bound)
+        v = int(totals.get_column(f"{f}_ns").sum()) if f"{f}_ns" in totals.columns else 0
+        if v:
+            host_bound.append({"cause": f.removeprefix("idle_host_"), "ms": v / n / _MS, "pct_of_host_bound": 100 * v / host_total})
+    host_bound.sort(key=lambda r: -r["ms"])
     dims = []
     comm = analysis.comm
     if comm is not None and comm.height:
@@ -488,7 +517,7 @@ def _causes(analysis: Analysis, totals: pl.DataFrame, top: int) -> dict[str, Any
                 "waited_on_rank": r["waited_on_rank"] if "waited_on_rank" in cols else None,
                 "waited_on_wait_ms": None if "waited_on_wait_ns" not in cols or r["waited_on_wait_ns"] is None else r["waited_on_wait_ns"] / _MS,
             })
-    return {"idle": idle, "comm_by_dimension": dims, "recomputed_ops": recomputed, "stragglers": stragglers}
+    return {"idle": idle, "host_bound": host_bound, "comm_by_dimension": dims, "recomputed_ops": recomputed, "stragglers": stragglers}
 
 
 def _collective_efficiency(analysis: Analysis, baseline: pl.DataFrame | None, top: int) -> dict[str, Any] | None:

@@ -34,6 +34,7 @@ class CriticalPath(NamedTuple):
     summary: pl.DataFrame
     segments: pl.DataFrame
     warnings: list[str]
+    host_gaps: bool = True  # host time outside every op weighed as the host's (critical_path's host_gaps)
 
 
 def _empty_segments() -> pl.DataFrame:
@@ -51,7 +52,7 @@ def critical_path(
     analysis: Analysis | None = None,
     infer_waits: bool = True,
     wait_slack_ns: int = WAIT_SLACK_NS,
-    host_gaps: bool = False,
+    host_gaps: bool = True,
 ) -> CriticalPath:
     """The critical path of every step (or of one) of a classified trace: what the step waited on,
     piece by piece (see ``traceanalyzer.critical_path``, the Python verb, for the parameters and
@@ -76,7 +77,7 @@ def critical_path(
                                       host_gaps=host_gaps)
     warnings: list[str] = list(dict.fromkeys(analysis.warnings))
     if not points.height:
-        return CriticalPath(_summary(pl.DataFrame(), windows, joint, 0), _empty_segments(), [*warnings, "no events in the chosen steps"])
+        return CriticalPath(_summary(pl.DataFrame(), windows, joint, 0), _empty_segments(), [*warnings, "no events in the chosen steps"], host_gaps)
     chain = points.get_column("chain").to_numpy()
     w = points.get_column("w").to_numpy()
     src, dst, cw = (cross.get_column(c).to_numpy().astype(np.int64) for c in ("src", "dst", "w"))
@@ -106,7 +107,7 @@ def critical_path(
     groups = ends.select(*keys, "dist").with_row_index("g").with_columns(pl.col("g").cast(pl.Int64)).join(span, on=keys, how="left")
     segments, hops = _segments(ev, points, cross, node_rows, group_rows, edge_rows, groups, keys)
     summary = _summary(segments, windows, joint, sol.rounds, groups, hops, keys)
-    return CriticalPath(summary, segments.drop("g"), warnings)
+    return CriticalPath(summary, segments.drop("g"), warnings, host_gaps)
 
 
 def _listing(col: pl.Series) -> str:

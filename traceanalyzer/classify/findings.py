@@ -1,0 +1,227 @@
+"""Findings: the largest losses of a job, each with its cause, a remedy and the predicted gain.
+
+:func:`findings` reads the exact partition of an :class:`~traceanalyzer.classify.Analysis`
+(buckets, idle by cause, host-bound idle by what the host did, exposed communication by
+dimension) and returns at most :data:`MAX_FINDINGS` losses, largest first. Each one is measured
+in the trace (no finding without time in the partition: at least :data:`MIN_SHARE` of the mean
+step); its ``predicted_gain_ms`` comes from the what-if model (:func:`traceanalyzer.model.whatif`,
+the same code as ``traceanalyzer whatif``) when a run configuration is given and the model can
+price the change, else it is null and ``gain_note`` says why.
+
+Every finding is a dict: ``loss`` (key), ``label``, ``ms_per_step`` (mean over the rank-steps),
+``share_of_step`` (0-1, of the mean step), ``cause``, ``remedy``, ``predicted_gain_ms``,
+``change`` (the what-if ``--set`` that priced it, or null) and ``gain_note``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+MAX_FINDINGS = 5
+#: a loss smaller than this share of the mean step is not a finding
+MIN_SHARE = 0.01
+
+_NO_CONFIG = "no run configuration given (-c): the what-if model needs the model and layout to price it"
+_HOST = "the what-if model does not price host time; removing the stall would save at most this idle time"
+
+_COMM_REMEDY = {
+    "dp": "overlap the gradient reduce with backward (DDP bucketing, Megatron --overlap-grad-reduce / --overlap-param-gather)",
+    "tp": "sequence parallelism with TP communication overlap (--tp-comm-overlap), or a smaller TP inside one node",
+    "pp": "more micro-batches per pipeline or interleaved stages (virtual pipeline) so the sends overlap compute",
+    "cp": "overlap the context-parallel KV exchange with attention (ring attention overlap), or a smaller CP",
+    "ep": "overlap the expert all-to-all with compute (EP overlap / DeepEP), or a smaller EP",
+}
+#: exposed communication dimension -> the --set that turns its overlap on, when the configuration has it off
+_COMM_SET = {"dp": ("overlap_grad_reduce", "overlap_grad_reduce=true"), "tp": ("tp_comm_overlap", "tp_comm_overlap=true")}
+
+
+def _recompute_cause(analysis, cfg) -> str:
+    parts = ["activation recompute: forward ops run again in backward"]
+    if cfg is not None:
+        parts.append(f"configured granularity {cfg.recompute.granularity!r}")
+    ops = analysis.recomputed_by_name
+    if ops is not None and ops.height:
+        top = ops.group_by("name").agg(pl.col("gpu_ns").sum()).sort("gpu_ns", descending=True).head(3)["name"].to_list()
+        parts.append("top recomputed ops: " + ", ".join(top))
+    return "; ".join(parts)
+
+
+def _price(cfg, analysis, sets: list[str]) -> tuple[float | None, str | None, bool | None]:
+    """(gain ms per step, note, fits) of ``sets`` through the what-if model, or (None, why, None)."""
+    from traceanalyzer.errors import TraceAnalyzerError
+    from traceanalyzer.model.whatif import whatif
+
+    try:
+        w = whatif(cfg, sets, analysis=analysis)
+    except (TraceAnalyzerError, ValueError, KeyError, ZeroDivisionError) as exc:
+        return None, f"the what-if model cannot price {' '.join(sets)}: {' '.join(str(exc).split())[:160]}", None
+    a, p = w.row(0, named=True), w.row(1, named=True)
+    fits = p.get("fits")
+    note = f"what-if --set {' '.join(sets)}: {1e3 * a['step_time_s']:.3f} -> {1e3 * p['step_time_s']:.3f} ms per step"
+    if fits is False:
+        note += f" (does not fit in memory: {p['memory_gib']:.1f} GiB)"
+    return 1e3 * (a["step_time_s"] - p["step_time_s"]), note, fits
+
+
+def _cpu_verdict(launches: pl.DataFrame | None) -> str | None:
+    if launches is None or launches.height == 0 or "cpu_bound" not in launches.columns:
+        return None
+    bound = launches.filter(pl.col("cpu_bound"))
+    if bound.height == 0:
+        return None
+    host = bound["host_ns_per_kernel"].median() / 1e3
+    gpu = bound["gpu_ns_per_kernel"].median() / 1e3
+    graphs = " (CUDA graphs in use)" if bool(launches["cuda_graphs"].any()) else ""
+    return (f"CPU-bound on {bound.height} of {launches.height} rank-steps: {host:.1f} µs of host time per launched item "
+            f"(dispatch + launch) against {gpu:.1f} µs of GPU time{graphs}")
+
+
+def run_config(path):
+    """The run configuration at ``path`` for pricing findings, or None (no path; a file without a
+    model, e.g. only a ``[trace]`` section: the findings then say they cannot be priced)."""
+    if path is None:
+        return None
+    from traceanalyzer.errors import TraceAnalyzerError
+    from traceanalyzer.model import load_config
+
+    try:
+        cfg = load_config(path)
+    except TraceAnalyzerError:
+        return None
+    return cfg if cfg.model.layers or cfg.model.fwd_flops_per_sample else None
+
+
+def _profiler_costs(analysis) -> list[str]:
+    """The costly profiler options any rank's file was recorded with (its header)."""
+    from traceanalyzer.parsers.kineto_header import COSTLY, profiler_options
+
+    meta = analysis.trace.meta
+    if "file" not in meta.columns:
+        return []
+    on: set[str] = set()
+    for f in meta["file"].drop_nulls().unique().to_list()[:64]:  # a few ranks say it
+        on.update(o for o in profiler_options(f) if o in COSTLY)
+    return [o for o in COSTLY if o in on]
+
+
+def findings(analysis, cfg=None, launches: pl.DataFrame | None = None, top: int = MAX_FINDINGS) -> list[dict[str, Any]]:
+    """The largest losses of ``analysis`` (see the module docstring), largest first.
+
+    ``cfg``: the run's :class:`~traceanalyzer.model.config.RunConfig` (prices the remedies
+    through the what-if model); ``launches``: :func:`traceanalyzer.classify.launches.launches`
+    per step (adds the CPU-bound verdict to the host findings)."""
+    st = analysis.steps
+    if st.height == 0:
+        return []
+    if launches is None and "launches" in getattr(analysis, "extras", {}):
+        from traceanalyzer.classify.launches import with_launch_bound
+
+        launches = with_launch_bound(analysis.extras["launches"])
+    profiled = _profiler_costs(analysis)
+    n = st.height
+    step_ms = st["duration_ns"].sum() / n / 1e6
+    if step_ms <= 0:
+        return []
+
+    def ms(col: str) -> float:
+        return float(st[col].sum()) / n / 1e6 if col in st.columns else 0.0
+
+    cands: list[dict[str, Any]] = []
+
+    def add(loss, label, value_ms, cause, remedy, sets=None, note=None):
+        cands.append({"loss": loss, "label": label, "ms_per_step": value_ms, "cause": cause, "remedy": remedy,
+                      "_sets": sets, "_note": note})
+
+    add("recompute", "recompute", ms("recompute_ns"), _recompute_cause(analysis, cfg),
+        "selective recompute (attention only), or none where memory allows", sets="recompute")
+    dims = [c[len("exposed_comm_"):-3] for c in st.columns if c.startswith("exposed_comm_") and c.endswith("_ns")]
+    if dims:
+        for d in dims:
+            add(f"exposed_comm_{d}", f"exposed communication ({d.upper()})", ms(f"exposed_comm_{d}_ns"),
+                f"{d.upper()} collectives the schedule did not hide under compute",
+                _COMM_REMEDY.get(d, "overlap communication with compute (the framework's overlap flags)"), sets=f"comm:{d}")
+    else:
+        add("exposed_comm", "exposed communication", ms("exposed_comm_ns"), "collectives the schedule did not hide under compute",
+            "overlap communication with compute (the framework's overlap flags)")
+    verdict = _cpu_verdict(launches)
+    if profiled:
+        verdict = (f"{verdict}; " if verdict else "") + (
+            f"recorded with {', '.join(profiled)}: the profiler's own host work inflates host time")
+    host_parts = {"dataloader": ms("idle_host_dataloader_ns"), "optimizer": ms("idle_host_optimizer_ns"),
+                  "ops": ms("idle_host_ops_ns"), "untraced": ms("idle_host_untraced_ns")}
+    if "idle_host_untraced_ns" not in st.columns:
+        add("idle_host_bound", "idle: host-bound", ms("idle_host_bound_ns"), "the GPU waited for launches the host had not made yet",
+            "overlap data loading, CUDA graphs or torch.compile(mode=\"reduce-overhead\")", note=_HOST)
+    else:
+        add("idle_host_dataloader", "idle: host in the data loader", host_parts["dataloader"],
+            "the GPU waited while the host was inside a DataLoader __next__ range",
+            "more DataLoader workers, pin_memory=True, prefetching: overlap loading with the step", note=_HOST)
+        add("idle_host_optimizer", "idle: host in the optimizer", host_parts["optimizer"],
+            "the GPU waited while the host was inside Optimizer.step / zero_grad",
+            "a fused or foreach optimizer; zero_grad(set_to_none=True)", note=_HOST)
+        add("idle_host_ops", "idle: host dispatching ops", host_parts["ops"],
+            "the GPU waited while the host dispatched and launched ops" + (f"; {verdict}" if verdict else ""),
+            "fewer, larger kernels: CUDA graphs or torch.compile(mode=\"reduce-overhead\"), a larger micro-batch", note=_HOST)
+        add("idle_host_untraced", "idle: host outside every op", host_parts["untraced"],
+            "the GPU waited while the host ran no recorded op: Python, sleeps, I/O, a data loader outside DataLoader",
+            "find the stall (with_stack=True, py-spy); load data in DataLoader workers, overlapped with the step", note=_HOST)
+    add("idle_sync", "idle: sync wait", ms("idle_sync_ns"),
+        "the host waited in a synchronisation (.item(), .cpu(), cudaStreamSynchronize, ...) while the GPU ran dry",
+        "keep the loss on the GPU: no .item() / .cpu() every step (log every N steps)",
+        note="the what-if model does not price synchronisations")
+    add("idle_bubble", "idle: pipeline bubble", ms("idle_bubble_ns"), "pipeline stages waiting for each other",
+        "more micro-batches per pipeline, or interleaved stages (virtual pipeline)", sets="bubble")
+    add("idle_other", "idle: other", ms("idle_other_ns"),
+        "the GPU idled with its next work already launched: launch latency, waits on other streams or events",
+        "see the critical path (traceanalyzer critical-path) and the timeline (annotate)",
+        note="no model of launch latency or stream waits")
+    add("other", "other GPU work", ms("other_ns"), "memcpy / memset running under no kernel",
+        "avoid host-device copies and memsets in the loop: pinned memory, non_blocking copies, fewer allocations",
+        note="the what-if model does not price memory copies")
+
+    kept = sorted((c for c in cands if c["ms_per_step"] > 0 and c["ms_per_step"] >= MIN_SHARE * step_ms),
+                  key=lambda c: -c["ms_per_step"])[:top]
+    out = []
+    for c in kept:
+        gain, note, change = None, c["_note"], None
+        sets = c["_sets"]
+        if sets is not None:
+            if cfg is None:
+                note = _NO_CONFIG
+            elif sets == "recompute":
+                gain, note, change, fits = None, None, None, None
+                for want in ("none", "selective"):
+                    if cfg.recompute.granularity == want:
+                        continue
+                    g, nt, fits = _price(cfg, analysis, [f"recompute={want}"])
+                    gain, note, change = g, nt, f"recompute={want}"
+                    if g is None or fits is not False:
+                        break
+                if change is None:
+                    note = f"the configuration says recompute {cfg.recompute.granularity!r}: nothing to remove"
+            elif sets.startswith("comm:"):
+                d = sets[5:]
+                flag = _COMM_SET.get(d)
+                if flag is None:
+                    note = f"the what-if model has no overlap switch for {d.upper()} communication"
+                elif getattr(cfg.parallel, flag[0]):
+                    note = f"the configuration already has {flag[0]} on"
+                else:
+                    gain, note, _ = _price(cfg, analysis, [flag[1]])
+                    change = flag[1] if gain is not None else None
+            elif sets == "bubble":
+                if cfg.parallel.pp <= 1:
+                    note = "the configuration has no pipeline (pp = 1)"
+                else:
+                    want = f"vp={max(cfg.parallel.vp, 1) * 2}"
+                    gain, note, _ = _price(cfg, analysis, [want])
+                    change = want if gain is not None else None
+        out.append({
+            "loss": c["loss"], "label": c["label"], "ms_per_step": round(c["ms_per_step"], 6),
+            "share_of_step": round(c["ms_per_step"] / step_ms, 6), "cause": c["cause"], "remedy": c["remedy"],
+            "predicted_gain_ms": None if gain is None else round(gain, 6), "change": change,
+            "gain_note": note,
+        })
+    return out
