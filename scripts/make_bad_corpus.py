@@ -759,10 +759,13 @@ def make_kineto_inputs(c: Corpus, name: str, doc: dict, rng: random.Random) -> N
     # phases: "x" for "X", kernels as begin/end pairs (all paired, or a few ends missing)
     ev = doc["traceEvents"]
     lower = [{**e, "ph": "x"} if complete(e) and is_gpu(e) else e for e in ev]
-    c.ok(f"phases/{name}_lowercase_x.json", with_events(doc, lower), "phase-variants", same_as=same)
+    n_lower = sum(1 for e in ev if complete(e) and is_gpu(e))
+    c.recover(f"phases/{name}_lowercase_x.json", with_events(doc, lower), "phase-variants",
+              "(lower-case) as complete ('X') events", count=n_lower, same_as=same)  # said once, same numbers
     be, n = begin_end_kernels(doc)
     assert n >= 5, (name, n)
-    c.ok(f"phases/{name}_kernels_begin_end.json", pretty({**doc, "traceEvents": be}), "phase-variants", same_as=same)
+    c.recover(f"phases/{name}_kernels_begin_end.json", pretty({**doc, "traceEvents": be}), "phase-variants",
+              "begin/end ('B'/'E') pairs as complete events", count=n, same_as=same)
     ends = [i for i, e in enumerate(be) if e.get("ph") == "E"]
     gone = set(rng.sample(ends, 2))
     cut = [e for i, e in enumerate(be) if i not in gone]
