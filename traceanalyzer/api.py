@@ -1980,7 +1980,7 @@ def collective_busbw(analysis: Analysis, baseline: pl.DataFrame | None = None, g
     """(per instance, summary, exposed split): each collective's achieved bus bandwidth against
     ``baseline`` (an nccl-tests frame; None: the hardware table), for the device ``gpu``
     (default: the trace's)."""
-    from traceanalyzer.classify.busbw import achieved_busbw, busbw_summary, exposed_split
+    from traceanalyzer.reconcile.busbw import achieved_busbw, busbw_summary, exposed_split
 
     dev = gpu or next(iter(analysis.trace.meta["device_name"].drop_nulls().to_list()), None)
     per = achieved_busbw(analysis.collectives, baseline=baseline, gpu=dev)

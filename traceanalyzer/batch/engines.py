@@ -1,10 +1,11 @@
 """Scheduling a batch: the rank files of all runs as one stream of engine tasks.
 
-Every Kineto rank file of every run is one task (:func:`traceanalyzer.engine.rank.analyse_rank_file`)
-on the engine (:mod:`traceanalyzer.engine.pool`: a local process pool, this process, or Ray), so
-a batch of few large runs uses every core as well as one of many small runs. A run is reduced
-(:func:`traceanalyzer.engine.job.reduce_job`) in this process as soon as its last rank arrives,
-and its store rows are yielded; results are identical whichever engine computed them.
+Every Kineto rank file of every run is one task (``RankTask``) on the engine
+(:func:`traceanalyzer.engine.run_tasks`: a local process pool, this process, or Ray), so a
+batch of few large runs uses every core as well as one of many small runs. A run is reduced
+(:func:`traceanalyzer.engine.reduce_ranks`) in this process as soon as its last rank arrives,
+and its store rows are yielded; results are identical whichever engine computed them. Only the
+engine's public surface is used (its internals are protected by an import contract).
 
 The parse cache (``STORE/_cache``) is per rank file; a run counts as a cache hit when every one
 of its rank files came from it. A run holding Nsight Systems inputs (several ranks per file) is
@@ -20,11 +21,10 @@ from typing import Iterator
 from traceanalyzer.batch.analyse import RunResult, failed_result, run_result
 from traceanalyzer.batch.discover import RunSpec
 from traceanalyzer.classify.steps import DEFAULT_STEP
-from traceanalyzer.engine import WorkerDied, default_workers  # noqa: F401 - default_workers: batch's API
-from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
-from traceanalyzer.engine.pool import ENGINES, run_tasks
-from traceanalyzer.engine.rank import Options, RankResult, RankTask
-from traceanalyzer.errors import ConfigError, TraceAnalyzerError
+from traceanalyzer.engine import (  # noqa: F401 - default_workers: batch's API
+    ENGINES, Options, RankResult, RankTask, WorkerDied, check_engine, default_workers, kineto_files, reduce_ranks, run_tasks,
+)
+from traceanalyzer.errors import TraceAnalyzerError
 
 __all__ = ["ENGINES", "execute", "default_workers"]
 
@@ -37,19 +37,7 @@ def _input_key(spec: RunSpec, hashes: list[str] | None):
 
 def _reduce(spec: RunSpec, results: list[RankResult], opts: Options) -> tuple:
     """(the run's Analysis, whether all ranks were cache hits) from its ranks' results."""
-    results = sorted(results, key=lambda r: r.index)
-    for r in results:
-        if r.error is not None:
-            raise r.error
-    files = [Path(f) for f in spec.files]
-    source = ", ".join(str(f) for f in files[:3])
-    shifts = base_shifts(results)
-    if shifts:  # truncated files that lost their base time: again, on the job's clock, here
-        redo = [RankTask(i, str(files[i]), opts, source, shift_ns=b) for i, b in shifts.items()]
-        fixed = {r.index: r for r in run_tasks(redo, "local", 1)}
-        results = [fixed.get(r.index, r) for r in results]
-    trace = job_trace(results, files)
-    return reduce_job(results, trace, opts, source), all(r.cache_hit for r in results)
+    return reduce_ranks(results, [Path(f) for f in spec.files], opts)
 
 
 def _whole(spec: RunSpec, opts: Options):
@@ -61,12 +49,7 @@ def _whole(spec: RunSpec, opts: Options):
 def execute(specs: list[RunSpec], cache_dir: str | None, step_range: str, engine: str = "local",
             workers: int | None = None, address: str | None = None) -> Iterator[tuple[RunSpec, RunResult]]:
     """Analyse every run; yields (spec, result) as runs complete."""
-    if engine not in ENGINES:
-        raise ConfigError(f"unknown engine {engine!r}: one of {', '.join(ENGINES)}")
-    if engine == "local" and address:
-        raise ConfigError("--address is for --engine ray")
-    from traceanalyzer.engine import kineto_files
-
+    check_engine(engine, address)
     tasks: list[RankTask] = []
     opts_of: dict[int, Options] = {}
     expected: dict[int, int] = {}

@@ -33,8 +33,9 @@ from traceanalyzer.errors import ConfigError, InputNotFound, InvalidArgument
 #: processes, ~1 s each, would cost more than they save)
 POOL_BYTES = 32 * 2**20
 
-__all__ = ["analyze", "breakdown", "analyse", "load", "check_workers", "analyse_trace", "analyse_any", "with_tables", "Options", "RankResult",
-           "ENGINES", "KEEP", "TABLES", "WorkerDied", "default_workers"]
+__all__ = ["analyze", "breakdown", "analyse", "load", "check_workers", "check_engine", "analyse_trace", "analyse_any", "with_tables",
+           "kineto_files", "reduce_ranks", "run_tasks", "Options", "RankResult", "RankTask", "ENGINES", "KEEP", "TABLES", "WorkerDied",
+           "default_workers"]
 
 
 def check_workers(workers) -> None:
@@ -42,6 +43,33 @@ def check_workers(workers) -> None:
     command line's ``--workers`` is checked by its option)."""
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise InvalidArgument(f"workers must be a positive integer, got {workers!r}")
+
+
+def check_engine(engine: str, address: str | None = None) -> None:
+    """ConfigError for an unknown engine, or a Ray address given to the local engine."""
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown engine {engine!r}: one of {', '.join(ENGINES)}")
+    if engine == "local" and address:
+        raise ConfigError("--address is for --engine ray")
+
+
+def reduce_ranks(results: list[RankResult], files: list[Path], opts: Options):
+    """(the job's :class:`~traceanalyzer.classify.Analysis`, whether every rank file came from
+    the parse cache) from the results of its rank tasks (any order): the first file's error
+    raised, a truncated file that lost its base time analysed again on the job's clock (in this
+    process), then the job-level checks and the reduce. For a caller that ran the tasks of
+    several jobs on one engine (``batch``)."""
+    results = sorted(results, key=lambda r: r.index)
+    for r in results:
+        if r.error is not None:
+            raise r.error
+    source = _source(files)
+    shifts = base_shifts(results)
+    if shifts:  # truncated files that lost their base time: again, on the job's clock, here
+        redo = [RankTask(i, str(files[i]), opts, source, shift_ns=b) for i, b in shifts.items()]
+        fixed = {r.index: r for r in run_tasks(redo, "local", 1)}
+        results = [fixed.get(r.index, r) for r in results]
+    return reduce_job(results, job_trace(results, files), opts, source), all(r.cache_hit for r in results)
 
 
 def _source(files: list[Path]) -> str:
@@ -158,8 +186,7 @@ def _map(paths: list[Path], opts: Options, engine: str, workers: int | None, add
     """The map step of a job: the rank results in file order (first file's error raised), or
     the loaded :class:`~traceanalyzer.schema.Trace` when the job is mapped in this process (Nsight
     Systems inputs, or a small job on the local engine with no ``workers`` asked for)."""
-    if engine == "local" and address:
-        raise ConfigError("--address is for --engine ray")  # as batch says
+    check_engine(engine, address)  # as batch checks
     kin, nsys = kineto_files(paths)
     small = sum(json_bytes(f) for f in kin) < POOL_BYTES
     if nsys or (engine == "local" and workers in (None, 1) and small):

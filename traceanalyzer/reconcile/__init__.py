@@ -9,6 +9,8 @@ Modules, one idea each:
 * :mod:`.compare` — :func:`compare` (two waterfalls) and :func:`compare_time` (two analyses, no
   configuration);
 * :mod:`.buckets` — :func:`loss_columns` (the measured buckets the others read).
+* :mod:`.busbw` — :func:`~.busbw.achieved_busbw` (each collective of an analysis against the
+  cluster's nccl-tests baseline or the hardware table).
 
 Nothing here prints; renderers live in :mod:`traceanalyzer.render.predictions`.
 """

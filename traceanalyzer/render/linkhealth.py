@@ -1,7 +1,7 @@
 """Sections for ``traceanalyzer baseline``: nccl-tests health, topology, collective efficiency.
 
 Formatting only: every number comes from :mod:`traceanalyzer.baselines` and
-:mod:`traceanalyzer.classify.busbw` frames.
+:mod:`traceanalyzer.reconcile.busbw` frames.
 """
 
 from __future__ import annotations

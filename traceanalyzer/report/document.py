@@ -523,11 +523,11 @@ def _causes(analysis: Analysis, totals: pl.DataFrame, top: int) -> dict[str, Any
 def _collective_efficiency(analysis: Analysis, baseline: pl.DataFrame | None, top: int) -> dict[str, Any] | None:
     """Achieved bus bandwidth per collective type and group against the cluster's nccl-tests
     baseline (or the hardware table), and the exposed communication split into wait, link speed
-    and below the reference (:mod:`traceanalyzer.classify.busbw`). None without a collective
+    and below the reference (:mod:`traceanalyzer.reconcile.busbw`). None without a collective
     that carries a byte count."""
     if analysis.collectives is None or not analysis.collectives.height:
         return None
-    from traceanalyzer.classify.busbw import achieved_busbw, busbw_summary, exposed_split
+    from traceanalyzer.reconcile.busbw import achieved_busbw, busbw_summary, exposed_split
 
     names = analysis.trace.meta.get_column("device_name").drop_nulls()
     per = achieved_busbw(analysis.collectives, baseline=baseline, gpu=names[0] if names.len() else None)
