@@ -81,6 +81,21 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     )
 
 
+#: as root, the capabilities that let it read and write any file whatever its mode
+_BYPASS = "-dac_override,-dac_read_search"
+
+
+def run_unprivileged(args: list[str]) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` (from the repository root) so that file modes bind: as root (as in
+    CI), without the capabilities that bypass them (``setpriv --bounding-set``), so that a
+    ``chmod 000`` file really is unreadable; as any other user, as it is."""
+    prefix = []
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        prefix = ["setpriv", f"--bounding-set={_BYPASS}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([*prefix, sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_parse_cache(tmp_path_factory):
     """Every test (and every CLI it runs) uses a parse cache of its own, never the user's."""
