@@ -329,3 +329,30 @@ def test_unknown_convention_or_hfu_is_a_value_error():
         step_flops(_small(), "chinchilla")
     with pytest.raises(ValueError, match="unknown HFU convention 'twice'"):
         step_flops(_small(), hfu="twice")
+
+
+@pytest.mark.parametrize("key,section,message", [
+    ("layers", "model", "[model] layers is missing: it is needed for the model FLOPs per step"),
+    ("hidden", "model", "[model] hidden is missing: it is needed for the model FLOPs per step"),
+    ("heads", "model", "[model] heads is missing: it is needed for the model FLOPs per step"),
+    ("seq_length", "model", "[model] seq_length is missing: it is needed for the model FLOPs per step"),
+    ("vocab", "model", "[model] vocab (padded vocabulary size) is missing: it is needed for the logits FLOPs"),
+    ("global_batch", "batch", "[batch] global_batch is missing: it is needed for the FLOPs per step (sequences per optimizer step)"),
+])
+def test_a_missing_key_is_named_with_what_needs_it(key, section, message):
+    """docs/errors.md, exit 7: one line naming the missing key and what it is needed for."""
+    from traceanalyzer.errors import ConfigError
+
+    cfg = _small()
+    cfg = replace(cfg, **{section: replace(getattr(cfg, section), **{key: None})})
+    with pytest.raises(ConfigError) as e:
+        step_flops(cfg)
+    assert str(e.value) == message
+
+
+def test_a_per_sample_model_without_a_batch_is_named():
+    from traceanalyzer.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        step_flops(RunConfig(model=ModelConfig(fwd_flops_per_sample=7e9)))
+    assert str(e.value) == "[batch] global_batch is missing: it is needed for the FLOPs per step (samples per optimizer step)"
