@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,21 +9,65 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
-SHARED = ROOT.parent / "shared"
+#: the shared traces: ``../shared`` beside the checkout (as CI lays it out), or the folder named by
+#: ``TRACEANALYZER_TEST_SHARED`` (a checkout elsewhere, e.g. a git worktree)
+SHARED = Path(os.environ.get("TRACEANALYZER_TEST_SHARED") or ROOT.parent / "shared")
 TRACES = SHARED / "traces"
 DEMO = FIXTURES / "kineto" / "mi300x_resnet_act_checkpoint_rank0.json.gz"
 DLRM = FIXTURES / "kineto" / "dlrm-v100-8rank"
 
 
-def real_gpu_traces() -> list[Path]:
-    """Every real Kineto GPU trace under shared/traces (hta/ and kineto-public/)."""
+#: in CI (``CI=true``) every test must run: a skip is reported as a failure
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def shared_or_skip(params: list, what: str = "shared traces", where: Path | None = None, arity: int | None = None) -> list:
+    """``params`` for a parametrisation over shared files, or, when their folder is absent, one
+    parameter (of ``arity`` values, by default that of the first of ``params``, else 1) that
+    skips with the reason: a visible skip, never a silently empty or smaller parametrisation."""
+    where = where or TRACES
+    if where.exists() and params:
+        return params
+    if arity is None:
+        first = params[0].values if params and hasattr(params[0], "values") else None
+        arity = len(first) if first is not None else 1
+    values = (where / "absent", *[None] * (arity - 1))
+    return [pytest.param(*values, id="shared-absent", marks=pytest.mark.skip(reason=f"{what} not found at {where}"))]
+
+
+def real_gpu_traces(exclude: str | None = None) -> list:
+    """Every real Kineto GPU trace under shared/traces (hta/ and kineto-public/) whose path does
+    not contain ``exclude``; one skipping parameter when the shared traces are absent."""
     if not TRACES.exists():
-        return []
-    return sorted(p for d in ("hta", "kineto-public") for p in (TRACES / d).rglob("*.json.gz"))
+        return shared_or_skip([])
+    return sorted(p for d in ("hta", "kineto-public") for p in (TRACES / d).rglob("*.json.gz")
+                  if exclude is None or exclude not in str(p))
 
 
 def needs_shared():
     return pytest.mark.skipif(not TRACES.exists(), reason=f"shared traces not found at {TRACES}")
+
+
+def independent_steps() -> list:
+    """``(path, steps)`` for every real trace whose steps ``tests/data/hta_reference.json`` counts
+    independently (``raw_steps``: a plain-Python walk over the trace JSON by
+    scripts/hta_reference.py, written from docs/validation.md without the package's code): per
+    step ``start_ns``, ``span_ns``, ``idle_ns``, ``compute_ns`` (compute + recompute),
+    ``exposed_comm_ns``, ``overlapped_comm_ns``, ``other_ns``. One skipping parameter when the
+    shared traces are absent."""
+    import json
+
+    ref = json.loads((ROOT / "tests" / "data" / "hta_reference.json").read_text())
+    out = []
+    for job, j in ref["jobs"].items():
+        if job.endswith("(folder as one job)"):
+            continue
+        for entry in j["per_file"].values():
+            steps = (entry.get("raw_steps") or {}).get("steps")
+            if steps:
+                out.append(pytest.param(TRACES / job, steps, id=job.rsplit("/", 1)[-1][:40]))
+    return out if TRACES.exists() else [pytest.param(TRACES / "absent", [], id="shared-absent",
+                                                     marks=pytest.mark.skip(reason=f"shared traces not found at {TRACES}"))]
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -34,6 +79,21 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
         cwd=cwd or ROOT,
         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
     )
+
+
+#: as root, the capabilities that let it read and write any file whatever its mode
+_BYPASS = "-dac_override,-dac_read_search"
+
+
+def run_unprivileged(args: list[str]) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` (from the repository root) so that file modes bind: as root (as in
+    CI), without the capabilities that bypass them (``setpriv --bounding-set``), so that a
+    ``chmod 000`` file really is unreadable; as any other user, as it is."""
+    prefix = []
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        prefix = ["setpriv", f"--bounding-set={_BYPASS}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([*prefix, sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -48,3 +108,15 @@ def _private_parse_cache(tmp_path_factory):
         os.environ.pop("TRACEANALYZER_CACHE", None)
     else:
         os.environ["TRACEANALYZER_CACHE"] = old
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """With ``CI=true`` a skipped test fails: in CI every test runs (the shared traces, pandas,
+    duckdb, Ray and Chromium are installed there), so a skip means a broken install step."""
+    outcome = yield
+    rep = outcome.get_result()
+    if IN_CI and rep.skipped and not hasattr(rep, "wasxfail"):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        rep.outcome = "failed"
+        rep.longrepr = f"skipped in CI (CI=true), where every test must run: {reason}"

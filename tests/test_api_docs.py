@@ -11,7 +11,7 @@ import tomllib
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TRACES
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import gen_api_docs  # noqa: E402
@@ -58,7 +58,7 @@ EXAMPLES = [(n, o) for n, o in VERBS if "Example:" in (o.__doc__ or "")]
 def test_examples_run(name, obj, monkeypatch):
     """Each example, run as a doctest from the repository root (its paths are the fixtures')."""
     _, sec = gen_api_docs.parse_doc(obj.__doc__)
-    if "shared/" in sec["Example"] and not (ROOT.parent / "shared" / "traces").exists():
+    if "shared/" in sec["Example"] and not TRACES.exists():
         pytest.skip("the example reads the shared traces, which are not here")
     monkeypatch.chdir(ROOT)
     test = doctest.DocTestParser().get_doctest(sec["Example"], {}, f"traceanalyzer.{name}", None, 0)

@@ -77,10 +77,37 @@ def _bucket_sums_match(an) -> None:
     assert an.kernel_stats.get_column("calls").sum() == an.kernel_stats.get_column("durations").list.len().sum()
 
 
+def _independent_steps(path) -> dict[int, list[dict]]:
+    """rank -> its steps in time order as counted from the raw JSON without the package
+    (tests/data/hta_reference.json ``raw_steps``; compute there includes recompute)."""
+    ref = json.loads((ROOT / "tests" / "data" / "hta_reference.json").read_text())["jobs"]
+    out = {}
+    for f in sorted(path.glob("*.json.gz")) if path.is_dir() else [path]:
+        [entry] = [e for job, j in ref.items() if not job.endswith("(folder as one job)")
+                   for name, e in j["per_file"].items() if name == f.name]
+        out[entry["distributedInfo_rank"] or 0] = entry["raw_steps"]["steps"]
+    return out
+
+
 @needs_shared()
 @pytest.mark.parametrize("path", [B200, CONTROL, DEMO, DLRM], ids=["b200", "hta-control", "mi300x-recompute", "dlrm-8-ranks"])
 def test_kernel_shares_sum_to_buckets_exactly(path):
-    _bucket_sums_match(analysis_with_tables(path))
+    an = analysis_with_tables(path)
+    _bucket_sums_match(an)
+    if path == B200:  # no step markers: no independent per-step count (test_hta_reference.py has the whole trace)
+        return
+    # and to the buckets counted independently from the raw JSON
+    sums = an.kernel_stats.group_by("rank", "step", "cls").agg(pl.col("bucket_ns").sum())
+    share = {(r, st, c): v for r, st, c, v in sums.rows()}
+    ref = _independent_steps(path)
+    assert sorted(ref) == sorted(an.steps["rank"].unique().to_list())
+    for rank, steps in ref.items():
+        mine = an.steps.filter(pl.col("rank") == rank).sort("start_ns")["step"].to_list()
+        assert len(mine) == len(steps) > 0
+        for st, r in zip(mine, steps, strict=True):
+            assert share.get((rank, st, "compute"), 0) + share.get((rank, st, "recompute"), 0) == r["compute_ns"]
+            assert share.get((rank, st, "comm"), 0) == r["exposed_comm_ns"]
+            assert share.get((rank, st, "other"), 0) == r["other_ns"]
 
 
 @needs_shared()

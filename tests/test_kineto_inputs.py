@@ -2,7 +2,10 @@
 
 * The frames are the ones the dict decoder (orjson + ``pl.from_dicts``) gave before the typed
   decoder existed: ``tests/data/kineto_frames_frozen.json`` holds, for every fixture, the sha256
-  of the frame written as CSV, its schema, meta and warnings, recorded with that decoder.
+  of the frame written as CSV, its schema, meta and warnings, recorded with that decoder by
+  ``scripts/kineto_frames_frozen.py`` (``--check`` recomputes them with the dict decoder). The
+  script writes nothing unless every frame's kernel, memcpy and memset counts and summed
+  durations equal a plain-Python walk over the raw JSON; that check is also a test here.
 * Every gzip member is read; ``"ph": "x"`` and ``B``/``E`` pairs are complete events (times
   checked against the decimal text of the input); a top-level key written twice is refused; a
   gzip bomb is refused while streaming, in bounded memory.
@@ -47,6 +50,25 @@ def _digest(path):
 @pytest.mark.parametrize("rel", sorted(FROZEN), ids=lambda r: r.rsplit("/", 1)[-1][:40])
 def test_frames_equal_the_frozen_reference_of_the_dict_decoder(rel):
     assert _digest(ROOT / rel) == FROZEN[rel]
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("kineto_frames_frozen", ROOT / "scripts" / "kineto_frames_frozen.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    return gen
+
+
+@pytest.mark.parametrize("rel", sorted(FROZEN), ids=lambda r: r.rsplit("/", 1)[-1][:40])
+def test_frozen_frames_hold_every_gpu_event_of_the_raw_json(rel):
+    """The independent check the frozen digests were written under: the frame's GPU events,
+    counted and summed, equal a plain-Python walk over the JSON; and the generator lists exactly
+    the fixtures that are frozen."""
+    gen = _generator()
+    assert sorted(str(p.relative_to(ROOT)) for p in gen.FIXTURES) == sorted(FROZEN)
+    parsed = gen.dict_decoder_frame(ROOT / rel)
+    assert gen.frame_gpu_counts(parsed[0]) == gen.plain_gpu_counts(ROOT / rel)
+    assert gen.digest(ROOT / rel, parsed) == FROZEN[rel]
 
 
 @pytest.mark.parametrize("rel", [str(DEMO.relative_to(ROOT)), str(ROCM.relative_to(ROOT))])

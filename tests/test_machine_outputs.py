@@ -136,7 +136,7 @@ def nightly(tmp_path_factory):
         (root / f"resnet-{day}").mkdir()
         shutil.copy(DEMO, root / f"resnet-{day}" / DEMO.name)
     (root / "resnet-2026-11-20").mkdir()
-    stretch_trace.stretch(DEMO, root / "resnet-2026-11-20" / DEMO.name, factor=1.10, after=0.2)
+    stretch_trace.stretch(DEMO, root / "resnet-2026-11-20" / DEMO.name, factor=1.10)
     (root / "broken-2026-11-20").mkdir()
     (root / "broken-2026-11-20" / "rank0.json.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
     return root

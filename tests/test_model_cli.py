@@ -34,7 +34,7 @@ def test_predict_markdown_sweep_and_errors(tmp_path):
     assert r.returncode == 7 and "is missing" in r.stderr and "needed for" in r.stderr
 
 
-TRACES = ROOT.parent / "shared" / "traces"
+from conftest import TRACES  # noqa: E402
 needs_shared = pytest.mark.skipif(not TRACES.exists(), reason=f"shared traces not found at {TRACES}")
 
 

@@ -244,3 +244,115 @@ def test_block_recompute_counts_only_the_given_layers():
     layers = f.attn_linear + f.attn_core + f.mlp
     assert f.recompute == pytest.approx(layers / 3 * 8 / 48)
     assert g.recompute == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Every term of every convention on one small model, by hand (Megatron-LM
+# ``num_floating_point_operations``, the formulas quoted in traceanalyzer/model/flops.py; PaLM
+# App. B). Odd sizes so that every factor shows: L 5, h 96, 6 heads of head_dim 20 (q = 120 ≠ h),
+# 2 KV heads (GQA), SwiGLU (E = 3), ffn 200, MoE every 2nd layer (layers 0, 2, 4: 3 of 5) with
+# 4 experts, top-2, expert ffn 150; s 64, vocab 1000, 3 sequences: T = 192 tokens.
+# Per token:
+#   attention linear 6·(h·(q + 2·d·g) + q·h)·L = 6·(96·(120 + 80) + 11520)·5 = 921 600
+#   MLP (megatron, palm)  6·h·E·(f·2 + f_moe·k·3) = 1728·(400 + 900) = 2 246 400
+#   MLP (megatron2024)    6·h·E·f·k·L = 1728·200·2·5 = 3 456 000 (every layer f·top_k)
+#   core attention        megatron 6·q·s·L = 230 400 (causal); megatron2024 / palm 12·q·s·L = 460 800
+#   logits                6·h·V = 576 000
+
+def _small(conv="megatron", recompute="none", **model):
+    m = dict(layers=5, hidden=96, heads=6, kv_heads=2, head_dim=20, ffn=200, vocab=1000, seq_length=64,
+             activation="swiglu", experts=4, top_k=2, moe_ffn=150, moe_layer_freq=2)
+    m.update(model)
+    return RunConfig(convention=conv, model=ModelConfig(**m), batch=BatchConfig(global_batch=3),
+                     recompute=RecomputeConfig(granularity=recompute))
+
+
+@pytest.mark.parametrize("conv,mlp,core", [("megatron", 2_246_400, 230_400), ("megatron2024", 3_456_000, 460_800),
+                                           ("palm", 2_246_400, 460_800)])
+def test_every_term_of_every_convention_by_hand(conv, mlp, core):
+    f = step_flops(_small(conv))
+    T = 192
+    assert (f.convention, f.tokens) == (conv, T)
+    assert (f.attn_linear, f.attn_core, f.mlp, f.logits, f.recompute) == (921_600 * T, core * T, mlp * T, 576_000 * T, 0)
+    assert f.model == f.hardware == (921_600 + core + mlp + 576_000) * T
+    assert f.per_token == 921_600 + core + mlp + 576_000
+    assert f.as_dict() == {"convention": conv, "tokens": T, "model": f.model, "hardware": f.hardware,
+                           "attn_linear": f.attn_linear, "attn_core": f.attn_core, "mlp": f.mlp,
+                           "logits": f.logits, "recompute": 0}
+    # the convention can also be given per call, and the batch overridden (the reconciler does)
+    g = step_flops(_small("megatron"), conv, global_batch=6)
+    assert (g.convention, g.tokens, g.model) == (conv, 384, 2 * f.model)
+
+
+def test_dense_model_counts_one_mlp_per_layer_and_ignores_top_k():
+    # no experts: MLP 6·h·E·f·L = 1728·200·5 = 1 728 000 per token in every convention (top_k
+    # only counts with experts); GeLU instead: E = 2, 6·96·2·200·5 = 1 152 000
+    for conv in ("megatron", "megatron2024", "palm"):
+        assert step_flops(_small(conv, experts=0)).mlp == 1_728_000 * 192
+    assert step_flops(_small(experts=0, activation="gelu")).mlp == 1_152_000 * 192
+    # MoE without an expert ffn: experts are ffn-sized, 1728·(200·2 + 200·2·3) = 1 728 000 + ...
+    assert step_flops(_small(moe_ffn=None)).mlp == 1728 * (200 * 2 + 200 * 2 * 3) * 192
+    # MoE on every layer (freq 1): 1728·150·2·5
+    assert step_flops(_small(moe_layer_freq=1)).mlp == 1728 * 150 * 2 * 5 * 192
+
+
+def test_recompute_counts_only_in_hardware_flops_by_hand():
+    layers = (921_600 + 230_400 + 2_246_400) * 192  # what a layer's fwd + bwd costs, whole model
+    full = step_flops(_small(recompute="full"))
+    assert full.recompute == layers / 3 and full.hardware == full.model + layers / 3
+    sel = step_flops(_small(recompute="selective"))
+    assert sel.recompute == 230_400 * 192 / 3  # one more forward of the core attention
+    assert step_flops(_small(recompute="selective"), hfu="korthikanti2022").recompute == 230_400 * 192
+    assert step_flops(_small(recompute="full"), hfu="korthikanti2022").recompute == layers / 3
+    for f in (full, sel):
+        assert f.model == step_flops(_small()).model
+
+
+def test_per_sample_models_are_three_forwards():
+    # non-transformer: 3 × forward per sample × samples (fwd, wgrad, dgrad); full recompute adds a forward
+    cfg = RunConfig(model=ModelConfig(fwd_flops_per_sample=7e9), batch=BatchConfig(global_batch=5))
+    f = step_flops(cfg)
+    assert (f.convention, f.tokens, f.mlp, f.model, f.recompute) == ("per-sample", 5, 3 * 35e9, 3 * 35e9, 0.0)
+    g = step_flops(replace(cfg, recompute=RecomputeConfig(granularity="full")), global_batch=2)
+    assert (g.tokens, g.model, g.hardware) == (2, 3 * 14e9, 4 * 14e9)
+    assert step_flops(replace(cfg, recompute=RecomputeConfig(granularity="selective"))).recompute == 0.0
+
+
+def test_achieved_tflops_and_utilization_by_hand():
+    # 6e15 FLOPs per step in 2 s on 4 GPUs: 6e15 / (2·4) / 1e12 = 750 TFLOP/s per GPU; over 1000: 0.75
+    assert tflops_per_gpu(6e15, 2.0, 4) == 750.0
+    assert utilization(6e15, 2.0, 4, 1000.0) == 0.75
+
+
+def test_unknown_convention_or_hfu_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown FLOPs convention 'chinchilla'"):
+        step_flops(_small(), "chinchilla")
+    with pytest.raises(ValueError, match="unknown HFU convention 'twice'"):
+        step_flops(_small(), hfu="twice")
+
+
+@pytest.mark.parametrize("key,section,message", [
+    ("layers", "model", "[model] layers is missing: it is needed for the model FLOPs per step"),
+    ("hidden", "model", "[model] hidden is missing: it is needed for the model FLOPs per step"),
+    ("heads", "model", "[model] heads is missing: it is needed for the model FLOPs per step"),
+    ("seq_length", "model", "[model] seq_length is missing: it is needed for the model FLOPs per step"),
+    ("vocab", "model", "[model] vocab (padded vocabulary size) is missing: it is needed for the logits FLOPs"),
+    ("global_batch", "batch", "[batch] global_batch is missing: it is needed for the FLOPs per step (sequences per optimizer step)"),
+])
+def test_a_missing_key_is_named_with_what_needs_it(key, section, message):
+    """docs/errors.md, exit 7: one line naming the missing key and what it is needed for."""
+    from traceanalyzer.errors import ConfigError
+
+    cfg = _small()
+    cfg = replace(cfg, **{section: replace(getattr(cfg, section), **{key: None})})
+    with pytest.raises(ConfigError) as e:
+        step_flops(cfg)
+    assert str(e.value) == message
+
+
+def test_a_per_sample_model_without_a_batch_is_named():
+    from traceanalyzer.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        step_flops(RunConfig(model=ModelConfig(fwd_flops_per_sample=7e9)))
+    assert str(e.value) == "[batch] global_batch is missing: it is needed for the FLOPs per step (samples per optimizer step)"

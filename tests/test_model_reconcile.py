@@ -15,7 +15,7 @@ from traceanalyzer.model.config import BatchConfig, HardwareConfig, ModelConfig,
 from traceanalyzer.reconcile import compare, gemm_check, loss_columns, matmul_flops, waterfall
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+from conftest import SHARED  # noqa: E402
 TRACES = SHARED / "traces"
 CONFIGS = ROOT / "docs" / "examples" / "traces"
 pytestmark = pytest.mark.skipif(not TRACES.exists(), reason=f"shared traces not found at {TRACES}")

@@ -2,8 +2,8 @@
 ``mtia_runtime``. Fixture: HTA's ``tests/data/mtia_inference_trace/mtia_inference_rank_0.json.gz``
 cut to its first 200 ms (see fixtures/README.md).
 
-The category table lives in the Kineto parser; until it maps the two MTIA categories, the test
-adds them for its own run (``monkeypatch``), exactly as the parser change would. HTA's temporal
+The parser's category table (traceanalyzer/parsers/categories.py) maps ``mtia_ccp_events`` to
+device work and ``mtia_runtime`` to runtime calls. HTA's temporal
 breakdown counts every row with a ``stream`` arg as GPU busy time (all ``mtia_ccp_events`` rows
 carry one), merged into a union over the span from the first start to the last end; the
 expected numbers below are that definition, computed by hand from the raw JSON in integer ns.

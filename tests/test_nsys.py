@@ -21,7 +21,7 @@ from traceanalyzer.errors import InvalidTrace, NoGpuActivity
 from traceanalyzer.parsers.nsys import load_nsys, sniff_nsys
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+from conftest import SHARED, shared_or_skip  # noqa: E402
 NSYS = SHARED / "traces" / "nsys"
 FIX = ROOT / "fixtures" / "nsys"
 CONVERT = ROOT / "scripts" / "nsys_convert.py"
@@ -155,7 +155,7 @@ def test_mfu_per_device_numbers_match_sql(name):
 # ------------------------------------------------------------------------------------------------
 
 @needs_shared
-@pytest.mark.parametrize("path", REAL, ids=[p.name for p in REAL])
+@pytest.mark.parametrize("path", shared_or_skip(REAL, "shared nsys traces", NSYS), ids=lambda p: p.name)
 def test_real_export_counts(path):
     trace = load_nsys(path)
     trace.validate()
@@ -457,35 +457,22 @@ def test_dispatcher_routes_nsys_exports():
 
 
 # ------------------------------------------------------------------------------------------------
-# End to end: the generic breakdown on every real export (runs once classify is merged)
+# End to end: the generic breakdown on every real export against plain SQL
 # ------------------------------------------------------------------------------------------------
 
-def _breakdown():
-    try:
-        from traceanalyzer.engine import breakdown
-    except ImportError:
-        pytest.skip("traceanalyzer.classify.breakdown not on this branch yet")
-    return breakdown
-
-
 @needs_shared
-@pytest.mark.parametrize("path", REAL, ids=[p.name for p in REAL])
-def test_breakdown_partition_on_every_real_export(path):
-    breakdown = _breakdown()
-    steps = breakdown(load_nsys(path))
-    # no step ranges in these captures: the whole capture is one step per rank
-    assert steps.height == steps["rank"].n_unique() == len(load_nsys(path).ranks)
-    total = sum(steps[f"{b}_ns"] for b in ("compute", "recompute", "exposed_comm", "other", "idle"))
-    assert (total == steps["duration_ns"]).all()
+@pytest.mark.parametrize("path", shared_or_skip(REAL, "shared nsys traces", NSYS), ids=lambda p: p.name)
+def test_breakdown_matches_sql_on_every_real_export(path):
+    """Every bucket of every device against :func:`sql_breakdown` (plain SQL unions over the
+    export's kernel / memcpy / memset tables, no package code), to the nanosecond."""
+    from traceanalyzer.engine import breakdown
 
-
-@needs_shared
-@pytest.mark.parametrize("name", MFU)
-def test_breakdown_matches_sql_on_mfu(name):
-    breakdown = _breakdown()
-    path = NSYS / name
+    with sqlite3.connect(path) as db:
+        devices = [r[0] for r in db.execute("SELECT DISTINCT deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY 1")]
     steps = breakdown(load_nsys(path)).sort("rank")
-    for rank, dev in enumerate((0, 1)):
+    # no step ranges in these captures: the whole capture is one step per rank, rank i = device i
+    assert steps["rank"].to_list() == list(range(len(devices)))
+    for rank, dev in enumerate(devices):
         want = sql_breakdown(path, dev)
         row = steps.filter(pl.col("rank") == rank).row(0, named=True)
         assert {k: row[f"{k}_ns"] for k in want} == want

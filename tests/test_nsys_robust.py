@@ -9,6 +9,7 @@ loader's answer on the original file.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sqlite3
@@ -25,6 +26,7 @@ from traceanalyzer.errors import InputNotFound, InvalidTrace
 from traceanalyzer.parsers import discover
 from traceanalyzer.parsers.nsys import load_nsys
 
+from conftest import run_unprivileged
 from test_nsys import CONVERT, FIX, NSYS, REAL, needs_shared, sql, sql_breakdown
 
 MFU = NSYS / "nsys-ai__mfu_2gpu_before.sqlite"
@@ -460,14 +462,16 @@ def test_dangling_input_path_says_so(tmp_path):
         discover(link)
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
-                    reason="running as root: chmod 000 does not block reads")
 def test_unreadable_rank_file_is_an_error_naming_it(tmp_path):
+    """Run where file modes bind (as root: without the capabilities that bypass them)."""
     d = _rank_dir(tmp_path)
     (d / "rank0.sqlite").chmod(0)
-    with pytest.raises(InputNotFound, match="permission denied") as e:
-        discover(d)
-    assert e.value.path == str(d / "rank0.sqlite")
+    code = ("import json, sys; from traceanalyzer.parsers import discover; from traceanalyzer.errors import InputNotFound\n"
+            "try:\n    discover(sys.argv[1])\nexcept InputNotFound as e:\n    print(json.dumps([str(e), e.path]))")
+    r = run_unprivileged(["-c", code, str(d)])
+    assert r.returncode == 0 and r.stdout, r.stderr
+    message, path = json.loads(r.stdout)
+    assert "permission denied" in message and path == str(d / "rank0.sqlite")
 
 
 def test_linked_directories_are_not_followed(tmp_path):

@@ -4,45 +4,24 @@ import gzip
 import re
 
 import orjson
-import polars as pl
 import pytest
 
 import traceanalyzer as ta
-from traceanalyzer.classify import BUCKETS
 from traceanalyzer.errors import NoGpuActivity
 
-from conftest import DEMO, DLRM, FIXTURES, real_gpu_traces
+from conftest import DEMO, DLRM, FIXTURES, TRACES, needs_shared
 from reference import partition as ref_partition
 
 
-def _gpu_traces():
-    out = []
-    for p in real_gpu_traces() or [DEMO]:
-        if "cupti_profiler" in str(p):  # range-profiler mode: no GPU activity events at all
-            continue
-        out.append(p)
-    return out
+# Every step of every real trace against an independent count from the raw JSON: test_vs_hta.py;
+# the whole trace: test_hta_reference.py.
 
 
-@pytest.mark.parametrize("path", _gpu_traces(), ids=lambda p: p.name)
-def test_partition_sums_exactly_to_each_step_on_every_real_trace(path):
-    df = ta.breakdown(ta.load(path))
-    assert df.height >= 1
-    total = df.select(pl.sum_horizontal([f"{b}_ns" for b in BUCKETS])).to_series()
-    assert (total == df["duration_ns"]).all()
-    us = df.select(pl.sum_horizontal([f"{b}_us" for b in BUCKETS])).to_series()
-    assert ((us - df["duration_us"]).abs() < 1.0).all()
-    for b in [*BUCKETS, "overlapped_comm"]:
-        assert (df[f"{b}_ns"] >= 0).all()
-    assert (df["duration_ns"] > 0).all()
-
-
+@needs_shared()
 def test_cupti_range_profiler_trace_has_no_gpu_activity():
-    paths = [p for p in real_gpu_traces() if "cupti_profiler" in str(p)]
-    if not paths:
-        pytest.skip("shared traces not available")
+    # range-profiler mode: no GPU activity events at all
     with pytest.raises(NoGpuActivity):
-        ta.breakdown(ta.load(paths[0]))
+        ta.breakdown(ta.load(TRACES / "hta" / "cupti_profiler" / "benchmark_result_924719_1679055439_trace.json.gz"))
 
 
 def _reference_for_single_step(path):

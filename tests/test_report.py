@@ -22,7 +22,7 @@ from traceanalyzer.render import html as html_render
 from traceanalyzer.render import markdown as md_render
 from traceanalyzer.render import plots
 
-from conftest import DEMO, DLRM, FIXTURES, ROOT, TRACES, real_gpu_traces, run_cli
+from conftest import DEMO, DLRM, FIXTURES, ROOT, TRACES, independent_steps, run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LOSSES = ["recompute", "exposed_comm", "other", "idle"]
@@ -172,20 +172,23 @@ def test_top_kernels_against_a_group_by_of_the_raw_json():
         assert k["calls"] == calls[k["name"]]
 
 
-def _shared_gpu_traces():
-    return [p for p in real_gpu_traces() if "cupti_profiler" not in str(p)]
-
-
-@pytest.mark.skipif(not TRACES.exists(), reason=f"shared traces not found at {TRACES}")
-@pytest.mark.parametrize("path", _shared_gpu_traces(), ids=lambda p: p.parent.name + "/" + p.name[:40])
-def test_model_invariants_on_every_real_trace(path):
+@pytest.mark.parametrize("path,ref", independent_steps())
+def test_report_buckets_equal_the_independent_count_on_every_real_trace(path, ref):
+    """The report's mean step and buckets (ms) against the steps counted independently from the
+    raw JSON (tests/data/hta_reference.json ``raw_steps``, where compute includes recompute)."""
     analysis = ta.analyze(ta.load(path))
     m = report_model.build(analysis, top=1000)
     orjson.dumps(m)  # JSON-ready
-    for r in m["ranks"]:
-        assert sum(r["buckets"][b]["ms"] for b in BUCKETS) == pytest.approx(r["step_ms"], rel=1e-9)
+    [r] = m["ranks"]
+    n = len(ref)
+    assert r["steps"] == n
+    mean = lambda k: sum(s[k] for s in ref) / n / 1e6  # noqa: E731
+    assert r["step_ms"] == pytest.approx(mean("span_ns"), rel=1e-12)
+    assert r["buckets"]["compute"]["ms"] + r["buckets"]["recompute"]["ms"] == pytest.approx(mean("compute_ns"), rel=1e-12, abs=1e-12)
+    for b, k in (("exposed_comm", "exposed_comm_ns"), ("other", "other_ns"), ("idle", "idle_ns")):
+        assert r["buckets"][b]["ms"] == pytest.approx(mean(k), rel=1e-12, abs=1e-12), b
     exposed = sum(c["exposed_ms"] for c in m["top_exposed_collectives"])
-    assert exposed == pytest.approx(analysis.steps["exposed_comm_ns"].sum() / 1e6, rel=1e-9, abs=1e-9)
+    assert exposed == pytest.approx(sum(s["exposed_comm_ns"] for s in ref) / 1e6, rel=1e-9, abs=1e-9)
     inputs = m["reproduce"]["inputs"]
     assert inputs[0]["size_bytes"] == Path(path).stat().st_size and len(inputs[0]["sha256"]) == 64
 
@@ -314,8 +317,8 @@ def test_markdown_numbers_equal_the_json_and_pngs_beside_it(tmp_path):
     assert len(md) < 20_000  # pasteable
     tables = _md_tables(md)
     ranks = next(v for k, v in tables.items() if k.startswith("rank | steps"))
-    assert len(ranks) == 8
-    for row, r in zip(ranks, doc["ranks"]):
+    assert len(ranks) == len(doc["ranks"]) == 8
+    for row, r in zip(ranks, doc["ranks"], strict=True):
         assert int(row[0]) == r["rank"]
         _assert_shown(r["step_ms"], row[2])
         for j, b in enumerate(BUCKETS):
@@ -323,7 +326,8 @@ def test_markdown_numbers_equal_the_json_and_pngs_beside_it(tmp_path):
             _assert_shown(r["buckets"][b]["pct"], row[8 + j])
         _assert_shown(r["overlapped_comm"]["ms"], row[13])
     coll = next(v for k, v in tables.items() if k.startswith("collective kernel"))
-    for row, c in zip(coll, doc["top_exposed_collectives"]):
+    assert len(coll) == len(doc["top_exposed_collectives"]) > 0
+    for row, c in zip(coll, doc["top_exposed_collectives"], strict=True):
         assert row[0].strip("`") == c["name"]
         _assert_shown(c["exposed_ms"], row[2])
         _assert_shown(c["pct_of_exposed_comm"], row[5])

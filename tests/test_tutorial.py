@@ -1,6 +1,9 @@
 """docs/tutorial.md runs: every ``python`` cell is executed in order in one namespace, as a
 notebook would (the value of a cell's last expression is displayed), and where the tutorial
-shows the output (a ``text`` block right after the cell) the numbers printed must be those.
+shows the output (a ``text`` block right after the cell) the numbers printed must be those. That
+proves the tutorial current, not right (``--write`` copies the code's output into it): its key
+tables are also checked against plain-Python counts of the raw JSON
+(test_tutorial_breakdown_and_idle_equal_the_hand_count_of_the_raw_json).
 
     python tests/test_tutorial.py           # print every cell's output
     python tests/test_tutorial.py --write   # refresh the outputs shown in the tutorial
@@ -84,6 +87,35 @@ def test_tutorial_cells_run_and_print_what_it_shows(tmp_path):
     # what the report cell wrote
     assert (tmp_path / "dlrm-report.html").stat().st_size > 10_000
     assert "### Stragglers" in (tmp_path / "dlrm-report.md").read_text()
+
+
+def _shown_rows(code_start: str) -> list[list[float]]:
+    """The numeric rows of the table the tutorial shows after the cell starting ``code_start``."""
+    [shown] = [shown for code, shown in cells(TUTORIAL.read_text(encoding="utf-8")) if code.startswith(code_start)]
+    return [numbers(line) for line in shown.splitlines() if line.startswith("│") and numbers(line)]
+
+
+def test_tutorial_breakdown_and_idle_equal_the_hand_count_of_the_raw_json():
+    """The tutorial's numbers are right, not only current: its breakdown and idle tables of the
+    DLRM job against the plain-Python counts from the raw JSON of test_partition.py and
+    test_idle.py (no package code in the counts)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_idle import hand_idle
+    from test_partition import _reference_for_single_step
+
+    from conftest import DLRM
+
+    bd = _shown_rows("bd = ta.breakdown(a)")
+    idle = _shown_rows('i = ta.idle(a, per="rank")')
+    assert [r[0] for r in bd] == [r[0] for r in idle] == list(range(8))
+    for rank in range(8):
+        ref, dur = _reference_for_single_step(sorted(DLRM.glob(f"worker{rank}_*"))[0])
+        ms = [round(x / 1e6, 3) for x in (dur, ref["compute"] + ref["recompute"], ref["exposed_comm"], ref["other"], ref["idle"])]
+        assert bd[rank] == [rank, 10, *ms]
+        causes = hand_idle(rank)
+        want = [round(x / 1e6, 3) for x in (ref["idle"], causes["host_bound"], causes["sync"], causes["other"])]
+        assert idle[rank][:5] == [rank, *want]
+        assert idle[rank][5] == round(100 * ref["idle"] / dur, 1)
 
 
 def test_tutorial_uses_no_machine_paths():

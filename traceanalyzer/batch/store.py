@@ -42,7 +42,7 @@ from typing import Callable, Iterator
 
 import polars as pl
 
-from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, IDLE_FIELDS
+from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, HOST_FIELDS, IDLE_FIELDS
 from traceanalyzer.errors import InputNotFound, InvalidTrace
 from traceanalyzer.outputs import replace_atomically
 
@@ -93,11 +93,13 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64,
     "start_ns": pl.Int64,
     **{f"{f}_ns": pl.Int64 for f in FIELDS},
-    # causes: idle by cause (sum = idle), exposed comm by parallelism dimension (sum = exposed_comm)
-    **{f"{f}_ns": pl.Int64 for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]},
+    # causes: idle by cause (sum = idle), host-bound idle by what the host did (sum =
+    # idle_host_bound; null in files written before it was split), exposed comm by parallelism
+    # dimension (sum = exposed_comm)
+    **{f"{f}_ns": pl.Int64 for f in [*IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS]},
     "start_us": pl.Float64,
     **{f"{f}_us": pl.Float64 for f in FIELDS},
-    **{f"{f}_us": pl.Float64 for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]},
+    **{f"{f}_us": pl.Float64 for f in [*IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS]},
 }
 
 SCHEMAS = {"runs": RUN_SCHEMA, "ranks": RANK_SCHEMA, "steps": STEP_SCHEMA}

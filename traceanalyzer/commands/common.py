@@ -77,12 +77,14 @@ TRACES_HELP = "Trace file(s) or a directory of rank traces (.json, .json.gz, nsy
 
 
 def traces_arg(help: str = TRACES_HELP):
-    """Positional trace files / directories (one or more)."""
-    return typer.Argument(metavar="TRACE...", help=help, show_default=False)
+    """Positional trace files / directories (one or more). ``readable=False``: click's own check
+    would make an unreadable file a usage error (exit 2); the loader says ``permission denied``
+    (exit 3, docs/errors.md)."""
+    return typer.Argument(metavar="TRACE...", help=help, show_default=False, readable=False)
 
 
 def trace_arg(help: str = "Trace file or directory of rank traces.", metavar: str = "TRACE"):
-    return typer.Argument(metavar=metavar, help=help, show_default=False)
+    return typer.Argument(metavar=metavar, help=help, show_default=False, readable=False)
 
 
 def config_opt(help: str = "Run configuration (TOML)."):

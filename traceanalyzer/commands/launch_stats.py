@@ -79,7 +79,7 @@ def launches(
     notes: list[dict] = []
     if view is View.steps:
         shown["steps"] = lm.launches(analysis, threshold=threshold)
-        from traceanalyzer.classify.launches import profiler_notes
+        from traceanalyzer.reconcile.findings import profiler_notes
 
         notes = profiler_notes(analysis, shown["steps"])
         if format is not FrameFormat.csv:

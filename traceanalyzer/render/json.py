@@ -90,12 +90,9 @@ def _cross_rank(analysis: Analysis) -> list[dict]:
 
 
 def document(analysis: Analysis, findings: list[dict] | None = None) -> dict:
-    """The breakdown document; ``findings`` (:func:`traceanalyzer.classify.findings.findings`)
-    computed without a run configuration when not given."""
-    if findings is None:
-        from traceanalyzer.classify.findings import findings as find
-
-        findings = find(analysis)
+    """The breakdown document; ``findings``: :func:`traceanalyzer.reconcile.findings.findings`
+    of the same analysis, computed by the caller (a renderer computes nothing); none when not given."""
+    findings = findings or []
     meta = {r["rank"]: r for r in analysis.trace.meta.iter_rows(named=True)}
     cause_fields = [f for f in [*CAUSE_FIELDS, *HOST_CAUSE_FIELDS] if f in analysis.steps.columns]
     steps = analysis.steps.select("rank", *STEP_FIELDS, *cause_fields).partition_by("rank", as_dict=True, maintain_order=True)

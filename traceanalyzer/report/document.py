@@ -139,7 +139,7 @@ def build(
 
     wf, wf_notes = waterfall_section(analysis, config)
     notes.extend(wf_notes)
-    from traceanalyzer.classify.findings import findings, run_config  # noqa: PLC0415
+    from traceanalyzer.reconcile.findings import findings, run_config  # noqa: PLC0415
 
     found = findings(analysis, run_config(config))
     headline = _headline(totals, ranks, slowest, wf)

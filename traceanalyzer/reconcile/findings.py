@@ -95,6 +95,7 @@ def run_config(path):
 
 def _profiler_costs(analysis) -> list[str]:
     """The costly profiler options any rank's file was recorded with (its header)."""
+    from traceanalyzer.classify.launches import LAUNCH_BOUND_SHARE
     from traceanalyzer.parsers.kineto_header import COSTLY, profiler_options
 
     meta = analysis.trace.meta
@@ -224,4 +225,32 @@ def findings(analysis, cfg=None, launches: pl.DataFrame | None = None, top: int 
             "predicted_gain_ms": None if gain is None else round(gain, 6), "change": change,
             "gain_note": note,
         })
+    return out
+
+
+def profiler_notes(analysis: Any, steps: pl.DataFrame) -> list[dict]:
+    """Per rank with a Kineto file: ``rank``, ``options`` (the profiler options on, read from the
+    file's header: :func:`traceanalyzer.parsers.kineto_header.profiler_options`),
+    ``may_inflate_host_time`` (a costly option was on: ``record_shapes``, ``profile_memory``,
+    ``with_stack`` add host work to every op) and ``note`` (a sentence when they may have made
+    the host look slower than it is, where a step is CPU-bound or the GPU waits on the host)."""
+    from traceanalyzer.parsers.kineto_header import COSTLY, profiler_options
+
+    meta = analysis.trace.meta
+    if "file" not in meta.columns:
+        return []
+    out = []
+    for rank, file in meta.select("rank", "file").sort("rank").iter_rows():  # one row per rank
+        if file is None:
+            continue
+        opts = profiler_options(file)
+        costly = [o for o in opts if o in COSTLY]
+        mine = steps.filter(pl.col("rank") == rank) if steps.height else steps
+        waits = mine.height > 0 and bool(mine.select((pl.col("cpu_bound") | (pl.col("gpu_wait_share") >= LAUNCH_BOUND_SHARE)).any()).item())
+        note = None
+        if costly and waits:
+            note = (f"rank {rank}: the trace was recorded with {', '.join(costly)}: the profiler adds host work to every op, "
+                    "so host time (and the GPU's wait on the host) may be larger than without the profiler; "
+                    "time a few steps unprofiled to compare")
+        out.append({"rank": rank, "options": opts, "may_inflate_host_time": bool(costly), "note": note})
     return out
