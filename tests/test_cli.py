@@ -4,6 +4,7 @@ import orjson
 import polars as pl
 
 import traceanalyzer as ta
+from traceanalyzer.parsers import decoder
 from traceanalyzer.render.json import steps_frame
 
 from conftest import DEMO, DLRM, FIXTURES, run_cli
@@ -11,7 +12,7 @@ from conftest import DEMO, DLRM, FIXTURES, run_cli
 
 def test_version_and_help():
     r = run_cli("--version")
-    assert r.returncode == 0 and r.stdout.strip() == f"traceanalyzer {ta.__version__}"
+    assert r.returncode == 0 and r.stdout.strip() == f"traceanalyzer {ta.__version__} (Kineto decoder: {decoder.name()})"
     r = run_cli("breakdown", "--help")
     assert r.returncode == 0 and "--format" in r.stdout and "--output" in r.stdout
     r = run_cli("--help")

@@ -334,6 +334,16 @@ static int read_string(Parser *P, Str *out, int *escaped) {
     const unsigned char *begin = p;
     int esc = 0;
     for (;;) {
+        /* eight bytes at a time while none is a quote, a backslash, a control or non-ASCII byte */
+        while (end - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+            uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+            uint64_t hit = ((q - ones) & ~q) | ((b - ones) & ~b) | (w - ones * 0x20) | w;
+            if (hit & highs) break;
+            p += 8;
+        }
         while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80) p++;
         if (p >= end) return GIVE_UP;
         unsigned c = *p;
@@ -551,12 +561,12 @@ static int read_key(Parser *P, Str *k) {
 
 #define KEY_IS(k, lit) ((k).len == sizeof(lit) - 1 && memcmp((k).p, lit, sizeof(lit) - 1) == 0)
 
+static size_t ARG_LEN[N_ARGS];
+
 static int arg_index(Str k) {
     if (KEY_IS(k, "Input Dims")) return A_DIMS;
-    for (int i = 0; i < N_ARGS; i++) {
-        size_t n = strlen(ARGS[i].key);
-        if (k.len == n && memcmp(k.p, ARGS[i].key, n) == 0) return i;
-    }
+    for (int i = 0; i < N_ARGS; i++)
+        if (k.len == ARG_LEN[i] && k.p[0] == ARGS[i].key[0] && memcmp(k.p, ARGS[i].key, k.len) == 0) return i;
     return -1;
 }
 
@@ -1178,4 +1188,7 @@ static struct PyModuleDef MODULE = {
     .m_methods = METHODS,
 };
 
-PyMODINIT_FUNC PyInit__kineto(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit__kineto(void) {
+    for (int i = 0; i < N_ARGS; i++) ARG_LEN[i] = strlen(ARGS[i].key);
+    return PyModule_Create(&MODULE);
+}

@@ -56,6 +56,9 @@ def _root(
     no_color: NoColorOpt = False,
 ) -> None:
     """Where did my MFU go? Measured, explained breakdowns of training traces."""
+    from traceanalyzer.parsers import decoder
+
+    decoder.announce()  # before any worker process starts: they inherit that it was said
 
 
 def _one_line(text: object) -> str:
