@@ -21,7 +21,7 @@ def _decoder_choice() -> None:
     import os
 
     if not os.environ.get("TRACEANALYZER_DECODER", "").strip():
-        from traceanalyzer.parsers import decoder
+        from traceanalyzer import decoder
 
         os.environ["TRACEANALYZER_DECODER"] = "native" if decoder._compiled() is not None else "python"
 

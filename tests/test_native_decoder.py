@@ -21,7 +21,8 @@ from polars.testing import assert_frame_equal
 
 from traceanalyzer.cli import main
 from traceanalyzer.errors import TraceAnalyzerError
-from traceanalyzer.parsers import decoder, kineto
+from traceanalyzer import decoder
+from traceanalyzer.parsers import kineto
 from traceanalyzer.parsers.kineto_events import (
     ARG_SCHEMA,
     OTHER_PHASES,

@@ -140,7 +140,7 @@ JobOpt = Annotated[Optional[str], job_opt()]
 def _version(value: bool) -> None:
     if value:
         from traceanalyzer import __version__
-        from traceanalyzer.parsers import decoder
+        from traceanalyzer import decoder
 
         typer.echo(f"traceanalyzer {__version__} (Kineto decoder: {decoder.name()})")
         raise typer.Exit()
