@@ -401,7 +401,7 @@ static int read_string(Parser *P, Str *out, int *escaped) {
             case 'r': *o++ = '\r'; break;
             case 't': *o++ = '\t'; break;
             case 'u': {
-                unsigned u, l;
+                unsigned u = 0, l = 0;
                 read_hex4(q, p, &u);
                 q += 4;
                 if (u >= 0xD800 && u <= 0xDBFF) {
@@ -930,14 +930,14 @@ static int parse_array(Parser *P) {
 /* ---- Arrow export ------------------------------------------------------------------------- */
 
 typedef struct {
-    void *bufs[3];
-    const void *ptrs[3];
+    void *bufs[4];
+    const void *ptrs[4];
 } ArrayPrivate;
 
 static void release_array(struct ArrowArray *a) {
     ArrayPrivate *pv = a->private_data;
     if (pv) {
-        for (int i = 0; i < 3; i++) free(pv->bufs[i]);
+        for (int i = 0; i < 4; i++) free(pv->bufs[i]);
         free(pv);
     }
     a->private_data = NULL;
@@ -989,28 +989,52 @@ static PyObject *export_col(Parser *P, Col *c) {
     int nbuf = 2;
     const char *fmt;
     if (c->kind == K_STR) {
-        /* large utf8: int64 offsets and the bytes, copied from the dictionary */
+        /* utf8 views (polars' own string layout, taken without a copy): a string of up to 12
+         * bytes sits in its 16-byte view; a longer one is in the data buffer once per column
+         * (dictionary-encoded: every row naming it points at the same bytes) */
         const int32_t *ids = (const int32_t *)c->data.p;
-        size_t total = 0;
-        for (int64_t i = 0; i < n; i++)
-            if (ids[i] >= 0) total += P->dict.entries[ids[i]].len;
-        int64_t *offs = malloc((size_t)(n + 1) * sizeof(int64_t));
-        char *data = malloc(total ? total : 1);
-        pv->bufs[1] = offs;
-        pv->bufs[2] = data;
-        if (!offs || !data) goto nomem;
-        size_t at = 0;
-        offs[0] = 0;
-        for (int64_t i = 0; i < n; i++) {
-            if (ids[i] >= 0) {
-                const Str *s = &P->dict.entries[ids[i]];
-                memcpy(data + at, s->p, s->len);
-                at += s->len;
-            }
-            offs[i + 1] = (int64_t)at;
+        int64_t *at = malloc((P->dict.n ? P->dict.n : 1) * sizeof(int64_t));
+        uint8_t *views = calloc((size_t)(n ? n : 1), 16);
+        Buf data = {0};
+        int64_t *sizes = malloc(sizeof(int64_t));
+        pv->bufs[1] = views;
+        pv->bufs[3] = sizes;
+        if (!at || !views || !sizes) {
+            free(at);
+            goto nomem;
         }
-        nbuf = 3;
-        fmt = "U";
+        memset(at, 0xff, (P->dict.n ? P->dict.n : 1) * sizeof(int64_t));
+        for (int64_t i = 0; i < n; i++) {
+            if (ids[i] < 0) continue;
+            const Str *s = &P->dict.entries[ids[i]];
+            uint8_t *v = views + 16 * i;
+            int32_t len = (int32_t)s->len;
+            memcpy(v, &len, 4);
+            if (s->len <= 12) {
+                memcpy(v + 4, s->p, s->len);
+                continue;
+            }
+            if (at[ids[i]] < 0) {
+                if (buf_grow(&data, s->len)) { /* below 2 GiB: checked by decode() */
+                    free(at);
+                    free(data.p);
+                    goto nomem;
+                }
+                at[ids[i]] = (int64_t)data.len;
+                memcpy(data.p + data.len, s->p, s->len);
+                data.len += s->len;
+            }
+            int32_t buf_index = 0, off = (int32_t)at[ids[i]];
+            memcpy(v + 4, s->p, 4);
+            memcpy(v + 8, &buf_index, 4);
+            memcpy(v + 12, &off, 4);
+        }
+        free(at);
+        pv->bufs[2] = data.p ? data.p : malloc(1);
+        if (!pv->bufs[2]) goto nomem;
+        sizes[0] = (int64_t)data.len;
+        nbuf = 4;
+        fmt = "vu";
     } else {
         pv->bufs[1] = c->data.p ? c->data.p : malloc(8);
         if (!pv->bufs[1]) goto nomem;
@@ -1018,7 +1042,7 @@ static PyObject *export_col(Parser *P, Col *c) {
         c->data.len = c->data.cap = 0;
         fmt = c->kind == K_I64 ? "l" : "g";
     }
-    for (int i = 0; i < 3; i++) pv->ptrs[i] = pv->bufs[i];
+    for (int i = 0; i < 4; i++) pv->ptrs[i] = pv->bufs[i];
     arr->length = n;
     arr->null_count = c->nulls;
     arr->offset = 0;
@@ -1052,7 +1076,7 @@ static PyObject *export_col(Parser *P, Col *c) {
     return t;
 nomem:
     if (pv) {
-        for (int i = 0; i < 3; i++) free(pv->bufs[i]);
+        for (int i = 0; i < 4; i++) free(pv->bufs[i]);
         free(pv);
     }
     free(arr);
@@ -1136,6 +1160,14 @@ static PyObject *decode(PyObject *self, PyObject *arg) {
             goto done;
         }
         memcpy(P.cols[s.col].data.p + (size_t)s.row * sizeof(double), &d, sizeof(double));
+    }
+    /* views address their data with int32 offsets: more than 2 GiB of distinct strings in one
+     * piece (never seen in a trace) goes to the Python decoder */
+    size_t distinct = 0;
+    for (size_t k = 0; k < P.dict.n; k++) distinct += P.dict.entries[k].len;
+    if (distinct > INT32_MAX) {
+        result = Py_NewRef(Py_None);
+        goto done;
     }
     PyObject *cols = PyTuple_New(N_COLS);
     if (!cols) goto done;
