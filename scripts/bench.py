@@ -36,7 +36,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REAL = ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
+REAL = Path(os.environ.get("TRACEANALYZER_BENCH_REAL", "")) if os.environ.get("TRACEANALYZER_BENCH_REAL") else (
+    ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
+)  # TRACEANALYZER_BENCH_REAL: the real trace where the shared traces are elsewhere
 HTA_CANDIDATES = [os.environ.get("HTA_PYTHON", ""), str(ROOT / ".venv-hta" / "bin" / "python")]
 
 FLOOR = r"""
@@ -57,11 +59,14 @@ t0 = time.perf_counter()
 import traceanalyzer as ta
 import traceanalyzer.api, traceanalyzer.engine, traceanalyzer.parsers  # noqa: E401 (``import traceanalyzer`` alone imports no polars)
 t1 = time.perf_counter()
+r1 = resource.getrusage(resource.RUSAGE_SELF)
 trace = ta.load(sys.argv[1], cache=sys.argv[2] == "cache")
 t2 = time.perf_counter()
 steps = ta.analyze(trace).steps
 t3 = time.perf_counter()
+r3 = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"s": t3 - t1, "load_s": t2 - t1, "analyze_s": t3 - t2, "import_s": t1 - t0,
+                  "cpu_s": r3.ru_utime + r3.ru_stime - r1.ru_utime - r1.ru_stime,  # all threads: MB/s per core
                   "events": trace.events.height, "steps": steps.height,
                   "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 """

@@ -17,6 +17,21 @@ DEMO = FIXTURES / "kineto" / "mi300x_resnet_act_checkpoint_rank0.json.gz"
 DLRM = FIXTURES / "kineto" / "dlrm-v100-8rank"
 
 
+def _decoder_choice() -> None:
+    """The Kineto decoder the suite runs (and every CLI it starts): ``TRACEANALYZER_DECODER`` as
+    set (``native`` or ``python``: run the suite once with each), else the compiled one when it
+    is built. A choice made is a choice said: no notice about a missing compiled decoder."""
+    import os
+
+    if not os.environ.get("TRACEANALYZER_DECODER", "").strip():
+        from traceanalyzer import decoder
+
+        os.environ["TRACEANALYZER_DECODER"] = "native" if decoder._compiled() is not None else "python"
+
+
+_decoder_choice()
+
+
 #: in CI (``CI=true``) every test must run: a skip is reported as a failure
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 import polars as pl
 
 import traceanalyzer as ta
+from traceanalyzer.errors import TraceAnalyzerError
+from traceanalyzer import decoder
 from traceanalyzer.render.json import steps_frame
 
 from conftest import DEMO, DLRM, FIXTURES, run_cli
@@ -11,7 +14,7 @@ from conftest import DEMO, DLRM, FIXTURES, run_cli
 
 def test_version_and_help():
     r = run_cli("--version")
-    assert r.returncode == 0 and r.stdout.strip() == f"traceanalyzer {ta.__version__}"
+    assert r.returncode == 0 and r.stdout.strip() == f"traceanalyzer {ta.__version__} (Kineto decoder: {decoder.name()})"
     r = run_cli("breakdown", "--help")
     assert r.returncode == 0 and "--format" in r.stdout and "--output" in r.stdout
     r = run_cli("--help")
@@ -86,3 +89,20 @@ def test_truncated_trace_succeeds_with_a_warning(tmp_path):
     doc = orjson.loads(r.stdout)
     assert any("truncated" in w for w in doc["warnings"])
     assert len(doc["ranks"][0]["steps"]) >= 1
+
+
+def test_missing_compiled_decoder_is_said_once(monkeypatch, capsys):
+    """Without the compiled decoder (an install without a C compiler) and no choice made, one
+    line on stderr says the Python decoder runs, once per process; a choice made silences it."""
+    monkeypatch.setattr(decoder, "_module", None)
+    monkeypatch.setattr(decoder, "_loaded", True)
+    monkeypatch.delenv("TRACEANALYZER_DECODER", raising=False)
+    monkeypatch.delenv(decoder._QUIET, raising=False)
+    capsys.readouterr()
+    assert decoder.native() is None and decoder.native() is None
+    assert capsys.readouterr().err == decoder.NOTICE + "\n"
+    assert decoder.name() == "python (compiled decoder not built)"
+    monkeypatch.setenv("TRACEANALYZER_DECODER", "native")  # chosen but missing: a usage error
+    with pytest.raises(TraceAnalyzerError) as exc:
+        decoder.native()
+    assert exc.value.exit_code == 2

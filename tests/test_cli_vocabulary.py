@@ -14,6 +14,7 @@ from conftest import DEMO, run_cli
 from traceanalyzer import __version__
 from traceanalyzer.cli import app, main
 from traceanalyzer.commands.common import param_kind
+from traceanalyzer import decoder
 
 GROUP = typer.main.get_command(app)
 COMMANDS = sorted(GROUP.commands)
@@ -78,14 +79,14 @@ def test_help_of_every_command(name, capsys):
         if p.param_type_name == "argument":
             assert re.fullmatch(r"\[?[A-Z][A-Z0-9_]*\]?(\.\.\.)?", p.metavar), (name, p.metavar)
     code, out, _ = _run([name, "-V"], capsys)
-    assert code == 0 and out == f"traceanalyzer {__version__}\n"
+    assert code == 0 and out == f"traceanalyzer {__version__} (Kineto decoder: {decoder.name()})\n"
 
 
 def test_root_help_version_and_completion(capsys):
     code, out, _ = _run(["-h"], capsys)
     assert code == 0 and "--install-completion" in out and "--show-completion" in out and "-V, --version" in out
     assert all(name in out for name in COMMANDS)
-    assert _run(["-V"], capsys)[1] == f"traceanalyzer {__version__}\n"
+    assert _run(["-V"], capsys)[1] == f"traceanalyzer {__version__} (Kineto decoder: {decoder.name()})\n"
     r = run_cli("--show-completion", "bash")
     assert r.returncode == 0 and "_traceanalyzer_completion" in r.stdout and "complete " in r.stdout
 

@@ -8,6 +8,7 @@ a ``KeyboardInterrupt`` traceback from the middle of an import.
 
 import os
 import signal
+import sys
 
 
 def _exit_now(signum, _frame):
@@ -18,6 +19,21 @@ def _exit_now(signum, _frame):
 def entry() -> None:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _exit_now)
+    args = sys.argv[1:]
+    if args in (["--version"], ["-V"]):  # without loading the command line's libraries
+        from traceanalyzer import __version__
+        from traceanalyzer import decoder
+
+        try:
+            sys.stdout.write(f"traceanalyzer {__version__} (Kineto decoder: {decoder.name()})\n")
+            sys.stdout.flush()
+        except BrokenPipeError:  # a reader that closed the pipe: quietly, as every command
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+    import traceanalyzer
+
+    # the command to run (the first word that is not an option): only its module is imported
+    traceanalyzer._cli_command = next((a for a in args if not a.startswith("-")), None)
     from traceanalyzer.cli import run
 
     run()

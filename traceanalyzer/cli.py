@@ -13,7 +13,7 @@ import sys
 import typer
 
 from traceanalyzer._version import __version__
-from traceanalyzer.commands import annotate, baseline, batch, breakdown, critpath, gate, kernels, launch_stats, memory, plan, predict, reconcile, report, trend, user_annotations, whatif
+import traceanalyzer as _ta
 from traceanalyzer.commands.common import NoColorOpt, VersionOpt
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
 from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals
@@ -46,8 +46,29 @@ app = _App(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for _module in (breakdown, report, kernels, reconcile, predict, whatif, memory, annotate, batch, trend, gate, baseline, plan, launch_stats, user_annotations, critpath):
-    _module.register(app)
+#: the modules of traceanalyzer.commands, in the order of the help, with the commands each registers
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "breakdown": ("breakdown",), "report": ("report",), "kernels": ("kernels", "ops"), "reconcile": ("reconcile", "compare"),
+    "predict": ("predict",), "whatif": ("whatif",), "memory": ("memory",), "annotate": ("annotate",), "batch": ("batch",),
+    "trend": ("trend",), "gate": ("gate",), "baseline": ("baseline",), "plan": ("plan",), "launch_stats": ("launches",),
+    "user_annotations": ("annotations",), "critpath": ("critical-path",),
+}
+
+
+def _register() -> None:
+    """Register the commands. The console script names the one it runs
+    (``traceanalyzer._cli_command``, set by ``__main__``): only that command's module is
+    imported, so a command loads only the libraries it uses; otherwise (the API, tests, the
+    root help, a name we do not know) every command is registered."""
+    import importlib
+
+    only = getattr(_ta, "_cli_command", None)
+    wanted = [m for m, names in COMMAND_MODULES.items() if only in names] or list(COMMAND_MODULES)
+    for m in wanted:
+        importlib.import_module(f"traceanalyzer.commands.{m}").register(app)
+
+
+_register()
 
 
 @app.callback()
@@ -56,6 +77,9 @@ def _root(
     no_color: NoColorOpt = False,
 ) -> None:
     """Where did my MFU go? Measured, explained breakdowns of training traces."""
+    from traceanalyzer import decoder
+
+    decoder.announce()  # before any worker process starts: they inherit that it was said
 
 
 def _one_line(text: object) -> str:

@@ -141,9 +141,10 @@ JobOpt = Annotated[Optional[str], job_opt()]
 
 def _version(value: bool) -> None:
     if value:
+        from traceanalyzer import decoder
         from traceanalyzer._version import __version__
 
-        typer.echo(f"traceanalyzer {__version__}")
+        typer.echo(f"traceanalyzer {__version__} (Kineto decoder: {decoder.name()})")
         raise typer.Exit()
 
 

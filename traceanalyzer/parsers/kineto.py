@@ -33,11 +33,13 @@ import orjson
 import polars as pl
 
 from traceanalyzer.errors import InvalidTrace, TraceAnalyzerError
+from traceanalyzer import decoder
 from traceanalyzer.parsers import clean, inflate
 from traceanalyzer.parsers.categories import GPU_TIMELINE_KINDS, KIND_OF_CAT, MTIA_DMA_KIND
 from traceanalyzer.parsers.inflate import open_trace  # noqa: F401  (re-exported for callers)
 from traceanalyzer.parsers.kineto_events import (
     RAW_SCHEMA,
+    decode_native,
     decode_typed,
     depth_message,
     duplicated,
@@ -446,9 +448,16 @@ def _last_event_start(buf: bytearray, lo: int) -> int:
 
 
 def _events_part(piece, path: Path, first: int) -> _Part:
-    """The part of a JSON array of events (``bytes``-like): typed decode, or the dict decoder
-    when some value has an unexpected JSON type. Malformed JSON or non-object entries: the
+    """The part of a JSON array of events (``bytes``-like): the compiled decoder
+    (:mod:`~traceanalyzer.decoder`), else the typed decode, or the dict decoder when
+    some value has an unexpected JSON type. Malformed JSON or non-object entries: the
     whole-document path takes over (it reports them in its own words)."""
+    native = decoder.native()
+    typed = decode_native(native, piece) if native is not None else None
+    if typed is not None:
+        part = _chunk_frame(typed, first)
+        part.counts["utf8"] = 0
+        return part
     bad_utf8 = 0
     try:
         typed = decode_typed(piece)

@@ -179,6 +179,43 @@ def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
     return df.with_columns(_input_dims(df, lambda i: _raw_dims(dims[i]))), n, 0  # an event without "ph" is a ValidationError (dict decoder)
 
 
+class _ArrowColumn:
+    """One column from the compiled decoder: its Arrow C data interface capsules (polars takes
+    the buffers over without a copy for numbers)."""
+
+    __slots__ = ("capsules",)
+
+    def __init__(self, capsules):
+        self.capsules = capsules
+
+    def __arrow_c_array__(self, requested_schema=None):
+        return self.capsules
+
+
+#: the compiled decoder's columns, in its order (two more follow: the span of "Input Dims")
+_NATIVE_COLUMNS = ["row", *list(RAW_SCHEMA)[:-1]]
+
+
+def decode_native(module, piece) -> tuple[pl.DataFrame, int, int] | None:
+    """As :func:`decode_typed`, by the compiled decoder ``module`` (``traceanalyzer._kineto``):
+    the same frame, or None when the piece holds anything it leaves to the Python decoders
+    (malformed JSON included: the caller then runs :func:`decode_typed`, which decides)."""
+    out = module.decode(piece)
+    if out is None:
+        return None
+    cols, n = out
+    series = [pl.Series(_ArrowColumn(c)) for c in cols]
+    df = pl.DataFrame([s.alias(k) for s, k in zip(series, _NATIVE_COLUMNS)])
+    offsets, lengths = series[-2], series[-1]
+    mv = memoryview(piece)
+
+    def dims(i: int) -> object:
+        at = offsets[i]
+        return None if at is None else _raw_dims(mv[at : at + lengths[i]])
+
+    return df.with_columns(_input_dims(df, dims)), n, 0
+
+
 def _raw_dims(raw) -> object:
     return orjson.loads(memoryview(raw)) if len(raw) else None
 
