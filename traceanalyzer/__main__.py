@@ -21,8 +21,7 @@ def entry() -> None:
         signal.signal(s, _exit_now)
     args = sys.argv[1:]
     if args in (["--version"], ["-V"]):  # without loading the command line's libraries
-        from traceanalyzer import __version__
-        from traceanalyzer import decoder
+        from traceanalyzer import __version__, decoder
 
         try:
             sys.stdout.write(f"traceanalyzer {__version__} (Kineto decoder: {decoder.name()})\n")
