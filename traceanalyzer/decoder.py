@@ -37,7 +37,7 @@ def _compiled():
 def _choice() -> str:
     value = os.environ.get(ENV, "").strip().lower()
     if value not in ("", "native", "python"):
-        from traceanalyzer.parsers.inflate import BadSetting
+        from traceanalyzer.errors import BadSetting
 
         raise BadSetting(f"not 'native' or 'python': {value!r}", ENV)
     return value
@@ -66,7 +66,7 @@ def native():
     mod = _compiled()
     if mod is None:
         if value == "native":
-            from traceanalyzer.parsers.inflate import BadSetting
+            from traceanalyzer.errors import BadSetting
 
             raise BadSetting("'native' chosen but the compiled decoder is not built in this install", ENV)
         announce()

@@ -81,6 +81,12 @@ class OutOfMemory(TraceAnalyzerError):
     exit_code = 10
 
 
+class BadSetting(TraceAnalyzerError):
+    """An environment variable of ours holds a value that does not parse: a usage error."""
+
+    exit_code = 2
+
+
 class InvalidArgument(TraceAnalyzerError, ValueError):
     """A Python API call with a bad argument value (an unknown choice, a negative count): the
     API's counterpart of a command-line usage error (exit 2). Also a :class:`ValueError`."""

@@ -19,7 +19,7 @@ import threading
 import zlib
 from pathlib import Path
 
-from traceanalyzer.errors import InputNotFound, InvalidTrace, TraceAnalyzerError
+from traceanalyzer.errors import BadSetting, InputNotFound, InvalidTrace, TraceAnalyzerError  # noqa: F401 (BadSetting: re-exported)
 
 try:  # zlib-ng inflates 2.2-2.4x as fast as the stdlib's zlib, with its API and error messages
     from zlib_ng import zlib_ng as _inflater
@@ -33,12 +33,6 @@ DEFAULT_MAX_RATIO = 200
 #: ... once it has inflated to more than this many bytes (small files may inflate as they like)
 RATIO_FLOOR = 256 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
-
-
-class BadSetting(TraceAnalyzerError):
-    """An environment variable of ours holds a value that does not parse: a usage error."""
-
-    exit_code = 2
 
 
 def open_trace(path: Path):
