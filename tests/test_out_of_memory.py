@@ -98,3 +98,22 @@ def test_a_failed_allocation_is_out_of_memory_exit_10_not_invalid_json(tmp_path,
             kineto.decode_document(raw, big, False)
         finally:
             monkeypatch.setattr(kineto.orjson, "loads", real)
+
+
+def test_any_other_memory_error_is_one_line_exit_10(monkeypatch, capsys):
+    # an allocation that fails anywhere else (here: while the trace is loaded)
+    from traceanalyzer import engine
+    from traceanalyzer.cli import main
+
+    def no_memory(*a, **k):
+        raise MemoryError
+
+    monkeypatch.setattr(engine, "analyse", no_memory)
+    monkeypatch.setattr("traceanalyzer.commands.common.analyse_paths", no_memory, raising=False)
+    rc = main(["breakdown", str(DEMO), "-q"])
+    err = capsys.readouterr().err
+    assert rc == 10, err
+    assert err.strip().splitlines() == [
+        "traceanalyzer: error: out of memory: give the command more memory (ulimit -v, the job's memory limit) "
+        "or fewer --workers"
+    ]
