@@ -311,3 +311,29 @@ def test_output_refusals_are_one_line_naming_the_output(tmp_path, case):
     assert r.returncode == 3
     assert r.stderr.strip().splitlines() == [f"traceanalyzer: error: {out}: {message}"]
     assert r.stdout == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# the memory-event reader (``memory``): the same answers
+
+
+def test_memory_event_reader_refuses_deep_nesting_and_reads_latin1_names(tmp_path):
+    from traceanalyzer.parsers.kineto_memory import read_memory_events
+
+    def mem(name, nbytes, extra=b""):
+        return (b'{"ph": "i", "cat": "cpu_instant_event", "name": "' + name + b'", "ts": 10.5, "args": {"Bytes": '
+                + str(nbytes).encode() + b', "Total Allocated": 100' + extra + b"}}")
+
+    def doc(*events):
+        return b'{"traceEvents": [' + b", ".join(events) + b"]}"
+
+    p = tmp_path / "m.json"
+    p.write_bytes(doc(mem(b"[memory]", 64), mem(b"[memory]", 32, b', "deep": ' + b"[" * 3000 + b"]" * 3000)))
+    with pytest.raises(InvalidTrace, match=f"more than {MAX_JSON_DEPTH} levels deep"):
+        read_memory_events(p)
+    # within the limit (past what msgspec follows): the same events as without the deep value
+    p.write_bytes(doc(mem(b"[memory]", 64), mem(b"[memory]", 32, b', "deep": ' + b"[" * 1000 + b"]" * 1000)))
+    assert read_memory_events(p)["bytes"].to_list() == [64, 32]
+    # a Latin-1 byte in another event's name: read, the memory events unchanged
+    p.write_bytes(doc(mem(b"[memory]", 64), mem(b"caf\xe9", 1), mem(b"[memory]", 32)))
+    assert read_memory_events(p)["bytes"].to_list() == [64, 32]

@@ -78,8 +78,9 @@ def test_annotate_under_an_address_space_cap_says_memory_ran_out_and_how_much_it
 
 
 def test_a_failed_allocation_is_out_of_memory_exit_10_not_invalid_json(tmp_path, big, monkeypatch):
-    # under the cap of the first test but without the check before decoding: the decoder's own
-    # allocation failure (orjson says "not enough memory", Python raises MemoryError)
+    # an allocation failure the check before decoding did not foresee (no limit it could see: the
+    # machine's memory): orjson reports it as a JSONDecodeError saying "not enough memory"; it is
+    # out of memory naming the file, never "invalid JSON that could not be recovered"
     from traceanalyzer.parsers import kineto
 
     monkeypatch.setattr(kineto, "check_memory", lambda size, path: None)
@@ -97,3 +98,22 @@ def test_a_failed_allocation_is_out_of_memory_exit_10_not_invalid_json(tmp_path,
             kineto.decode_document(raw, big, False)
         finally:
             monkeypatch.setattr(kineto.orjson, "loads", real)
+
+
+def test_any_other_memory_error_is_one_line_exit_10(monkeypatch, capsys):
+    # an allocation that fails anywhere else (here: while the trace is loaded)
+    from traceanalyzer import engine
+    from traceanalyzer.cli import main
+
+    def no_memory(*a, **k):
+        raise MemoryError
+
+    monkeypatch.setattr(engine, "analyse", no_memory)
+    monkeypatch.setattr("traceanalyzer.commands.common.analyse_paths", no_memory, raising=False)
+    rc = main(["breakdown", str(DEMO), "-q"])
+    err = capsys.readouterr().err
+    assert rc == 10, err
+    assert err.strip().splitlines() == [
+        "traceanalyzer: error: out of memory: give the command more memory (ulimit -v, the job's memory limit) "
+        "or fewer --workers"
+    ]

@@ -26,7 +26,9 @@ import pytest
 
 from conftest import DLRM, ROOT
 
-RAY = Path(sys.executable).with_name("ray")
+RAY = Path(sys.executable).with_name("ray")  # the ray command of this interpreter's installation
+if not RAY.exists() and shutil.which("ray"):
+    RAY = Path(shutil.which("ray"))
 START_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 300
 

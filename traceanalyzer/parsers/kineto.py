@@ -32,7 +32,7 @@ import msgspec
 import orjson
 import polars as pl
 
-from traceanalyzer.errors import InvalidTrace, TraceAnalyzerError
+from traceanalyzer.errors import InvalidTrace, OutOfMemory, TraceAnalyzerError
 from traceanalyzer import decoder
 from traceanalyzer.parsers import clean, inflate
 from traceanalyzer.parsers.categories import GPU_TIMELINE_KINDS, KIND_OF_CAT, MTIA_DMA_KIND
@@ -162,8 +162,6 @@ def check_memory(size: int, path: Path) -> None:
     limit, used = _address_space()
     need = WHOLE_DOCUMENT_FACTOR * size
     if limit is not None and used + need > limit:
-        from traceanalyzer.errors import OutOfMemory  # noqa: PLC0415
-
         raise OutOfMemory(
             f"not enough memory to read the whole document: {size / 1e6:,.0f} MB of JSON needs about "
             f"{need / 1e9:.1f} GB more as Python objects, and the address-space limit (ulimit -v) leaves "
@@ -173,10 +171,8 @@ def check_memory(size: int, path: Path) -> None:
         )
 
 
-def out_of_memory(path: Path, size: int) -> TraceAnalyzerError:
+def out_of_memory(path: Path, size: int) -> OutOfMemory:
     """The error for a document whose decoding ran out of memory: what the whole document needs."""
-    from traceanalyzer.errors import OutOfMemory  # noqa: PLC0415
-
     return OutOfMemory(
         f"ran out of memory reading the whole document: {size / 1e6:,.0f} MB of JSON needs about "
         f"{WHOLE_DOCUMENT_FACTOR * size / 1e9:.1f} GB more as Python objects: give the command more memory "

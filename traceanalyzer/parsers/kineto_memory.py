@@ -89,6 +89,30 @@ def _column(values, dtype: pl.DataType) -> pl.Series:
         return text.cast(pl.Float64, strict=False).cast(dtype, strict=False)
 
 
+def _decode(raw: bytes, path: Path) -> tuple[list, object]:
+    """The events and ``baseTimeNanoseconds`` of a document (or bare array). Nested deeper than
+    msgspec follows: refused past ``MAX_JSON_DEPTH``, else decoded by orjson and converted."""
+    array = raw.lstrip()[:1] == b"["
+    try:
+        if array:
+            return _ARRAY.decode(raw), None
+        doc = _DOC.decode(raw)
+    except RecursionError:
+        import orjson  # noqa: PLC0415
+
+        from traceanalyzer.parsers.kineto_events import depth_message, too_deep  # noqa: PLC0415
+
+        at = too_deep(raw)
+        if at is not None:
+            raise InvalidTrace(depth_message(at), path) from None
+        # within the limit: safe for orjson; msgspec converts without recursing into skipped values
+        obj = orjson.loads(raw.decode("utf-8", errors="replace").encode("utf-8"))
+        if array:
+            return msgspec.convert(obj, list[_Event]), None
+        doc = msgspec.convert(obj, _Doc)
+    return doc.traceEvents, doc.baseTimeNanoseconds
+
+
 def read_memory_events(path: str | Path, base_ns: int | None = None) -> pl.DataFrame:
     """The ``[memory]`` events of one Kineto file, in file order (:data:`MEMORY_SCHEMA`).
 
@@ -103,11 +127,11 @@ def read_memory_events(path: str | Path, base_ns: int | None = None) -> pl.DataF
     if b'"[memory]"' not in raw:
         return pl.DataFrame(schema=MEMORY_SCHEMA)
     try:
-        if raw.lstrip()[:1] == b"[":
-            events, file_base = _ARRAY.decode(raw), None
-        else:
-            doc = _DOC.decode(raw)
-            events, file_base = doc.traceEvents, doc.baseTimeNanoseconds
+        try:
+            events, file_base = _decode(raw, path)
+        except UnicodeDecodeError:  # names that are not UTF-8: read as U+FFFD, as the trace reader does
+            raw = raw.decode("utf-8", errors="replace").encode("utf-8")
+            events, file_base = _decode(raw, path)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidTrace(f"cannot read the memory events ({str(exc).splitlines()[0][:120]})", path) from None
     names = pl.Series(list(map(attrgetter("name"), events)), dtype=pl.String)
