@@ -193,6 +193,9 @@ def test_the_optional_table_registry():
     assert Options(keep="report", keep_gpu=True).tables == {"kernel_rows", "kernel_stats", "gpu"}
     assert Options(tables=True).tables == {"kernel_stats"} and Options(memory=True).tables == {"memory"}
     assert Options(extras=("launches",)).tables == {"launches"} and Options().tables == frozenset()
+    old = Options(keep="report", keep_gpu=True, extras=("queue",), memory=True)  # read back as they were given
+    assert (old.keep, old.keep_gpu, old.extras, old.memory) == ("report", True, ("queue",), True)
+    assert (Options().keep, Options().extras, Options().memory) == ("compact", (), False)
     assert all(set(v) <= set(TABLES) for v in KEEP.values()) and set(EXTRAS) <= set(TABLES)
     with pytest.raises(InvalidArgument, match="tables: no optional table 'nope'"):
         Options(tables={"nope"})

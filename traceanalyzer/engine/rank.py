@@ -83,7 +83,8 @@ class Options:
 
     ``tables`` names the optional tables (:data:`TABLES`) to compute besides the compact ones.
     ``keep``, ``keep_gpu``, ``extras`` and ``memory`` (and ``tables=True``) are older spellings
-    of the same request, accepted when constructing and folded into ``tables``."""
+    of the same request (deprecated): accepted when constructing, folded into ``tables``, and
+    read back from it."""
 
     step_name: str | None = DEFAULT_STEP
     recompute_pattern: str | None = None
@@ -109,6 +110,14 @@ class Options:
     def with_tables(self, *names: str, without: tuple[str, ...] = ()) -> "Options":
         """These options asking for ``names`` too (and not for ``without``)."""
         return replace(self, tables=(self.tables | check_tables(names)) - frozenset(without))
+
+
+# the older spellings, read back from ``tables`` (set after the class is made: as constructor
+# arguments they are init-only and fold into ``tables``)
+Options.keep = property(lambda self: next((k for k in ("events", "report", "gpu") if set(KEEP[k]) <= self.tables), "compact"))  # type: ignore[assignment]
+Options.keep_gpu = property(lambda self: "gpu" in self.tables)  # type: ignore[assignment]
+Options.extras = property(lambda self: tuple(sorted(n for n in self.tables if n in EXTRAS)))  # type: ignore[assignment]
+Options.memory = property(lambda self: "memory" in self.tables)  # type: ignore[assignment]
 
 
 @dataclass
