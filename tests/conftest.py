@@ -81,8 +81,7 @@ def independent_steps() -> list:
             steps = (entry.get("raw_steps") or {}).get("steps")
             if steps:
                 out.append(pytest.param(TRACES / job, steps, id=job.rsplit("/", 1)[-1][:40]))
-    return out if TRACES.exists() else [pytest.param(TRACES / "absent", [], id="shared-absent",
-                                                     marks=pytest.mark.skip(reason=f"shared traces not found at {TRACES}"))]
+    return shared_or_skip(out, arity=2)
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

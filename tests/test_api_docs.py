@@ -69,6 +69,17 @@ def test_examples_run(name, obj, monkeypatch):
     assert result.failed == 0, "".join(out)
 
 
+def test_breakdown_example_numbers_are_the_hand_count():
+    """The doctest above proves the examples current; the numbers the ``breakdown`` example prints
+    for DLRM rank 1 (its step and exposed comm, ns) are also those of the plain-Python count of
+    the raw JSON (tests/test_partition.py), so the example shows right numbers, not only today's."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_partition import _reference_for_single_step
+
+    ref, dur = _reference_for_single_step(sorted((ROOT / "fixtures" / "kineto" / "dlrm-v100-8rank").glob("worker1_*"))[0])
+    assert f"(1, {dur}, {ref['exposed_comm']})" in traceanalyzer.breakdown.__doc__
+
+
 def test_import_is_light():
     """``import traceanalyzer`` loads no polars (the command line handles signals before it
     loads); the first use of a verb does."""

@@ -90,11 +90,20 @@ def test_names_give_date_job_and_run_id(tmp_path):
     assert (specs["dlrm/20261119"].job, specs["dlrm/20261119"].date, len(specs["dlrm/20261119"].files)) == ("dlrm", "2026-11-19", 8)
     assert (specs["dlrm-n2"].job, specs["dlrm-n2"].date) == ("dlrm", "2026-11-20")
     assert (specs["resnet-2026-11-18"].job, specs["resnet-2026-11-18"].date) == ("resnet", "2026-11-18")
-    if "alexnet_2026-11-20" in specs:
-        assert specs["alexnet_2026-11-20"].files == (str(runs["alexnet_2026-11-20"]),)
-        assert specs["alexnet_2026-11-20"].job == "alexnet"
     # the same run id whichever root is given
     assert [s.run_id for s in discover_runs([root / "dlrm" / "20261119"])] == ["dlrm/20261119"]
+
+
+@pytest.mark.skipif(not TRACES.exists(), reason=f"shared traces not found at {TRACES}: the tree lacks its single-file and 2-rank runs")
+def test_dated_single_files_and_a_two_rank_job_are_runs(tmp_path):
+    """The runs the tree holds only with the shared traces: one run per dated file, and a
+    directory of two rank files as one run."""
+    runs = build_tree(tmp_path)
+    specs = {s.run_id: s for s in discover_runs([tmp_path])}
+    for day in ("2026-11-19", "2026-11-20"):
+        assert specs[f"alexnet_{day}"].files == (str(runs[f"alexnet_{day}"]),)
+        assert (specs[f"alexnet_{day}"].job, specs[f"alexnet_{day}"].date) == ("alexnet", day)
+    assert len(specs["sampled/2026-11-20"].files) == 2
 
 
 def test_stored_rows_match_single_trace_breakdown(stored):

@@ -191,3 +191,21 @@ def test_rule_critical_path_launch_binding(tmp_path):
         ("kernel_gap", 100_000, 160_000, 60_000, "k2"),
         ("kernel", 160_000, 200_000, 40_000, "k2"),
     ]
+
+
+def test_rule_comm_kernel_names_and_user_patterns():
+    """Rule (classify/labels.py, docs/guide.md): a kernel is communication by name when a row of
+    the library table or a user's ``--comm-kernel`` regex matches it anywhere, case-insensitively;
+    a bad regex is refused in one line naming it."""
+    from traceanalyzer.classify.labels import COMM_KERNEL, check_comm_pattern, comm_kernel_pattern, user_pattern
+    from traceanalyzer.errors import ConfigError
+
+    assert comm_kernel_pattern() == COMM_KERNEL
+    names = pl.Series(["ncclDevKernel_Generic_4(x)", "void MY_AllReduce_kernel<8>()", "sm90_gemm", "my_allreduce"])
+    assert names.str.contains(comm_kernel_pattern(["my_allreduce"])).to_list() == [True, True, False, True]
+    assert names.str.contains(comm_kernel_pattern()).to_list() == [True, False, False, False]
+    assert names.str.contains(user_pattern(["gemm", "^my_"])).to_list() == [False, False, True, True]
+    check_comm_pattern("my_.*reduce")  # a valid regex: no error
+    with pytest.raises(ConfigError) as e:
+        check_comm_pattern("(?=x)")
+    assert str(e.value).startswith("--comm-kernel '(?=x)' is not a valid regex (") and "\n" not in str(e.value)
