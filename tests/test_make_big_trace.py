@@ -45,16 +45,17 @@ def test_three_copies_have_three_steps_with_the_source_s_work(tmp_path):
             pl.col("name").str.replace(r"^ProfilerStep#10$", f"ProfilerStep#{10 + k}"),
         )
         assert_frame_equal(copy.select(key).sort(key), want.select(key).sort(key))
-    # the partition: same work in every step; steps renumbered 10, 11, 12; the last copy's step
-    # is exactly the source's (the earlier ones also hold the idle gap up to the next copy)
+    # the partition: same work in every step; steps renumbered 10, 11, 12; each step is its copy's
+    # ProfilerStep range, so every copy's step is exactly the source's (the gap up to the next
+    # copy lies between two steps' ranges: in no step)
     s = ta.breakdown(src)
     b = ta.breakdown(big)
     assert s["step"].to_list() == [10] and b["step"].to_list() == [10, 11, 12]
     for col in WORK:
         assert b[col].to_list() == [s[col][0]] * 3
-    assert_frame_equal(b.tail(1).select(WORK + ["duration_ns", "idle_ns"]), s.select(WORK + ["duration_ns", "idle_ns"]))
-    assert (b["duration_ns"].head(2) == shift_ns).all()
-    assert (b["idle_ns"].head(2) - s["idle_ns"][0] == shift_ns - s["duration_ns"][0]).all()
+    for k in range(3):
+        assert_frame_equal(b[k].select(WORK + ["duration_ns", "idle_ns"]), s.select(WORK + ["duration_ns", "idle_ns"]))
+    assert (b["start_ns"] - s["start_ns"][0]).to_list() == [k * shift_ns for k in range(3)]
 
 
 def test_size_target_is_met_within_one_event(tmp_path):

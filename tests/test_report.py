@@ -90,13 +90,14 @@ def test_model_numbers_against_the_breakdown(path):
 
 
 def test_dlrm_pinned_headline():
-    # DLRM, 8 V100 ranks, one step each: rank 1 is slowest (18.467 ms); idle is the biggest loss
+    # DLRM, 8 V100 ranks, one step each: rank 1 is slowest (19.901 ms, its ProfilerStep range);
+    # idle is the biggest loss
     m = _model(DLRM)
     h = m["headline"]
-    assert h["slowest_rank"] == 1 and round(h["slowest_rank_step_ms"], 3) == 18.467
+    assert h["slowest_rank"] == 1 and round(h["slowest_rank_step_ms"], 3) == 19.901
     assert h["biggest_loss"]["bucket"] == "idle"
     assert m["ranks"][0]["buckets"]["exposed_comm"]["ms"] == 5.537  # = test_partition's hand computation
-    assert m["ranks"][0]["buckets"]["idle"]["ms"] == 6.419
+    assert m["ranks"][0]["buckets"]["idle"]["ms"] == pytest.approx(7.865, abs=1e-9)
 
 
 def test_timeline_runs_are_maximal_and_sum_to_the_partition():
