@@ -33,7 +33,7 @@ src_rank           Int64      "Src Rank" of point-to-point operations
 dst_rank           Int64      "Dst Rank" of point-to-point operations
 input_dims         String     "Input Dims" (record_shapes) as compact JSON text, for shaped ops
                               (GEMM / conv / attention: names matching mm|linear|matmul|conv|
-                              attention|einsum); null elsewhere
+                              attention|attn|einsum); null elsewhere
 =================  =========  ==================================================================
 
 ``KINDS``:

@@ -14,7 +14,7 @@ TOML layout (every key optional unless a computation needs it; long Megatron-sty
 accepted as aliases of the short ones)::
 
     name = "my run"
-    convention = "megatron"        # FLOPs convention: megatron | megatron2024 | palm
+    convention = "megatron"        # FLOPs convention: megatron | megatron2024 | palm | torch
 
     [model]   layers, hidden, ffn, heads, kv_heads, head_dim, vocab, seq_length,
               activation = "gelu" | "swiglu", experts, top_k, moe_ffn, moe_layer_freq,
@@ -44,7 +44,7 @@ from typing import Any
 
 from traceanalyzer.errors import ConfigError, InputNotFound
 
-CONVENTIONS = ("megatron", "megatron2024", "palm")
+CONVENTIONS = ("megatron", "megatron2024", "palm", "torch")
 PRECISIONS = ("bf16", "fp16", "fp8", "tf32", "fp32")
 
 

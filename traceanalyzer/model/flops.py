@@ -56,6 +56,7 @@ CONVENTION_NOTES = {
     "megatron": "Megatron-LM since 2025-03-06: causal attention (s² term halved), model FLOPs only",
     "megatron2024": "Megatron-LM before 2025-03-06 / NeMo 24.07: non-causal attention, model FLOPs only",
     "palm": "PaLM App. B: 6N + 12·L·H·Q·T (non-causal), model FLOPs only",
+    "torch": "torch.utils.flop_counter: non-causal attention, its backward 2.5x its forward, model FLOPs only",
     "per-sample": "3 × the configured forward FLOPs per sample × samples per step (fwd, wgrad, dgrad)",
 }
 
@@ -142,10 +143,12 @@ def step_flops(cfg: RunConfig, convention: str | None = None, global_batch: int 
     T = B * s
 
     attn_linear_tok = 6 * (h * (q + 2 * d * n_kv) + q * h) * L
-    if conv == "megatron":
+    if conv in ("megatron", "torch"):
         n_moe = _moe_layers(cfg, L)
         mlp_tok = 6 * h * E * (f * (L - n_moe) + f_moe * k * n_moe)
         core_tok = 6 * q * s * L  # causal: half of the s×s scores
+        if conv == "torch":  # FlopCounterMode: non-causal, forward 2·s·(q + q), backward 2.5× that
+            core_tok = 14 * q * s * L
     elif conv == "megatron2024":
         mlp_tok = 6 * h * E * f * k * L  # 2024 code: every layer f·top_k, experts sized by ffn_hidden_size
         core_tok = 12 * q * s * L
@@ -158,10 +161,11 @@ def step_flops(cfg: RunConfig, convention: str | None = None, global_batch: int 
     attn_linear, attn_core, mlp, logits = (float(x) * T for x in (attn_linear_tok, core_tok, mlp_tok, logits_tok))
     layers_total = attn_linear + attn_core + mlp
     gran = cfg.recompute.granularity
+    core_fwd = attn_core * (4 / 14 if conv == "torch" else 1 / 3)  # one forward of the core attention
     if gran == "full":
-        recompute = layers_total / 3 * cfg.recomputed_layers() / L
+        recompute = ((attn_linear + mlp) / 3 + core_fwd) * cfg.recomputed_layers() / L
     elif gran == "selective":
-        recompute = attn_core if hfu == "korthikanti2022" else attn_core / 3
+        recompute = attn_core if hfu == "korthikanti2022" else core_fwd
     else:
         recompute = 0.0
     return StepFlops(conv, T, attn_linear, attn_core, mlp, logits, recompute)

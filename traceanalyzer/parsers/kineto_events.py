@@ -73,7 +73,7 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     "input_dims": pl.String,
 }
 #: ops whose ``Input Dims`` we keep (FLOPs counting needs GEMM/conv/attention shapes only)
-SHAPED_OPS = r"(?i)(mm|linear|matmul|conv|attention|einsum)"
+SHAPED_OPS = r"(?i)(mm|linear|matmul|conv|attention|attn|einsum)"
 
 # ---------------------------------------------------------------------------------------------
 # the typed decoder
