@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 
 from traceanalyzer.classify.shapes import op_cost
@@ -108,3 +109,42 @@ def test_attention_check_flags_a_wrong_sequence_length():
     assert g["ratio"] == pytest.approx(1.0, rel=1e-9)
     assert g["attention_ratio"] == pytest.approx(2.0, rel=1e-9)
     assert not g["ok"] and "attention" in g["verdict"]
+
+
+# --------------------------------------------------------------------------- ops / kernels
+@pytest.mark.parametrize("run", ["base", "recompute"])
+def test_op_table_counts_flops_once_at_the_launching_op(run):
+    from traceanalyzer import api  # noqa: PLC0415
+    from traceanalyzer.classify.tables import analysis_with_tables, ops  # noqa: PLC0415
+
+    an = analysis_with_tables(api.analyze(trace_of(run), workers=1))
+    t = ops(an)
+    steps = 3
+    # summed over the table: FlopCounterMode's total (wrappers such as aten::linear and SDPA, and the
+    # addmm a checkpoint's early stop recorded without running it, count nothing)
+    assert t["flops"].sum() / steps == pytest.approx(TRUTH[run]["measured_flops_per_step"], rel=1e-9)
+    wrappers = t.filter(pl.col("name").is_in(["aten::linear", "aten::scaled_dot_product_attention",
+                                              "aten::_scaled_dot_product_cudnn_attention"]))
+    assert wrappers.height and wrappers["flops"].null_count() == wrappers.height
+    fwd = t.filter(pl.col("name") == "aten::_cudnn_attention_forward").row(0, named=True)
+    # its TFLOP/s by hand: FLOPs (non-causal, torch convention) over the GPU time of its kernels
+    assert fwd["tflops"] == pytest.approx(fwd["flops"] / fwd["gpu_ns"] / 1e3, rel=1e-12)
+    # precision from the recorded input types (c10::BFloat16), no --precision needed
+    assert fwd["precision"] == "bf16" and fwd["roofline_pct"] is not None
+
+
+def test_kernel_table_gives_attention_kernels_their_tflops():
+    from traceanalyzer import api  # noqa: PLC0415
+    from traceanalyzer.classify.tables import analysis_with_tables, kernels  # noqa: PLC0415
+
+    an = analysis_with_tables(api.analyze(trace_of("base"), workers=1))
+    k = kernels(an)
+    bprop = k.filter(pl.col("name").str.contains("flash_bprop")).row(0, named=True)
+    # cuDNN's backward launches three kernels; its FLOPs (2·b·h·s²·(3d + 2dv) per call) go to the flash one
+    per_call = 2 * 8 * 16 * 2048 * 2048 * (3 * 128 + 2 * 128)
+    assert (bprop["flops_calls"], bprop["flops"]) == (72, 72 * per_call)
+    assert bprop["tflops"] == pytest.approx(72 * per_call / bprop["total_ns"] / 1e3, rel=1e-12)
+    assert bprop["precision"] == "bf16"
+    gemm = k.filter(pl.col("name").str.starts_with("nvjet")).sort("total_ns", descending=True).row(0, named=True)
+    # a GEMM whose op also issued a workspace memset: the kernel still gets its FLOPs
+    assert gemm["flops_calls"] == gemm["calls"] and gemm["precision"] == "bf16"
