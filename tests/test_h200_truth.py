@@ -148,3 +148,107 @@ def test_kernel_table_gives_attention_kernels_their_tflops():
     gemm = k.filter(pl.col("name").str.starts_with("nvjet")).sort("total_ns", descending=True).row(0, named=True)
     # a GEMM whose op also issued a workspace memset: the kernel still gets its FLOPs
     assert gemm["flops_calls"] == gemm["calls"] and gemm["precision"] == "bf16"
+
+
+# --------------------------------------------------------------------------- recipes, parameters
+def _cfg(run: str):
+    from traceanalyzer.model.config import load_config  # noqa: PLC0415
+
+    return load_config(CONFIGS / f"h200_{run}.toml")
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_parameter_count_is_exact(run):
+    # by hand for base (capture.py): per block 12h² weights + 3h+h+4h+h biases + two LayerNorms 4h;
+    # embedding and untied head V·h each, learned positions s·h, final LayerNorm 2h
+    L, h, V, s = 24, 2048, 50304, 2048
+    base = L * (12 * h * h + 9 * h + 4 * h) + 2 * V * h + s * h + 2 * h
+    assert base == 1_418_842_112
+    assert _cfg(run).param_count() == TRUTH[run]["params"]
+
+
+def test_recipes_set_the_bytes_per_parameter():
+    from dataclasses import replace  # noqa: PLC0415
+
+    from traceanalyzer.model.config import TrainingConfig  # noqa: PLC0415
+
+    cfg = _cfg("base")
+    r = cfg.training_recipe()
+    assert (r.name, r.param_bytes, r.grad_bytes, r.optimizer_bytes) == ("pure-bf16", 2, 2, 4)
+    for recipe, want in (("megatron-mixed", (2, 4, 12)), ("amp-fp32-master", (4, 4, 8)), ("fsdp2-mixed", (4, 4, 8))):
+        r = replace(cfg, training=TrainingConfig(recipe=recipe)).training_recipe()
+        assert (r.param_bytes, r.grad_bytes, r.optimizer_bytes) == want, recipe
+    # a key given overrides the recipe's: SGD with momentum keeps one state
+    r = replace(cfg, training=TrainingConfig(recipe="pure-bf16", optimizer="sgd")).training_recipe()
+    assert r.optimizer_bytes == 2
+    # no [training]: megatron-mixed, today's 18 B/param with bf16 and fp32 gradient reduction
+    r = replace(cfg, training=TrainingConfig()).training_recipe()
+    assert (r.name, r.param_bytes + r.grad_bytes + r.optimizer_bytes) == ("megatron-mixed", 18)
+
+
+def test_bad_recipe_key_is_one_clear_error(tmp_path):
+    from traceanalyzer.errors import ConfigError  # noqa: PLC0415
+    from traceanalyzer.model.config import load_config  # noqa: PLC0415
+
+    p = tmp_path / "c.toml"
+    p.write_text('[model]\nlayers = 2\nhidden = 64\nheads = 4\n[training]\noptimizer = "lamb"\n')
+    with pytest.raises(ConfigError, match=r"\[training\] optimizer = 'lamb'.*adamw, adam, sgd, adafactor"):
+        load_config(p)
+    p.write_text('[model]\nposition_embedding = "alibi"\n')
+    with pytest.raises(ConfigError, match=r"\[model\] position_embedding = 'alibi'.*rope, learned, none"):
+        load_config(p)
+
+
+def test_megatron_arguments_map_onto_the_same_keys(tmp_path):
+    from traceanalyzer.model.config import load_config  # noqa: PLC0415
+
+    p = tmp_path / "run.sh"
+    p.write_text("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                 "--seq-length 128 --padded-vocab-size 256 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+                 "--position-embedding-type rope --normalization RMSNorm --disable-bias-linear --optimizer sgd\n")
+    cfg = load_config(megatron_args=p)
+    assert (cfg.model.position_embedding, cfg.model.norm, cfg.model.bias) == ("rope", "rmsnorm", False)
+    r = cfg.training_recipe()
+    assert (r.name, r.optimizer, r.master_weights) == ("megatron-mixed", "sgd", True)
+    # 2 layers × (4·64² + 2·4·64² + 2·64) + 256·64 + 64 (RMSNorm: h per norm)
+    assert cfg.param_count() == 2 * (12 * 64 * 64 + 2 * 64) + 256 * 64 + 64
+
+
+# --------------------------------------------------------------------------- memory
+@pytest.mark.parametrize("run", RUNS)
+def test_memory_prediction_against_the_allocator(run):
+    from traceanalyzer.model.memory import estimate_memory  # noqa: PLC0415
+
+    est = estimate_memory(_cfg(run))
+    truth = TRUTH[run]["peak_mem_bytes"]
+    if run == "recompute":
+        # truth's max_memory_allocated (26.89 GiB) covers the whole script, the FlopCounterMode step
+        # included; the profiled steps peak at 18.83 GiB (the trace's allocator record, below)
+        assert est.total_bytes == pytest.approx(18.829171180725098 * 2**30, rel=0.05)
+    else:
+        assert est.total_bytes == pytest.approx(truth, rel=0.05)
+    assert est.details["peak_phase"] == "backward_start"
+    # alive at that moment: no gradients yet (set_to_none), three fp32 [tokens, V] buffers of the loss
+    c = est.components
+    tokens, V, h = TRUTH[run]["tokens_per_step"], 50304, TRUTH[run]["config"]["h"]
+    assert c["gradients"] == 0
+    assert c["logits"] == 3 * 4 * tokens * V + 2 * 2 * tokens * h
+    assert c["weights"] == 2 * TRUTH[run]["params"] and c["optimizer_states"] == 4 * TRUTH[run]["params"]
+
+
+@pytest.mark.parametrize("run", ["base", "recompute"])
+def test_memory_command_compares_with_the_trace(run):
+    from traceanalyzer.reconcile.footprint import memory  # noqa: PLC0415
+
+    r = memory(trace_of(run), CONFIGS / f"h200_{run}.toml", workers=1)
+    measured = r.fit.item(0, "measured_peak_allocated")
+    assert r.estimate.total_bytes == pytest.approx(measured, rel=0.05)
+    assert not [w for w in r.warnings if "vs measured peak" in w]
+    # a configuration that is off: one line with both numbers
+    from dataclasses import replace  # noqa: PLC0415
+
+    cfg = _cfg(run)
+    wrong = replace(cfg, model=replace(cfg.model, layers=12))
+    r = memory(trace_of(run), wrong, workers=1)
+    line = [w for w in r.warnings if "vs measured peak" in w]
+    assert len(line) == 1 and f"{measured / 2**30:.2f} GiB" in line[0]
