@@ -25,7 +25,7 @@ accepted as aliases of the short ones)::
     [batch]   global_batch, micro_batch
     [parallel] tp, pp, dp, cp, ep, vp, sequence_parallel, distributed_optimizer,
               tp_comm_overlap, overlap_grad_reduce, overlap_param_gather, grad_reduce_dtype,
-              zero_stage (0-3; FSDP full shard = 3)
+              zero_stage (0-3; FSDP full shard = 3), grad_allreduce
     [recompute] granularity = "none" | "selective" | "full", method = "uniform" | "block",
               num_layers
     [hardware] gpu, num_gpus, precision, gpus_per_node, peak_tflops, intra_node_gbps,
@@ -115,6 +115,10 @@ class ParallelConfig:
     # (= Megatron's distributed optimizer), 2 + gradients, 3 + weights (FSDP FULL_SHARD).
     # None: 1 with distributed_optimizer, else 0.
     zero_stage: int | None = None
+    # Whether each step all-reduces the gradients (DDP / Megatron's DP reduction): None = when
+    # dp > 1. A one-GPU PyTorch loop that still all-reduces (world size 1) pays the flattening
+    # copies; the shape-aware what-if keeps or drops that per-step cost by this key.
+    grad_allreduce: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -296,6 +300,12 @@ class RunConfig:
         if m.hidden is None or m.heads is None:
             return None
         return m.hidden // m.heads
+
+    @property
+    def grad_allreduce(self) -> bool:
+        """Whether each step all-reduces the gradients (``[parallel] grad_allreduce``, else dp > 1)."""
+        g = self.parallel.grad_allreduce
+        return g if g is not None else (self.dp or 1) > 1
 
     @property
     def microbatches(self) -> int | None:

@@ -35,7 +35,7 @@ _MIN = {"experts": 0, "zero_stage": 0}
 _FLOAT_MIN = {"peak_tflops": 1e-3, "intra_node_gbps": 1e-3, "inter_node_gbps": 1e-3, "tflops_per_gpu": 1e-3,
               "step_time_s": 1e-6, "fwd_flops_per_sample": 1.0, "memory_gb": 1e-3}
 _BOOLS = {"sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
-          "untie_embeddings", "flash_attention", "bias", "dropout", "master_weights"}
+          "untie_embeddings", "flash_attention", "bias", "dropout", "master_weights", "grad_allreduce"}
 _CHOICES = {
     "activation": ("gelu", "swiglu"), "granularity": ("none", "selective", "full"), "method": ("uniform", "block"),
     "precision": ("bf16", "fp16", "fp8", "tf32", "fp32"), "grad_reduce_dtype": ("fp32", "bf16"),
