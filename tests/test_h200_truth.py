@@ -342,3 +342,16 @@ def test_memory_of_the_other_shapes_against_their_allocator(run, sets, phase):
     est = estimate_memory(new)
     assert est.total_bytes == pytest.approx(MORE[run]["peak_mem_bytes"], rel=0.05)
     assert est.details["peak_phase"] == phase
+
+
+def test_small_gemms_are_said_to_be_extrapolated():
+    from traceanalyzer import api  # noqa: PLC0415
+    from traceanalyzer.model.whatif import anchor_from_analysis  # noqa: PLC0415
+
+    anchor = anchor_from_analysis(api.analyze(trace_of("small"), workers=1), _cfg("small"))
+    # the median GEMM of the small model: fc1 / fc2 at 4096 tokens, 2·4096·768·3072 FLOPs
+    assert anchor.kernels["gemm_median_gflop"] == pytest.approx(2 * 4096 * 768 * 3072 / 1e9, rel=1e-12)
+    res = _predict(anchor, ["micro_batch=16", "global_batch=16"])
+    assert any("GEMMs are small" in n for n in res["notes"])
+    # an upper bound indeed: the recorded run at micro-batch 16 was faster
+    assert res["predicted"]["step_time_s"] > MORE["small_b16"]["step_s_median"]

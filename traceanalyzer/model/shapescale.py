@@ -73,7 +73,7 @@ def kernel_families(analysis: Any, step_name: str = "ProfilerStep") -> dict[str,
     ops = ev.filter(pl.col("kind") == "cpu_op", pl.col("external_id").is_not_null()).select(
         "rank", "external_id", pl.col("name").alias("op"), pl.col("start_ns").alias("op_start"), "input_dims"
     ).unique(["rank", "external_id"], keep="first")
-    k = k.join(ops, on=["rank", "external_id"], how="left")
+    k = k.drop("input_dims", "input_type", strict=False).join(ops, on=["rank", "external_id"], how="left")
     # the step tail: from the end of the last backward op of each step window to its end
     # (gradient flattening, the all-reduce, the optimizer step)
     w = analysis.windows.select("rank", "step", "cpu_start_ns", "cpu_end_ns").sort("rank", "cpu_start_ns")
@@ -110,9 +110,14 @@ def kernel_families(analysis: Any, step_name: str = "ProfilerStep") -> dict[str,
     n = analysis.steps.height or 1
     per = {f: float(k.filter(pl.col("family") == f)["dur"].sum()) / n / 1e9 for f in FAMILIES}
     launches = k.height / n
+    from traceanalyzer.classify.shapes import op_cost  # noqa: PLC0415
+
+    g = k.filter(pl.col("family") == "gemm").select("op", "input_dims").drop_nulls()
+    costs = [c.flops for c in (op_cost(o, d) for o, d in g.iter_rows()) if c is not None]
+    gemm_gflop = float(sorted(costs)[len(costs) // 2]) / 1e9 if costs else None
     # the attention shapes the anchor measured: [B, H, L, D] of its forward calls
     shapes = sorted({d for d in k.filter(pl.col("family") == "attention")["input_dims"].drop_nulls().to_list()})[:4]
-    return {"seconds": per, "launches_per_step": launches, "attention_dims": shapes,
+    return {"seconds": per, "launches_per_step": launches, "attention_dims": shapes, "gemm_median_gflop": gemm_gflop,
             "host_launch_s": _host_launch_s(analysis)}
 
 
@@ -158,9 +163,20 @@ def scale_families(seconds: dict[str, float], old: RunConfig, new: RunConfig) ->
     return out
 
 
-def extrapolation(anchor: RunConfig, new: RunConfig) -> list[str]:
+#: GEMMs below this many GFLOP per call do not reach the GPU's GEMM throughput (an H200 runs a
+#: 5 GFLOP bf16 GEMM at ~470 TFLOP/s, 20 GFLOP at ~680, 300 GFLOP at ~800): per-token time then
+#: falls as the micro-batch grows, which the flat per-token rule does not follow
+SMALL_GEMM_GFLOP = 50.0
+
+
+def extrapolation(anchor: RunConfig, new: RunConfig, kernels: dict[str, Any] | None = None) -> list[str]:
     """What the prediction extrapolates beyond the shapes the anchor measured."""
     out = []
+    g = (kernels or {}).get("gemm_median_gflop")
+    if g is not None and g < SMALL_GEMM_GFLOP and new.batch.micro_batch * (new.model.seq_length or 0) > \
+            anchor.batch.micro_batch * (anchor.model.seq_length or 0):
+        out.append(f"the anchor's GEMMs are small (median {g:.3g} GFLOP per call, below ~{SMALL_GEMM_GFLOP:.0f}): larger "
+                   "ones run faster per FLOP, so the predicted GEMM time is an upper bound")
     a, n = anchor, new
     if n.model.hidden != a.model.hidden or n.ffn != a.ffn or n.parallel.tp != a.parallel.tp:
         out.append("hidden / FFN / TP differ from the anchor's: GEMM time is carried by FLOPs at the anchor's "

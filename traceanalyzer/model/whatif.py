@@ -413,7 +413,7 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib
         from traceanalyzer.model.shapescale import extrapolation, scale_families  # noqa: PLC0415
 
         scaled = scale_families({k[len("compute_"):]: a[k] for k in compute_keys}, old, new)
-        notes += [f"extrapolated: {x}" for x in extrapolation(old, new)]
+        notes += [f"extrapolated: {x}" for x in extrapolation(old, new, anchor.kernels)]
     for k in compute_keys:
         fam = k[len("compute_"):] if k != "compute" else "compute"
         fo, fn = ff_old.get(fam, 0.0), ff_new.get(fam, 0.0)
