@@ -33,6 +33,7 @@ SETS = {  # run -> (configuration it is derived from, --set) for runs without a 
     "s1024": ("base", ["seq_length=1024", "grad_allreduce=false"]),
     "s4096": ("base", ["seq_length=4096", "micro_batch=4", "global_batch=4", "grad_allreduce=false"]),
     "small_b16": ("small", ["micro_batch=16", "global_batch=16"]),
+    "mlprc": ("base", ["recompute=mlp", "grad_allreduce=false"]),
 }
 
 
@@ -97,7 +98,8 @@ def main() -> None:
     print("| anchor → target | --set | predicted step | measured (unprofiled) | error | notes |")
     print("|---|---|---|---|---|---|")
     anchors = {}
-    for run, (base, sets) in list(SETS.items()) + [("b4", ("base", ["micro_batch=4", "global_batch=4"])),
+    for run, (base, sets) in list(SETS.items()) + [("recompute", ("base", ["recompute=full"])),
+                                                   ("b4", ("base", ["micro_batch=4", "global_batch=4"])),
                                                    ("b4 ", ("base", ["micro_batch=4", "global_batch=4", "grad_allreduce=false"]))]:
         name = run.strip()
         if name not in truth:

@@ -290,6 +290,7 @@ def test_anchor_splits_compute_by_kernel_family(base_anchor):
     ("b16", ["micro_batch=16", "global_batch=16"]),
     ("s1024", ["seq_length=1024"]),
     ("s4096", ["seq_length=4096", "micro_batch=4", "global_batch=4"]),
+    ("mlprc", ["recompute=mlp"]),
 ])
 def test_whatif_from_base_predicts_the_measured_step(base_anchor, run, sets):
     truth = (TRUTH.get(run) or MORE[run])["step_s_median"]
@@ -355,3 +356,29 @@ def test_small_gemms_are_said_to_be_extrapolated():
     assert any("GEMMs are small" in n for n in res["notes"])
     # an upper bound indeed: the recorded run at micro-batch 16 was faster
     assert res["predicted"]["step_time_s"] > MORE["small_b16"]["step_s_median"]
+
+
+def test_full_recompute_from_base(base_anchor):
+    res = _predict(base_anchor, ["recompute=full"])  # the recompute run all-reduced too
+    assert res["predicted"]["step_time_s"] == pytest.approx(TRUTH["recompute"]["step_s_median"], rel=0.05)
+
+
+@pytest.mark.parametrize("run,sets", [("recompute", ["recompute=full"]), ("mlprc", ["recompute=mlp", "grad_allreduce=false"])])
+def test_recompute_flops_follow_the_checkpoints_early_stop(run, sets):
+    """torch.utils.checkpoint(use_reentrant=False) does not run the region's last matmul again: the
+    configuration's executed FLOPs (convention torch) equal FlopCounterMode's exactly."""
+    from traceanalyzer.model.flops import step_flops  # noqa: PLC0415
+    from traceanalyzer.model.whatif import apply_sets  # noqa: PLC0415
+
+    truth = (TRUTH.get(run) or MORE[run])["measured_flops_per_step"]
+    assert step_flops(apply_sets(_cfg("base"), sets), "torch").hardware == truth
+
+
+def test_mlp_recompute_memory():
+    from traceanalyzer.model.memory import estimate_memory  # noqa: PLC0415
+    from traceanalyzer.model.whatif import apply_sets  # noqa: PLC0415
+
+    est = estimate_memory(apply_sets(_cfg("base"), ["recompute=mlp", "grad_allreduce=false"]))
+    # per layer: LayerNorm-1 input, QKV input, Q/K/V, attention output and the MLP's input = 14·sbh bytes
+    assert est.components["activations"] == 24 * 14 * 8 * 2048 * 2048
+    assert est.total_bytes == pytest.approx(MORE["mlprc"]["peak_mem_bytes"], rel=0.05)

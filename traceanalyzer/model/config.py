@@ -26,7 +26,7 @@ accepted as aliases of the short ones)::
     [parallel] tp, pp, dp, cp, ep, vp, sequence_parallel, distributed_optimizer,
               tp_comm_overlap, overlap_grad_reduce, overlap_param_gather, grad_reduce_dtype,
               zero_stage (0-3; FSDP full shard = 3), grad_allreduce
-    [recompute] granularity = "none" | "selective" | "full", method = "uniform" | "block",
+    [recompute] granularity = "none" | "selective" | "full" | "mlp", method = "uniform" | "block",
               num_layers
     [hardware] gpu, num_gpus, precision, gpus_per_node, peak_tflops, intra_node_gbps,
               inter_node_gbps, memory_gb (GiB)
@@ -123,7 +123,7 @@ class ParallelConfig:
 
 @dataclass(frozen=True)
 class RecomputeConfig:
-    granularity: str = "none"  # none | selective | full
+    granularity: str = "none"  # none | selective | full | mlp (each layer's MLP under a checkpoint)
     method: str = "uniform"  # uniform: every layer; block: `num_layers` per pipeline stage
     num_layers: int | None = None
 

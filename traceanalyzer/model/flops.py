@@ -24,7 +24,10 @@ Conventions (Narayanan et al. 2021 App. A; Megatron-LM ``num_floating_point_oper
 Model FLOPs never count recompute (Megatron's logged TFLOP/s is model FLOPs, MFU-style).
 Hardware FLOPs add what recompute executes again: ``full`` = one more forward of every
 recomputed transformer layer (Narayanan et al. 2021's 96·B·s·l·h² form), ``selective`` = one
-more forward of the core attention (QK^T, PV). Korthikanti et al. 2022 App. A print
+more forward of the core attention (QK^T, PV), ``mlp`` = one more forward of every MLP. A
+PyTorch recipe (``[training] recipe`` other than ``megatron-mixed``) checkpoints with
+``torch.utils.checkpoint(use_reentrant=False)``, whose recomputation stops before the region's
+last matmul (the MLP's output projection): that one is not counted again. Korthikanti et al. 2022 App. A print
 ``72·B·s·l·h²·(1 + s/3h + V/12hl)`` for selective, i.e. they count the s² term a second time at
 full fwd+bwd weight (3× one forward); we count the forward only — the published HFU of the
 2022 README (e.g. 52.8 % for 175B) is therefore 0.9 point above ours.
@@ -162,10 +165,17 @@ def step_flops(cfg: RunConfig, convention: str | None = None, global_batch: int 
     layers_total = attn_linear + attn_core + mlp
     gran = cfg.recompute.granularity
     core_fwd = attn_core * (4 / 14 if conv == "torch" else 1 / 3)  # one forward of the core attention
+    # PyTorch's non-reentrant checkpoint stops recomputing once the last tensor the backward needs
+    # exists: the region's last matmul (fc2, whose output nobody saved) does not run again.
+    # Megatron's own checkpoint recomputes the whole region.
+    early_stop = cfg.training.recipe not in (None, "megatron-mixed")
+    mlp_again = mlp * ((E - 1) / E if early_stop else 1.0)
     if gran == "full":
-        recompute = ((attn_linear + mlp) / 3 + core_fwd) * cfg.recomputed_layers() / L
+        recompute = ((attn_linear + mlp_again) / 3 + core_fwd) * cfg.recomputed_layers() / L
     elif gran == "selective":
         recompute = attn_core if hfu == "korthikanti2022" else core_fwd
+    elif gran == "mlp":
+        recompute = mlp_again / 3
     else:
         recompute = 0.0
     return StepFlops(conv, T, attn_linear, attn_core, mlp, logits, recompute)

@@ -44,6 +44,7 @@ the activation bytes (2 in 16-bit training), ``t`` TP::
     none:       r + k/t + c/t   (SP: (r + k)/t + c/t)
     selective:  r + k/t         (SP: (r + k)/t)         the scores are recomputed
     full:       a·s·b·h         (SP: a·s·b·h/t)         only the layer input is kept
+    mlp:        (3a + 1)·sbh + a·s·b·(2q + 2·g·d)/t     the MLP keeps only its input
 
 With MHA, f = 4h, a = 2 and no CP these are Table 2's ``sbh(10 + 24/t + 5as/ht)``,
 ``sbh(34/t + 5as/ht)``, ``sbh(10 + 24/t)``, ``sbh(34/t)`` and ``2sbh``. A MoE layer's MLP term
@@ -106,7 +107,7 @@ PHASES = {
 #: workspace, allocator fragmentation), GiB.
 DEFAULT_RESERVE_GIB = 4.0
 GIB = 2**30
-GRANULARITIES = ("none", "selective", "full")
+GRANULARITIES = ("none", "selective", "full", "mlp")
 
 
 def _act_bytes(precision: str) -> int:
@@ -121,7 +122,8 @@ def layer_activation_bytes(
 ) -> Fraction:
     """Activation bytes one transformer layer keeps per GPU for one micro-batch (exact).
 
-    ``recompute``: ``none`` | ``selective`` | ``full``. Defaults (MHA, ``ffn = 4·hidden``,
+    ``recompute``: ``none`` | ``selective`` | ``full`` | ``mlp`` (the MLP under a checkpoint:
+    the layer keeps the MLP's input only). Defaults (MHA, ``ffn = 4·hidden``,
     GeLU, no CP, stored scores, 2-byte activations) give Korthikanti et al. 2022 Table 2.
     ``moe_experts > 0`` makes it a mixture-of-experts layer (``moe_top_k`` experts per token of
     width ``moe_ffn``). ``dropout`` False: no dropout masks (``2·sbh`` less). See the module
@@ -148,6 +150,10 @@ def layer_activation_bytes(
     else:
         mlp = a * s * b * E * f
     shard = a * s * b * (2 * q + 2 * g * d) + mlp
+    if recompute == "mlp":  # the MLP under a checkpoint keeps only its input: no norm / MLP inputs,
+        # no MLP activations, one dropout mask
+        rep = sbh * (3 * a + (1 if dropout else 0))
+        shard = a * s * b * (2 * q + 2 * g * d)
     scores = 0 if (flash_attention or recompute == "selective") else (2 * a + 1) * heads * s * seq * b
     if sequence_parallel:
         return (rep + shard) / t + Fraction(scores) / t

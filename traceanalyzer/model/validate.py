@@ -37,7 +37,7 @@ _FLOAT_MIN = {"peak_tflops": 1e-3, "intra_node_gbps": 1e-3, "inter_node_gbps": 1
 _BOOLS = {"sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
           "untie_embeddings", "flash_attention", "bias", "dropout", "master_weights", "grad_allreduce"}
 _CHOICES = {
-    "activation": ("gelu", "swiglu"), "granularity": ("none", "selective", "full"), "method": ("uniform", "block"),
+    "activation": ("gelu", "swiglu"), "granularity": ("none", "selective", "full", "mlp"), "method": ("uniform", "block"),
     "precision": ("bf16", "fp16", "fp8", "tf32", "fp32"), "grad_reduce_dtype": ("fp32", "bf16"),
     "position_embedding": ("rope", "learned", "none"), "norm": ("layernorm", "rmsnorm"),
     "recipe": ("megatron-mixed", "pure-bf16", "amp-fp32-master", "fsdp2-mixed"),

@@ -89,7 +89,7 @@ SET_KEYS: dict[str, tuple[str, str, Any]] = {
     "overlap_grad_reduce": ("parallel", "overlap_grad_reduce", "bool"),
     "overlap_param_gather": ("parallel", "overlap_param_gather", "bool"),
     "micro_batch": ("batch", "micro_batch", "int"), "global_batch": ("batch", "global_batch", "int"),
-    "recompute": ("recompute", "granularity", ("none", "selective", "full")),
+    "recompute": ("recompute", "granularity", ("none", "selective", "full", "mlp")),
     "recompute_method": ("recompute", "method", ("uniform", "block")),
     "recompute_num_layers": ("recompute", "num_layers", "int"),
     "num_gpus": ("hardware", "num_gpus", "int"), "gpus_per_node": ("hardware", "gpus_per_node", "int"),
@@ -168,7 +168,7 @@ def apply_sets(cfg: RunConfig, sets: list[str] | dict[str, Any]) -> RunConfig:
         hw["num_gpus"] = None  # the GPU count follows tp·pp·cp·dp
     elif "num_gpus" in keys and "dp" not in keys:
         par["dp"] = None
-    if changes.get("recompute", {}).get("granularity") in ("none", "selective"):
+    if changes.get("recompute", {}).get("granularity") in ("none", "selective", "mlp"):
         changes["recompute"].setdefault("num_layers", None)
     new = cfg
     for sec, vals in changes.items():
@@ -427,6 +427,11 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib
     if a.get("recompute", 0.0) > 0 and r_old > 0:
         add("recompute", a["recompute"] * r_new / r_old, f"× recompute FLOPs per GPU {r_new / r_old:.4g}× "
                                                          f"({old.recompute.granularity} → {new.recompute.granularity})")
+    elif anchor.kernels is not None and model_old > 0:
+        # the forward work itself (matmuls, attention, elementwise), not the per-step optimizer
+        fwd_rate = sum(a.get(f"compute_{f}", 0.0) for f in ("gemm", "attention", "elementwise")) / model_old
+        add("recompute", r_new * fwd_rate, f"{new.recompute.granularity} recompute FLOPs at the anchor's time per model "
+                                           "FLOP of its matmul, attention and elementwise kernels")
     else:
         add("recompute", r_new * sec_per_flop, f"{new.recompute.granularity} recompute FLOPs at the anchor's time per model FLOP")
     t_c_new = sum(r["predicted_s"] for r in rows)

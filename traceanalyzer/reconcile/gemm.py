@@ -183,11 +183,14 @@ def gemm_check(trace: Trace, cfg: RunConfig, convention: str | None = None, gpus
     attn_cfg = None
     if fl.attn_linear or fl.logits:  # a transformer: compare the GEMM terms (attention core runs in SDPA/flash kernels)
         L = cfg.model.layers
-        gemm = (fl.attn_linear + fl.mlp) * (1 + cfg.recomputed_layers() / (3 * L)) + fl.logits
-        what = "config GEMM FLOPs (QKV/out-proj, MLP, logits; + recomputed forward)"
+        gran = cfg.recompute.granularity
         ft = step_flops(cfg, "torch")
-        attn_cfg = (ft.attn_core + (ft.attn_core * 4 / 14 * cfg.recomputed_layers() / L
-                                    if cfg.recompute.granularity == "full" else ft.recompute)) / gpus
+        core_again = {"full": ft.attn_core * 4 / 14 * cfg.recomputed_layers() / L,
+                      "selective": ft.attn_core * 4 / 14}.get(gran, 0.0)
+        # the recomputed matmuls: what recompute executes beyond the core attention
+        gemm = fl.attn_linear + fl.mlp + fl.logits + (ft.recompute - core_again if gran in ("full", "mlp") else 0.0)
+        what = "config GEMM FLOPs (QKV/out-proj, MLP, logits; + recomputed forward)"
+        attn_cfg = (ft.attn_core + core_again) / gpus
     else:
         gemm = fl.hardware
         what = "config FLOPs (given per sample)"
