@@ -110,7 +110,8 @@ def main() -> None:
         res = project(anchors[base], apply_sets(anchors[base].cfg, sets))
         p = res["predicted"]["step_time_s"]
         m = truth[name]["step_s_median"]
-        notes = "; ".join(n.replace("extrapolated: ", "")[:90] for n in res["notes"] if n.startswith(("extrapolated", "HOST")))
+        notes = "; ".join(n.replace("extrapolated: ", "").split(":")[0] for n in res["notes"]
+                          if n.startswith(("extrapolated", "HOST")))
         print(f"| `{base}` → `{name}` | `{' '.join(sets)}` | {p * 1e3:.1f} ms | {m * 1e3:.1f} ms | {pct(p, m)} | {notes or '—'} |")
 
 
