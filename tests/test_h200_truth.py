@@ -382,3 +382,30 @@ def test_mlp_recompute_memory():
     # per layer: LayerNorm-1 input, QKV input, Q/K/V, attention output and the MLP's input = 14·sbh bytes
     assert est.components["activations"] == 24 * 14 * 8 * 2048 * 2048
     assert est.total_bytes == pytest.approx(MORE["mlprc"]["peak_mem_bytes"], rel=0.05)
+
+
+def test_other_recipes_by_hand():
+    """amp-fp32-master and fsdp2-mixed on base's model, component by component (no measurement:
+    the arithmetic of the recipes' bytes per parameter)."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from traceanalyzer.model.config import TrainingConfig  # noqa: PLC0415
+    from traceanalyzer.model.memory import estimate_memory  # noqa: PLC0415
+
+    cfg = _cfg("base")
+    P = 1_418_842_112
+    emb, pos = 50304 * 2048, 2048 * 2048
+    amp = estimate_memory(replace(cfg, training=TrainingConfig(recipe="amp-fp32-master")))
+    c = amp.components
+    assert (c["weights"], c["optimizer_states"], c["gradients"]) == (4 * P, 8 * P, 0)
+    # bf16 copies of every weight but the embeddings (the matmuls' weights, norms and biases included)
+    assert c["autocast_copies"] == 2 * (P - emb - pos)
+    assert amp.details["peak_phase"] == "backward_start"
+    fsdp = estimate_memory(replace(cfg, training=TrainingConfig(recipe="fsdp2-mixed"),
+                                   parallel=replace(cfg.parallel, dp=8), hardware=replace(cfg.hardware, num_gpus=8)))
+    c = fsdp.components
+    assert fsdp.zero_stage == 3
+    assert c["weights"] == pytest.approx(4 * P / 8) and c["optimizer_states"] == pytest.approx(8 * P / 8)
+    # two layers' bf16 parameters gathered + one layer's fp32 gradients
+    layer = 12 * 2048 * 2048 + 13 * 2048
+    assert c["zero3_gathered"] == pytest.approx((2 * 2 + 4) * layer)
