@@ -215,7 +215,11 @@ def test_gemm_tflops_by_hand():
     kr = kernels(B200, name="nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT").row(0, named=True)
     assert (kr["flops_calls"], kr["flops"], kr["total_ns"]) == (36, flops, gpu_ns)
     assert kr["tflops"] == pytest.approx(by_hand, rel=1e-12)
-    assert kr["precision"] is None and kr["roofline_pct"] is None  # the name states no precision
+    # the name states no precision: the launching op's recorded input types do (c10::BFloat16)
+    assert kr["precision"] == "bf16" and kr["roofline_pct"] == pytest.approx(r["roofline_pct"], rel=1e-12)
+    # and the op table needs no --precision either
+    r2 = ops(B200, name=r"^aten::addmm$").filter(pl.col("input_dims") == orjson.dumps(dims).decode()).row(0, named=True)
+    assert (r2["precision"], r2["bytes"]) == ("bf16", r["bytes"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -220,12 +220,16 @@ static const struct {
 };
 #define N_ARGS ((int)(sizeof(ARGS) / sizeof(ARGS[0])))
 #define A_DIMS N_ARGS /* "Input Dims": the raw value's span */
+#define A_TYPES (N_ARGS + 1) /* "Input type": the raw value's span */
 
-/* column indices: row, ph, cat, name, pid, tid, ts, dur, args..., dims offset, dims length */
+/* column indices: row, ph, cat, name, pid, tid, ts, dur, args..., dims offset, dims length,
+   types offset, types length */
 enum { C_ROW, C_PH, C_CAT, C_NAME, C_PID, C_TID, C_TS, C_DUR, C_ARG0 };
 #define C_DIMS_OFF (C_ARG0 + N_ARGS)
 #define C_DIMS_LEN (C_DIMS_OFF + 1)
-#define N_COLS (C_DIMS_LEN + 1)
+#define C_TYPES_OFF (C_DIMS_LEN + 1)
+#define C_TYPES_LEN (C_TYPES_OFF + 1)
+#define N_COLS (C_TYPES_LEN + 1)
 
 /* a value as read: what the typed decoder would have to validate */
 enum { V_ABSENT = 0, V_NULL, V_STR, V_INT, V_FLOAT, V_BIG, V_OTHER };
@@ -565,6 +569,7 @@ static size_t ARG_LEN[N_ARGS];
 
 static int arg_index(Str k) {
     if (KEY_IS(k, "Input Dims")) return A_DIMS;
+    if (KEY_IS(k, "Input type")) return A_TYPES;
     for (int i = 0; i < N_ARGS; i++)
         if (k.len == ARG_LEN[i] && k.p[0] == ARGS[i].key[0] && memcmp(k.p, ARGS[i].key, k.len) == 0) return i;
     return -1;
@@ -588,7 +593,7 @@ static int read_args(Parser *P, Val *a) {
             if ((r = skip_value(P, 2))) return r;
         } else {
             if (a[i].type != V_ABSENT) return GIVE_UP; /* written twice */
-            if (i == A_DIMS) {
+            if (i == A_DIMS || i == A_TYPES) {
                 a[i].type = V_OTHER;
                 a[i].b = P->p;
                 if ((r = skip_value(P, 2))) return r;
@@ -825,7 +830,7 @@ static int push_str_arg(Parser *P, int col, const Val *v) {
 /* the event object at P->p */
 static int read_event(Parser *P) {
     Val f[N_F];
-    Val a[N_ARGS + 1];
+    Val a[N_ARGS + 2];
     int have_args = 0;
     int r;
     memset(f, 0, sizeof(f));
@@ -896,6 +901,9 @@ static int read_event(Parser *P) {
     int dims = a[A_DIMS].type != V_ABSENT;
     if ((r = push_i64(&P->cols[C_DIMS_OFF], dims ? a[A_DIMS].b - P->start : 0, dims))) return r;
     if ((r = push_i64(&P->cols[C_DIMS_LEN], dims ? a[A_DIMS].e - a[A_DIMS].b : 0, dims))) return r;
+    int types = a[A_TYPES].type != V_ABSENT;
+    if ((r = push_i64(&P->cols[C_TYPES_OFF], types ? a[A_TYPES].b - P->start : 0, types))) return r;
+    if ((r = push_i64(&P->cols[C_TYPES_LEN], types ? a[A_TYPES].e - a[A_TYPES].b : 0, types))) return r;
     return 0;
 }
 
@@ -1115,7 +1123,8 @@ static PyObject *decode(PyObject *self, PyObject *arg) {
             c->name = ARGS[i - C_ARG0].key;
             c->kind = ARGS[i - C_ARG0].integer ? K_I64 : K_STR;
         } else {
-            c->name = i == C_DIMS_OFF ? "dims_offset" : "dims_length";
+            c->name = i == C_DIMS_OFF ? "dims_offset" : i == C_DIMS_LEN ? "dims_length"
+                    : i == C_TYPES_OFF ? "types_offset" : "types_length";
             c->kind = K_I64;
         }
     }

@@ -52,7 +52,7 @@ from traceanalyzer.outputs import replace_atomically
 
 #: part of every entry key: bump whenever the parser's canonical output changes (the package
 #: version is in the key too, so a release always starts with an empty cache)
-CACHE_VERSION = "kineto-3"
+CACHE_VERSION = "kineto-4"
 ENV = "TRACEANALYZER_CACHE"
 _CHUNK = 4 * 2**20
 _META_KEY = b"traceanalyzer"

@@ -33,7 +33,9 @@ src_rank           Int64      "Src Rank" of point-to-point operations
 dst_rank           Int64      "Dst Rank" of point-to-point operations
 input_dims         String     "Input Dims" (record_shapes) as compact JSON text, for shaped ops
                               (GEMM / conv / attention: names matching mm|linear|matmul|conv|
-                              attention|einsum); null elsewhere
+                              attention|attn|einsum); null elsewhere
+input_type         String     element type of the first tensor input of those ops, as Kineto's
+                              "Input type" writes it ("c10::BFloat16", "float", "c10::Half")
 =================  =========  ==================================================================
 
 ``KINDS``:
@@ -111,6 +113,7 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "src_rank": pl.Int64,
     "dst_rank": pl.Int64,
     "input_dims": pl.String,
+    "input_type": pl.String,
 }
 
 META_SCHEMA: dict[str, pl.DataType] = {

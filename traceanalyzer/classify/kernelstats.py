@@ -34,6 +34,7 @@ ROW_SCHEMA = {
     "rank": pl.Int32, "step": pl.Int64, "name": pl.String, "cls": pl.String, "kind": pl.String, "stream": pl.Int64,
     "calls": pl.UInt32, "total_ns": pl.Int64, "durations": pl.List(pl.Int64), "bucket_ns": pl.Int64,
     "flops": pl.Int64, "elements": pl.Int64, "flops_ns": pl.Int64, "flops_calls": pl.UInt32,
+    "input_precision": pl.String,
 }
 
 
@@ -96,21 +97,37 @@ def bucket_shares(gpu: pl.DataFrame, seg: pl.DataFrame) -> pl.DataFrame:
     return parts.collect()
 
 
+#: kernel names that do an op's matmul / attention math (cuBLAS / cuBLASLt / nvjet / CUTLASS GEMMs,
+#: cuDNN / flash / xformers attention): an op that launched several kernels gives its FLOPs to the
+#: one of them whose name matches, when exactly one does
+MATH_KERNELS = r"(?i)gemm|nvjet|cutlass|wgmma|xmma|sdpa|fmha|flash|attention|attn"
+
+
 def launch_costs(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.LazyFrame:
     """``__kid, flops, elements`` of the GPU work events whose launching op (the host op with the
     same external id: the innermost op on the stack when the kernel was launched) recorded
-    shapes with a FLOPs formula (:mod:`.shapes`) and launched that one kernel only (an op that
-    launched several kernels keeps its FLOPs in the op table: which kernel did which part of
-    the work is not in the trace)."""
+    shapes with a FLOPs formula (:mod:`.shapes`) and launched that one kernel only, or several of
+    which exactly one is a matmul / attention kernel by name (:data:`MATH_KERNELS`: cuDNN's
+    attention backward launches a preprocessing kernel, its flash kernel and a conversion; the
+    FLOPs go to the flash kernel). Other ops that launched several kernels keep their FLOPs in
+    the op table: which kernel did which part of the work is not in the trace."""
     ops = events.lazy().filter((pl.col("kind") == "cpu_op") & pl.col("input_dims").is_not_null() & pl.col("external_id").is_not_null())
-    ops = ops.select("rank", "external_id", "name", "input_dims").collect()
+    from traceanalyzer.classify.roofline import precision_of_type  # noqa: PLC0415
+
+    ops = ops.select("rank", "external_id", "name", "input_dims",
+                     precision_of_type(pl.col("input_type")).alias("input_precision")).collect()
     if not ops.height:
-        return pl.LazyFrame(schema={"__kid": pl.UInt32, "flops": pl.Int64, "elements": pl.Int64})
+        return pl.LazyFrame(schema={"__kid": pl.UInt32, "flops": pl.Int64, "elements": pl.Int64, "input_precision": pl.String})
     costs = cost_frame(ops).filter(pl.col("flops").is_not_null())
-    op_cost = ops.lazy().join(costs.lazy(), on=["name", "input_dims"]).select("rank", "external_id", "flops", "elements")
-    k = gpu.lazy().with_row_index("__kid").filter(pl.col("external_id").is_not_null())
-    single = k.with_columns(pl.len().over("rank", "external_id").alias("__nk")).filter(pl.col("__nk") == 1)
-    return single.join(op_cost.unique(["rank", "external_id"], keep="first"), on=["rank", "external_id"]).select("__kid", "flops", "elements")
+    op_cost = ops.lazy().join(costs.lazy(), on=["name", "input_dims"]).select("rank", "external_id", "flops", "elements", "input_precision")
+    # memsets / memcpys an op issues beside its kernel (a GEMM's workspace, cuDNN's scratch) are not
+    # the kernel that does the math; of several kernels, the one whose name says matmul / attention
+    k = gpu.lazy().with_row_index("__kid").filter(pl.col("external_id").is_not_null(), pl.col("kind") == "kernel")
+    main = pl.col("name").str.contains(MATH_KERNELS)
+    k = k.with_columns(pl.len().over("rank", "external_id").alias("__nk"),
+                       main.sum().over("rank", "external_id").alias("__nm"))
+    single = k.filter((pl.col("__nk") == 1) | ((pl.col("__nm") == 1) & main))
+    return single.join(op_cost.unique(["rank", "external_id"], keep="first"), on=["rank", "external_id"]).select("__kid", "flops", "elements", "input_precision")
 
 
 def kernel_stat_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, seg: pl.DataFrame) -> pl.DataFrame:
@@ -135,6 +152,7 @@ def kernel_stat_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFr
             pl.col("elements").sum().alias("elements"),
             pl.col("dur").filter(pl.col("flops").is_not_null()).sum().alias("flops_ns"),
             pl.col("flops").is_not_null().sum().alias("flops_calls"),
+            pl.col("input_precision").drop_nulls().first(),
         )
     )
     shares = bucket_shares(gpu, seg).lazy().join(k.select("__kid", "rank", "name", "cls", "kind", "stream"), on="__kid")
@@ -217,8 +235,9 @@ def kernel_table(
     known; ``flops_calls`` of them), ``tflops`` and ``gbps`` (achieved, over those calls' time),
     ``peak_tflops``, ``roofline_pct`` (see :mod:`.roofline`).
 
-    ``precision``: the precision of kernels whose name states none (e.g. ``"bf16"``); without
-    it such kernels get no bytes and no roofline."""
+    ``precision``: the precision of kernels whose name states none and whose launching op
+    recorded no input types (e.g. ``"bf16"``); without it such kernels get no bytes and no
+    roofline."""
     from traceanalyzer.classify.roofline import ELEMENT_BYTES, device_roof, precision_of, with_roofline
 
     sel = select_rows(rows, name=name, rank=rank, step=step)
@@ -238,6 +257,7 @@ def kernel_table(
             pl.col("elements").sum(),
             pl.col("flops_ns").sum(),
             pl.col("flops_calls").sum().cast(pl.Int64),
+            pl.col("input_precision").drop_nulls().first(),
         )
         .with_columns(
             pl.col("cls").alias("bucket"),
@@ -247,7 +267,7 @@ def kernel_table(
             pl.col("__d").list.first().alias("min_ns"),
             pl.col("__d").list.last().alias("max_ns"),
             (100 * pl.col("bucket_ns") / wall if wall else pl.lit(None, pl.Float64)).alias("share_pct"),
-            pl.coalesce(precision_of(pl.col("name")), pl.lit(precision, pl.String)).alias("precision"),
+            pl.coalesce(precision_of(pl.col("name")), "input_precision", pl.lit(precision, pl.String)).alias("precision"),
         )
     )
     has = pl.col("flops_calls") > 0

@@ -21,7 +21,7 @@ ROW_SCHEMA = {
     "rank": pl.Int32, "step": pl.Int64, "name": pl.String, "input_dims": pl.String, "calls": pl.UInt32,
     "total_ns": pl.Int64, "durations": pl.List(pl.Int64), "gpu_ns": pl.Int64, "kernels": pl.UInt32,
     "compute_ns": pl.Int64, "recompute_ns": pl.Int64, "comm_ns": pl.Int64, "other_ns": pl.Int64,
-    "gpu_precision": pl.String,
+    "gpu_precision": pl.String, "launched_calls": pl.UInt32, "input_precision": pl.String,
 }
 
 
@@ -100,10 +100,11 @@ def op_stat_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame)
     the calls that start inside the step's host range, and the GPU time (kernel durations, by
     class: ``compute_ns``...) of the kernels they launched; ``gpu_precision``: the precision the
     first such kernel's name states (:func:`~traceanalyzer.classify.roofline.precision_of`)."""
-    from traceanalyzer.classify.roofline import precision_of
+    from traceanalyzer.classify.roofline import precision_of, precision_of_type
 
     ops = events.lazy().filter(pl.col("kind") == "cpu_op").select(
-        "rank", "name", "input_dims", "external_id", "start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("dur")
+        "rank", "name", "input_dims", "external_id", "start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("dur"),
+        precision_of_type(pl.col("input_type")).alias("input_precision"),
     )
     k = (
         _launching_op(events, gpu)
@@ -137,6 +138,8 @@ def op_stat_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame)
             pl.col("kernels").sum(),
             *[pl.col(f"{c}_ns").sum() for c in ("compute", "recompute", "comm", "other")],
             pl.col("gpu_precision").drop_nulls().first(),
+            (pl.col("kernels").fill_null(0) > 0).sum().alias("launched_calls"),
+            pl.col("input_precision").drop_nulls().first(),
         )
         .collect()
     )
@@ -164,7 +167,10 @@ def op_table(
     attention / null), ``precision``, ``flops``, ``bytes`` (all calls), ``tflops``, ``gbps``
     (achieved: over ``gpu_ns``), ``peak_tflops``, ``roofline_pct``.
 
-    ``precision``: the precision of ops whose kernels' names state none (e.g. ``"bf16"``)."""
+    ``precision``: the precision of the kernels' names where they state one, else of the
+    recorded input types (``Input type``), else ``precision`` (e.g. ``"bf16"``). FLOPs are
+    counted once, for the calls that launched kernels themselves (``aten::linear`` over
+    ``aten::addmm``, SDPA over its cuDNN / flash op get none)."""
     from traceanalyzer.classify.roofline import ELEMENT_BYTES, device_roof, with_roofline
 
     sel = select_rows(rows, name=name, rank=rank, step=step)
@@ -182,6 +188,8 @@ def op_table(
             pl.col("gpu_ns").sum(),
             *[pl.col(f"{c}_ns").sum() for c in cls],
             pl.col("gpu_precision").drop_nulls().first(),
+            pl.col("launched_calls").sum().cast(pl.Int64),
+            pl.col("input_precision").drop_nulls().first(),
         )
         .with_columns(
             pl.when(pl.col("gpu_ns") > 0)
@@ -193,14 +201,21 @@ def op_table(
             pl.col("__d").list.first().alias("min_ns"),
             pl.col("__d").list.last().alias("max_ns"),
             (100 * pl.col("gpu_ns") / wall if wall else pl.lit(None, pl.Float64)).alias("gpu_share_pct"),
-            pl.coalesce("gpu_precision", pl.lit(precision, pl.String)).alias("precision"),
+            pl.coalesce("gpu_precision", "input_precision", pl.lit(precision, pl.String)).alias("precision"),
         )
     )
     costs = cost_frame(t.select("name", "input_dims"))
     size = pl.col("precision").replace_strict(ELEMENT_BYTES, default=None, return_dtype=pl.Int64)
+    # FLOPs once, at the op that launched the kernels: wrappers (aten::linear over aten::addmm,
+    # SDPA over its cuDNN/flash op) and ops that raised before running (a checkpoint's early stop)
+    # launched none. A selection with no kernels at all (CPU-only trace) keeps every formula.
+    counted = pl.col("launched_calls") if int(t["kernels"].fill_null(0).sum()) else pl.col("calls")
     t = t.join(costs, on=["name", "input_dims"], how="left", nulls_equal=True).with_columns(
-        (pl.col("flops") * pl.col("calls")).alias("flops"),
-        (pl.col("elements") * pl.col("calls") * size).alias("bytes"),
+        pl.when(counted > 0).then(pl.col("op_kind")).alias("op_kind"),
+        pl.when(counted > 0).then(pl.col("flops")).alias("flops"),
+    ).with_columns(
+        (pl.col("flops") * counted).alias("flops"),
+        (pl.col("elements") * counted * size).alias("bytes"),
         pl.when(pl.col("gpu_ns") > 0).then(pl.col("gpu_ns")).alias("time_ns"),
     )
     _key, peaks, hbm = device_roof(device)

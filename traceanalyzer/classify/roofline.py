@@ -1,6 +1,7 @@
 """The roofline of one GPU: what a kernel of known FLOPs and bytes could reach at best.
 
 Public surface: :func:`precision_of` (a kernel name -> the precision it names, or None),
+:func:`precision_of_type` (a recorded input element type -> its precision),
 :data:`ELEMENT_BYTES`, :func:`device_roof` (a device name as written in a trace -> its dense
 peak TFLOP/s per precision and HBM GB/s from :mod:`traceanalyzer.model.hardware`) and
 :func:`with_roofline` (columns ``flops``, ``bytes``, ``time_ns``, ``precision`` -> achieved
@@ -36,6 +37,25 @@ def precision_of(name: pl.Expr) -> pl.Expr:
     out = pl.lit(None, pl.String)
     for pattern, prec in reversed(_PRECISION):
         out = pl.when(name.str.contains(pattern)).then(pl.lit(prec)).otherwise(out)
+    return out
+
+
+#: Kineto ``Input type`` element types -> precision (``float`` = fp32: whether TF32 ran is in the
+#: kernel's name, which takes precedence where it states a precision)
+_TYPE_PRECISION = [
+    (r"(?i)float8|fp8", "fp8"),
+    (r"(?i)bfloat16", "bf16"),
+    (r"(?i)^c10::half$|^half$", "fp16"),
+    (r"^float$", "fp32"),
+]
+
+
+def precision_of_type(input_type: pl.Expr) -> pl.Expr:
+    """The precision of a recorded input element type (``c10::BFloat16`` -> ``bf16``,
+    ``c10::Half`` -> ``fp16``, ``float`` -> ``fp32``, ``c10::Float8_e4m3fn`` -> ``fp8``), else null."""
+    out = pl.lit(None, pl.String)
+    for pattern, prec in reversed(_TYPE_PRECISION):
+        out = pl.when(input_type.str.contains(pattern)).then(pl.lit(prec)).otherwise(out)
     return out
 
 

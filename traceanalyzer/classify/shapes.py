@@ -17,8 +17,14 @@ Formulas (a multiply-add is 2 FLOPs; the usual convention of MLPerf and TraceLen
   ``aten::scaled_dot_product_attention``, ``*flash_attention*`` forward ops) with
   ``q [B,H,Lq,D]``, ``k [B,H,Lk,D]``, ``v [B,H,Lk,Dv]``: ``2·B·H·Lq·Lk·(D + Dv)`` (``Q·Kᵀ`` and
   ``P·V``); the causal mask is not in the recorded shapes, so a causal kernel does half this
-  work. The backward ops: 2.5 × the forward (five matmuls of the same size, as in the
-  FlashAttention paper);
+  work (this is ``torch.utils.flop_counter``'s count: non-causal). The backward ops
+  (``grad_out, q, k, v, ...``): ``2·B·H·Lq·Lk·(3·D + 2·Dv)`` (five matmuls, as
+  ``torch.utils.flop_counter``: 2.5 × the forward when ``D = Dv``). The same formulas cover
+  cuDNN's ``aten::_cudnn_attention_forward/backward`` and flash-attn's own
+  ``flash_attn::_flash_attn_forward/backward`` (``[B, L, H, D]``). These ops nest (SDPA calls
+  ``_scaled_dot_product_cudnn_attention``, which calls ``_cudnn_attention_forward``): a caller
+  counts one op per call (:func:`traceanalyzer.reconcile.gemm.attention_flops` the outermost,
+  the op table the one that launched the kernels);
 * convolutions: the output size depends on stride and padding, which Kineto records as
   scalars without values, so they get no formula (``None``), and neither do elementwise or
   normalisation ops (the parser keeps shapes only of GEMM / convolution / attention ops).
@@ -39,8 +45,18 @@ import polars as pl
 
 #: the ops with a formula (a name matching one of these)
 _GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul"}
-_ATTN_FWD = re.compile(r"(?i)^aten::(_?scaled_dot_product(_flash|_efficient|_cudnn)?_attention|_flash_attention_forward|_efficient_attention_forward)$")
-_ATTN_BWD = re.compile(r"(?i)^aten::(_scaled_dot_product(_flash|_efficient|_cudnn)?_attention_backward|_flash_attention_backward|_efficient_attention_backward)$")
+_ATTN_FWD = re.compile(
+    r"(?i)^(aten::(_?scaled_dot_product(_flash|_efficient|_cudnn)?_attention(_for_cpu)?|_flash_attention_forward"
+    r"|_efficient_attention_forward|_cudnn_attention_forward)|flash_attn::_flash_attn_forward)$"
+)
+_ATTN_BWD = re.compile(
+    r"(?i)^(aten::(_scaled_dot_product(_flash|_efficient|_cudnn)?_attention(_for_cpu)?_backward|_flash_attention_backward"
+    r"|_efficient_attention_backward|_cudnn_attention_backward)|flash_attn::_flash_attn_backward)$"
+)
+#: a regular expression (polars / ``re``) of every attention op name with a formula
+ATTENTION_OPS = f"(?i)({_ATTN_FWD.pattern[4:]})|({_ATTN_BWD.pattern[4:]})"
+#: attention ops that take ``[B, L, H, D]`` (the others ``[B, H, L, D]``)
+_BLHD = re.compile(r"(?i)^(aten::_flash_attention_|aten::_efficient_attention_|flash_attn::)")
 
 
 @dataclass(frozen=True)
@@ -125,8 +141,7 @@ def _attention(name: str, dims: list) -> OpCost | None:
     if len(qkv) < 3 or not all(s and len(s) == 4 for s in qkv):
         return None
     q, k, v = qkv
-    if name.lower().startswith("aten::_flash_attention") or name.lower().startswith("aten::_efficient_attention"):
-        # these take [B, L, H, D]
+    if _BLHD.match(name):
         q, k, v = ([s[0], s[2], s[1], s[3]] for s in (q, k, v))
     b, h, lq, d = q
     lk, dv = k[2], v[3]
@@ -134,8 +149,8 @@ def _attention(name: str, dims: list) -> OpCost | None:
         return None
     fwd = 2 * b * h * lq * lk * (d + dv)
     elements = b * h * (lq * d + lk * d + lk * dv + lq * dv)
-    if bwd:
-        return OpCost("attention", fwd * 5 // 2, 2 * elements)
+    if bwd:  # torch.utils.flop_counter: QKᵀ again, dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q
+        return OpCost("attention", 2 * b * h * lq * lk * (3 * d + 2 * dv), 2 * elements)
     return OpCost("attention", fwd, elements)
 
 

@@ -14,21 +14,26 @@ TOML layout (every key optional unless a computation needs it; long Megatron-sty
 accepted as aliases of the short ones)::
 
     name = "my run"
-    convention = "megatron"        # FLOPs convention: megatron | megatron2024 | palm
+    convention = "megatron"        # FLOPs convention: megatron | megatron2024 | palm | torch
 
     [model]   layers, hidden, ffn, heads, kv_heads, head_dim, vocab, seq_length,
               activation = "gelu" | "swiglu", experts, top_k, moe_ffn, moe_layer_freq,
               fwd_flops_per_sample (non-transformer models: forward FLOPs of one sample),
-              untie_embeddings, flash_attention (memory model)
+              untie_embeddings, flash_attention (memory model),
+              position_embedding = "rope" | "learned" | "none", bias (linear biases),
+              norm = "layernorm" | "rmsnorm", dropout (memory model: dropout masks kept)
     [batch]   global_batch, micro_batch
     [parallel] tp, pp, dp, cp, ep, vp, sequence_parallel, distributed_optimizer,
               tp_comm_overlap, overlap_grad_reduce, overlap_param_gather, grad_reduce_dtype,
-              zero_stage (0-3; FSDP full shard = 3)
-    [recompute] granularity = "none" | "selective" | "full", method = "uniform" | "block",
+              zero_stage (0-3; FSDP full shard = 3), grad_allreduce
+    [recompute] granularity = "none" | "selective" | "full" | "mlp", method = "uniform" | "block",
               num_layers
     [hardware] gpu, num_gpus, precision, gpus_per_node, peak_tflops, intra_node_gbps,
               inter_node_gbps, memory_gb (GiB)
     [reported] tflops_per_gpu, convention, step_time_s     # what the run itself logged
+    [training] recipe = "megatron-mixed" | "pure-bf16" | "amp-fp32-master" | "fsdp2-mixed",
+              param_dtype, grad_dtype, optimizer = "adamw" | "adam" | "sgd" | "adafactor",
+              optimizer_state_dtype, master_weights   # a key given overrides its recipe's value
 
 Values that are missing are only an error when something needs them:
 :meth:`RunConfig.need` raises :class:`~traceanalyzer.errors.ConfigError` naming the missing value
@@ -70,6 +75,15 @@ class ModelConfig:
     # no s×s score matrix (flash / fused attention; false = Korthikanti et al.'s materialised softmax).
     untie_embeddings: bool = False
     flash_attention: bool = True
+    # Parameter count and memory: position embeddings ("learned": seq_length × hidden weights;
+    # "rope" and "none": no weights; None: as "rope"), biases on every linear layer but the output
+    # layer, the norm (None: LayerNorm with bias for GeLU models, RMSNorm for SwiGLU models), and
+    # whether the layers keep dropout masks (Megatron's default 0.1 dropout; false for most
+    # PyTorch / Hugging Face pre-training recipes).
+    position_embedding: str | None = None
+    bias: bool = False
+    norm: str | None = None
+    dropout: bool = True
 
     @property
     def swiglu(self) -> bool:
@@ -100,11 +114,15 @@ class ParallelConfig:
     # (= Megatron's distributed optimizer), 2 + gradients, 3 + weights (FSDP FULL_SHARD).
     # None: 1 with distributed_optimizer, else 0.
     zero_stage: int | None = None
+    # Whether each step all-reduces the gradients (DDP / Megatron's DP reduction): None = when
+    # dp > 1. A one-GPU PyTorch loop that still all-reduces (world size 1) pays the flattening
+    # copies; the shape-aware what-if keeps or drops that per-step cost by this key.
+    grad_allreduce: bool | None = None
 
 
 @dataclass(frozen=True)
 class RecomputeConfig:
-    granularity: str = "none"  # none | selective | full
+    granularity: str = "none"  # none | selective | full | mlp (each layer's MLP under a checkpoint)
     method: str = "uniform"  # uniform: every layer; block: `num_layers` per pipeline stage
     num_layers: int | None = None
 
@@ -130,6 +148,80 @@ class Reported:
     step_time_s: float | None = None
 
 
+#: training recipes: what each one sets (a key given in [training] overrides its recipe's value)
+RECIPES: dict[str, dict[str, Any]] = {
+    # Megatron-LM's mixed precision: 16-bit weights, fp32 main gradients (grad_reduce_dtype),
+    # fp32 master weights and Adam moments (18 B/param with bf16); the gradient buffer persists
+    "megatron-mixed": dict(param_dtype=None, grad_dtype=None, optimizer="adam", optimizer_state_dtype="fp32",
+                           master_weights=None),
+    # everything in bf16, no master copy (model.to(torch.bfloat16) + torch.optim.AdamW): 8 B/param
+    "pure-bf16": dict(param_dtype="bf16", grad_dtype="bf16", optimizer="adamw", optimizer_state_dtype="bf16",
+                      master_weights=False),
+    # fp32 parameters computed in bf16 under torch.autocast: 16 B/param + the bf16 weight copies
+    # the matmuls save for the backward
+    "amp-fp32-master": dict(param_dtype="fp32", grad_dtype="fp32", optimizer="adamw", optimizer_state_dtype="fp32",
+                            master_weights=False),
+    # FSDP2 fully_shard with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): fp32 sharded
+    # parameters, gradients and AdamW states (ZeRO stage 3), bf16 compute
+    "fsdp2-mixed": dict(param_dtype="fp32", grad_dtype="fp32", optimizer="adamw", optimizer_state_dtype="fp32",
+                        master_weights=False),
+}
+OPTIMIZERS = ("adamw", "adam", "sgd", "adafactor")
+DTYPES = ("fp32", "bf16", "fp16", "fp8")
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """The training recipe: dtypes of parameters, gradients and optimizer states, and the optimizer.
+
+    Every key None means: the recipe's value (:data:`RECIPES`; the default recipe,
+    ``megatron-mixed``, derives the weight and gradient dtypes from ``[hardware] precision`` and
+    ``[parallel] grad_reduce_dtype`` as before)."""
+
+    recipe: str | None = None
+    param_dtype: str | None = None
+    grad_dtype: str | None = None
+    optimizer: str | None = None
+    optimizer_state_dtype: str | None = None
+    master_weights: bool | None = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A training recipe resolved to concrete values (:meth:`RunConfig.training_recipe`)."""
+
+    name: str
+    param_dtype: str
+    grad_dtype: str
+    optimizer: str
+    optimizer_state_dtype: str
+    master_weights: bool
+
+    @property
+    def param_bytes(self) -> int:
+        return DTYPE_BYTES[self.param_dtype]
+
+    @property
+    def grad_bytes(self) -> int:
+        return DTYPE_BYTES[self.grad_dtype]
+
+    @property
+    def optimizer_states(self) -> int:
+        """Full-size optimizer states per parameter (Adam: two moments; SGD: momentum;
+        Adafactor: factored second moment, counted as none)."""
+        return {"adamw": 2, "adam": 2, "sgd": 1, "adafactor": 0}[self.optimizer]
+
+    @property
+    def optimizer_bytes(self) -> int:
+        """Optimizer bytes per parameter: states + the fp32 master copy."""
+        return self.optimizer_states * DTYPE_BYTES[self.optimizer_state_dtype] + (4 if self.master_weights else 0)
+
+    @property
+    def megatron(self) -> bool:
+        return self.name == "megatron-mixed"
+
+
 @dataclass(frozen=True)
 class TraceConfig:
     """How to read this run's traces (not part of the analytic model)."""
@@ -149,6 +241,7 @@ class RunConfig:
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     reported: Reported = field(default_factory=Reported)
     trace: TraceConfig = field(default_factory=TraceConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
     source: str = ""
     #: what a reader of the inputs should know (on stderr, and in the JSON's ``warnings``)
     warnings: tuple[str, ...] = ()
@@ -208,6 +301,12 @@ class RunConfig:
         return m.hidden // m.heads
 
     @property
+    def grad_allreduce(self) -> bool:
+        """Whether each step all-reduces the gradients (``[parallel] grad_allreduce``, else dp > 1)."""
+        g = self.parallel.grad_allreduce
+        return g if g is not None else (self.dp or 1) > 1
+
+    @property
     def microbatches(self) -> int | None:
         """Microbatches per pipeline per step: GBS / (DP · MBS)."""
         if self.batch.global_batch is None or self.dp is None:
@@ -223,6 +322,53 @@ class RunConfig:
         if r.method == "block" and r.num_layers is not None:
             return min(layers, r.num_layers * self.parallel.pp * self.parallel.vp)
         return layers
+
+    def training_recipe(self) -> Recipe:
+        """The training recipe with every value resolved (the keys given over the recipe's)."""
+        t = self.training
+        name = t.recipe or "megatron-mixed"
+        base = dict(RECIPES[name])
+        if name == "megatron-mixed":
+            pb = "bf16" if self.hardware.precision in ("bf16", "fp8") else "fp16" if self.hardware.precision == "fp16" else "fp32"
+            base["param_dtype"] = pb
+            base["grad_dtype"] = "fp32" if (pb == "fp32" or self.parallel.grad_reduce_dtype == "fp32") else "bf16"
+            base["master_weights"] = pb != "fp32"
+        given = {k: getattr(t, k) for k in ("param_dtype", "grad_dtype", "optimizer", "optimizer_state_dtype",
+                                           "master_weights") if getattr(t, k) is not None}
+        return Recipe(name=name, **{**base, **given})
+
+    def param_count(self) -> int:
+        """Parameters of the whole model (every stage, no sharding): exact from the [model] keys.
+
+        Per layer: attention ``h·(q + 2·g·d) + q·h``, MLP ``E·h·f`` (E = 3 SwiGLU, 2 GeLU), with
+        ``bias``: ``q + 2·g·d + h`` and ``(E − 1)·f + h``; two norms (LayerNorm ``2h``, RMSNorm
+        ``h``); a mixture-of-experts layer ``experts`` MLPs and a router ``h·experts``. The input
+        embedding ``V·h``, an untied output layer ``V·h``, learned positions ``s·h``, the final
+        norm."""
+        from traceanalyzer.model.memory import _layer_params  # noqa: PLC0415
+
+        m = self.model
+        what = "the parameter count"
+        L = self.need(m.layers, "[model] layers", what)
+        h = self.need(m.hidden, "[model] hidden", what)
+        V = self.need(m.vocab, "[model] vocab", what)
+        one = replace(self, parallel=ParallelConfig())
+        total = 0.0
+        for i in range(L):
+            moe = bool(m.experts) and i % m.moe_layer_freq == 0
+            dn, ex = _layer_params(one, moe)
+            total += dn + ex
+        total += V * h * (2 if m.untie_embeddings else 1) + self.norm_params
+        if m.position_embedding == "learned":
+            total += self.need(m.seq_length, "[model] seq_length", "the learned position embeddings") * h
+        return int(round(total))
+
+    @property
+    def norm_params(self) -> int:
+        """Parameters of one norm: LayerNorm ``2h`` (weight and bias), RMSNorm ``h``."""
+        m = self.model
+        norm = m.norm or ("rmsnorm" if m.swiglu else "layernorm")
+        return (2 if norm == "layernorm" else 1) * (m.hidden or 0)
 
     @property
     def unresolved_keys(self) -> set[str]:
@@ -260,10 +406,12 @@ _ALIASES: dict[str, dict[str, str]] = {
     "hardware": {"count": "num_gpus", "world_size": "num_gpus", "dtype": "precision",
                  "nvlink_gbps": "intra_node_gbps", "network_gbps": "inter_node_gbps"},
     "reported": {"tflops": "tflops_per_gpu"},
+    "training": {"optimizer_dtype": "optimizer_state_dtype", "state_dtype": "optimizer_state_dtype"},
 }
 _SECTIONS = {
     "model": ModelConfig, "batch": BatchConfig, "parallel": ParallelConfig,
     "recompute": RecomputeConfig, "hardware": HardwareConfig, "reported": Reported, "trace": TraceConfig,
+    "training": TrainingConfig,
 }
 
 
@@ -276,8 +424,10 @@ def _section(name: str, table: dict[str, Any], cls: type, source: str) -> dict[s
         k = _ALIASES.get(name, {}).get(key, key)
         if k not in known:
             raise ConfigError(f"unknown key {key!r} in [{name}] of {source}; known keys: {', '.join(known)}")
-        if name == "model" and k == "activation" and isinstance(value, str):
-            value = value.lower()
+        if (name == "model" and k in ("activation", "position_embedding", "norm")) or \
+                (name == "training" and k != "master_weights"):
+            if isinstance(value, str):
+                value = value.lower()
         if name == "trace" and k == "comm_kernels":
             if isinstance(value, str):
                 value = [value]

@@ -24,7 +24,10 @@ Conventions (Narayanan et al. 2021 App. A; Megatron-LM ``num_floating_point_oper
 Model FLOPs never count recompute (Megatron's logged TFLOP/s is model FLOPs, MFU-style).
 Hardware FLOPs add what recompute executes again: ``full`` = one more forward of every
 recomputed transformer layer (Narayanan et al. 2021's 96·B·s·l·h² form), ``selective`` = one
-more forward of the core attention (QK^T, PV). Korthikanti et al. 2022 App. A print
+more forward of the core attention (QK^T, PV), ``mlp`` = one more forward of every MLP. A
+PyTorch recipe (``[training] recipe`` other than ``megatron-mixed``) checkpoints with
+``torch.utils.checkpoint(use_reentrant=False)``, whose recomputation stops before the region's
+last matmul (the MLP's output projection): that one is not counted again. Korthikanti et al. 2022 App. A print
 ``72·B·s·l·h²·(1 + s/3h + V/12hl)`` for selective, i.e. they count the s² term a second time at
 full fwd+bwd weight (3× one forward); we count the forward only — the published HFU of the
 2022 README (e.g. 52.8 % for 175B) is therefore 0.9 point above ours.
@@ -56,6 +59,7 @@ CONVENTION_NOTES = {
     "megatron": "Megatron-LM since 2025-03-06: causal attention (s² term halved), model FLOPs only",
     "megatron2024": "Megatron-LM before 2025-03-06 / NeMo 24.07: non-causal attention, model FLOPs only",
     "palm": "PaLM App. B: 6N + 12·L·H·Q·T (non-causal), model FLOPs only",
+    "torch": "torch.utils.flop_counter: non-causal attention, its backward 2.5x its forward, model FLOPs only",
     "per-sample": "3 × the configured forward FLOPs per sample × samples per step (fwd, wgrad, dgrad)",
 }
 
@@ -142,10 +146,12 @@ def step_flops(cfg: RunConfig, convention: str | None = None, global_batch: int 
     T = B * s
 
     attn_linear_tok = 6 * (h * (q + 2 * d * n_kv) + q * h) * L
-    if conv == "megatron":
+    if conv in ("megatron", "torch"):
         n_moe = _moe_layers(cfg, L)
         mlp_tok = 6 * h * E * (f * (L - n_moe) + f_moe * k * n_moe)
         core_tok = 6 * q * s * L  # causal: half of the s×s scores
+        if conv == "torch":  # FlopCounterMode: non-causal, forward 2·s·(q + q), backward 2.5× that
+            core_tok = 14 * q * s * L
     elif conv == "megatron2024":
         mlp_tok = 6 * h * E * f * k * L  # 2024 code: every layer f·top_k, experts sized by ffn_hidden_size
         core_tok = 12 * q * s * L
@@ -158,10 +164,18 @@ def step_flops(cfg: RunConfig, convention: str | None = None, global_batch: int 
     attn_linear, attn_core, mlp, logits = (float(x) * T for x in (attn_linear_tok, core_tok, mlp_tok, logits_tok))
     layers_total = attn_linear + attn_core + mlp
     gran = cfg.recompute.granularity
+    core_fwd = attn_core * (4 / 14 if conv == "torch" else 1 / 3)  # one forward of the core attention
+    # PyTorch's non-reentrant checkpoint stops recomputing once the last tensor the backward needs
+    # exists: the region's last matmul (fc2, whose output nobody saved) does not run again.
+    # Megatron's own checkpoint recomputes the whole region.
+    early_stop = cfg.training.recipe not in (None, "megatron-mixed")
+    mlp_again = mlp * ((E - 1) / E if early_stop else 1.0)
     if gran == "full":
-        recompute = layers_total / 3 * cfg.recomputed_layers() / L
+        recompute = ((attn_linear + mlp_again) / 3 + core_fwd) * cfg.recomputed_layers() / L
     elif gran == "selective":
-        recompute = attn_core if hfu == "korthikanti2022" else attn_core / 3
+        recompute = attn_core if hfu == "korthikanti2022" else core_fwd
+    elif gran == "mlp":
+        recompute = mlp_again / 3
     else:
         recompute = 0.0
     return StepFlops(conv, T, attn_linear, attn_core, mlp, logits, recompute)

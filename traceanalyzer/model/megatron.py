@@ -32,7 +32,7 @@ from typing import Any
 
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model.config import (
-    BatchConfig, HardwareConfig, ModelConfig, ParallelConfig, RecomputeConfig, Reported, RunConfig,
+    BatchConfig, HardwareConfig, ModelConfig, ParallelConfig, RecomputeConfig, Reported, RunConfig, TrainingConfig,
 )
 from traceanalyzer.model.shell import ShellSyntaxError, defaulted_names, plain, run_script, shown, unresolved_names
 
@@ -86,7 +86,14 @@ ARGS: dict[str, tuple[str, str | None]] = {
     "activations_checkpoint_method": (STR, "recompute.granularity"),
     "moe_layer_freq": (STR, "model.moe_layer_freq"),
     "rampup_batch_size": (STR, None),
+    "position_embedding_type": (STR, "model.position_embedding"),
+    "normalization": (STR, "model.norm"),
+    "disable_bias_linear": (FLAG, "model.bias"),
+    "optimizer": (STR, "training.optimizer"),
 }
+#: Megatron's spellings of the [model] / [training] values
+_POSITION = {"learned_absolute": "learned", "rope": "rope", "mrope": "rope", "yarn": "rope", "none": "none"}
+_NORM = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
 _LAUNCHER = {"nnodes": "hardware.num_gpus", "nproc_per_node": "hardware.num_gpus"}
 
 _ARG_LINE = re.compile(r"(?:^|\s)([a-z_][a-z0-9_]*) \.{3,} (.*?)\s*$")
@@ -418,7 +425,20 @@ def _read_megatron(text: str, source: str) -> RunConfig:
         rb = g("rampup_batch_size")
         warnings.append(f"{source}: --rampup-batch-size {' '.join(rb) if isinstance(rb, list) else rb}: the global "
                         f"batch grows during training; the configuration uses the final {g('global_batch_size')}")
+    pos = g("position_embedding_type")
+    norm = g("normalization")
+    opt = g("optimizer")
+    extra_model: dict[str, Any] = {}
+    if isinstance(pos, str) and pos.lower() in _POSITION:
+        extra_model["position_embedding"] = _POSITION[pos.lower()]
+    if isinstance(norm, str) and norm.lower() in _NORM:
+        extra_model["norm"] = _NORM[norm.lower()]
+    if a.get("disable_bias_linear"):
+        extra_model["bias"] = False
+    training = TrainingConfig(recipe="megatron-mixed",
+                              optimizer=opt.lower() if isinstance(opt, str) and opt.lower() in ("adam", "sgd") else None)
     model = ModelConfig(
+        **extra_model,
         layers=g("num_layers"), hidden=g("hidden_size"), ffn=g("ffn_hidden_size"), heads=g("num_attention_heads"),
         kv_heads=g("num_query_groups") if a.get("group_query_attention") else None, head_dim=g("kv_channels"),
         vocab=g("padded_vocab_size", "vocab_size"), seq_length=g("seq_length", "encoder_seq_length"),
@@ -449,7 +469,7 @@ def _read_megatron(text: str, source: str) -> RunConfig:
             batch = replace(batch, global_batch=gb)
     cfg = RunConfig(name=Path(source).stem if source else "", convention="megatron", model=model, batch=batch,
                     parallel=parallel, recompute=recompute, hardware=HardwareConfig(num_gpus=world, precision=precision),
-                    reported=reported, source=source, warnings=tuple(warnings),
+                    reported=reported, training=training, source=source, warnings=tuple(warnings),
                     unresolved=tuple(sorted(unresolved.items())), logged=measured)
     return cfg
 

@@ -44,6 +44,7 @@ the activation bytes (2 in 16-bit training), ``t`` TP::
     none:       r + k/t + c/t   (SP: (r + k)/t + c/t)
     selective:  r + k/t         (SP: (r + k)/t)         the scores are recomputed
     full:       a·s·b·h         (SP: a·s·b·h/t)         only the layer input is kept
+    mlp:        (3a + 1)·sbh + a·s·b·(2q + 2·g·d)/t     the MLP keeps only its input
 
 With MHA, f = 4h, a = 2 and no CP these are Table 2's ``sbh(10 + 24/t + 5as/ht)``,
 ``sbh(34/t + 5as/ht)``, ``sbh(10 + 24/t)``, ``sbh(34/t)`` and ``2sbh``. A MoE layer's MLP term
@@ -81,23 +82,32 @@ from traceanalyzer.model.hardware import memory_bytes
 #: Components of the estimate, in the order they are reported.
 COMPONENTS = (
     "weights", "gradients", "optimizer_states", "zero3_gathered", "activations",
-    "embedding_activations", "logits", "recompute_working_set",
+    "embedding_activations", "logits", "recompute_working_set", "autocast_copies", "optimizer_temporaries",
 )
 COMPONENT_NOTES = {
-    "weights": "parameters in the compute dtype",
+    "weights": "parameters in the recipe's parameter dtype",
     "gradients": "gradient buffer in the reduction dtype",
-    "optimizer_states": "fp32 master weights + Adam moments",
+    "optimizer_states": "optimizer moments (+ fp32 master weights in mixed precision)",
     "zero3_gathered": "ZeRO-3/FSDP: unsharded weights of two layers + gradients of one",
     "activations": "transformer layers × micro-batches in flight",
     "embedding_activations": "first stage: token ids + embedding dropout mask, in flight",
-    "logits": "last stage: final norm / output layer inputs + fp32 logits, one micro-batch",
+    "logits": "last stage: final norm / output layer inputs + fp32 logits and cross-entropy, one micro-batch",
     "recompute_working_set": "full recompute: the layers being rebuilt in the backward",
+    "autocast_copies": "bf16 copies of the fp32 weights the matmuls keep for the backward (autocast)",
+    "optimizer_temporaries": "foreach Adam(W): one state-sized temporary (sqrt of the second moment)",
+}
+#: the moments of a step at which a PyTorch-loop recipe (not megatron-mixed) peaks
+PHASES = {
+    "backward_start": "end of forward / start of backward (activations, fp32 logits and cross-entropy alive; "
+                      "gradients not yet allocated: zero_grad(set_to_none=True))",
+    "optimizer_step": "optimizer step (gradients, optimizer states and their temporaries; activations freed)",
+    "backward_recompute": "backward, while full recompute rebuilds a layer (its activations beside the kept inputs)",
 }
 #: Default headroom for what the model does not count (CUDA context, NCCL buffers, cuBLAS
 #: workspace, allocator fragmentation), GiB.
 DEFAULT_RESERVE_GIB = 4.0
 GIB = 2**30
-GRANULARITIES = ("none", "selective", "full")
+GRANULARITIES = ("none", "selective", "full", "mlp")
 
 
 def _act_bytes(precision: str) -> int:
@@ -108,14 +118,16 @@ def layer_activation_bytes(
     seq: int, micro_batch: int, hidden: int, heads: int, tp: int = 1, *, sequence_parallel: bool = False,
     recompute: str = "none", kv_heads: int | None = None, head_dim: int | None = None, ffn: int | None = None,
     gated: bool = False, cp: int = 1, flash_attention: bool = False, act_bytes: int = 2,
-    moe_experts: int = 0, moe_top_k: int = 1, moe_ffn: int | None = None,
+    moe_experts: int = 0, moe_top_k: int = 1, moe_ffn: int | None = None, dropout: bool = True,
 ) -> Fraction:
     """Activation bytes one transformer layer keeps per GPU for one micro-batch (exact).
 
-    ``recompute``: ``none`` | ``selective`` | ``full``. Defaults (MHA, ``ffn = 4·hidden``,
+    ``recompute``: ``none`` | ``selective`` | ``full`` | ``mlp`` (the MLP under a checkpoint:
+    the layer keeps the MLP's input only). Defaults (MHA, ``ffn = 4·hidden``,
     GeLU, no CP, stored scores, 2-byte activations) give Korthikanti et al. 2022 Table 2.
     ``moe_experts > 0`` makes it a mixture-of-experts layer (``moe_top_k`` experts per token of
-    width ``moe_ffn``). See the module docstring for every term.
+    width ``moe_ffn``). ``dropout`` False: no dropout masks (``2·sbh`` less). See the module
+    docstring for every term.
     """
     if recompute not in GRANULARITIES:
         raise ValueError(f"recompute {recompute!r} is not one of {GRANULARITIES}")
@@ -130,7 +142,7 @@ def layer_activation_bytes(
     if recompute == "full":
         return a * sbh / (t if sequence_parallel else 1)
     q = heads * d
-    rep = sbh * (4 * a + 2)
+    rep = sbh * (4 * a + (2 if dropout else 0))  # without dropout: no masks
     if moe_experts:
         fm = moe_ffn if moe_ffn is not None else f
         mlp = a * s * b * moe_top_k * (h + E * fm)
@@ -138,6 +150,10 @@ def layer_activation_bytes(
     else:
         mlp = a * s * b * E * f
     shard = a * s * b * (2 * q + 2 * g * d) + mlp
+    if recompute == "mlp":  # the MLP under a checkpoint keeps only its input: no norm / MLP inputs,
+        # no MLP activations, one dropout mask
+        rep = sbh * (3 * a + (1 if dropout else 0))
+        shard = a * s * b * (2 * q + 2 * g * d)
     scores = 0 if (flash_attention or recompute == "selective") else (2 * a + 1) * heads * s * seq * b
     if sequence_parallel:
         return (rep + shard) / t + Fraction(scores) / t
@@ -225,16 +241,53 @@ def _layer_params(cfg: RunConfig, moe: bool) -> tuple[float, float]:
     h, t = m.hidden, p.tp
     d, n_h, n_kv = cfg.head_dim, m.heads, cfg.kv_heads
     E = 3 if m.swiglu else 2
-    norm = (1 if m.swiglu else 2) * h  # RMSNorm (SwiGLU models) / LayerNorm with bias
+    norm = cfg.norm_params  # LayerNorm with bias 2h / RMSNorm h (default: by the activation)
     attn = (h * (d * n_h + 2 * d * n_kv) + d * n_h * h) / t
+    if m.bias:  # column-parallel biases are split by TP, row-parallel ones (out-proj, fc2) replicated
+        attn += (d * n_h + 2 * d * n_kv) / t + h
     if moe:
         f_moe = m.moe_ffn if m.moe_ffn is not None else cfg.ffn
-        return attn + 2 * norm + h * m.experts, E * h * f_moe * (m.experts / p.ep) / t
-    return attn + 2 * norm + E * h * cfg.ffn / t, 0.0
+        ex_bias = ((E - 1) * f_moe / t + h) if m.bias else 0
+        return attn + 2 * norm + h * m.experts, (E * h * f_moe / t + ex_bias) * (m.experts / p.ep)
+    mlp_bias = ((E - 1) * cfg.ffn / t + h) if m.bias else 0
+    return attn + 2 * norm + E * h * cfg.ffn / t + mlp_bias, 0.0
 
 
 def _is_moe(cfg: RunConfig, i: int) -> bool:
     return bool(cfg.model.experts) and i % cfg.model.moe_layer_freq == 0
+
+
+def _torch_loop_peak(comp: dict[str, float], cfg: RunConfig, rec, dense: float, expert: float, first: bool,
+                     embedding: float, D: int, De: int, zero: int, ab: int) -> tuple[dict[str, float], str, dict[str, float]]:
+    """The components alive at the peak of a PyTorch training loop (any recipe but megatron-mixed),
+    the phase of that peak and both phases' totals. Two moments compete:
+
+    * end of forward / start of backward: weights, optimizer states, activations, the loss's
+      fp32 buffers, autocast's bf16 weight copies (fp32 parameters computed in 16 bits) — and no
+      gradients (``zero_grad(set_to_none=True)``, PyTorch's default, freed them after the last step);
+    * optimizer step: weights, gradients, optimizer states and the foreach implementation's
+      temporaries (Adam(W): one state-sized tensor, the square root of the second moment).
+    """
+    sh = lambda n, stage: n / (D if zero >= stage else 1)  # noqa: E731
+    matmul_weights = dense + expert - (embedding if first else 0.0) - \
+        (cfg.model.seq_length * cfg.model.hidden if first and cfg.model.position_embedding == "learned" else 0.0)
+    autocast = 2 * matmul_weights if rec.param_bytes > ab and rec.name != "fsdp2-mixed" else 0.0
+    temps = 0.0
+    if rec.optimizer in ("adam", "adamw"):
+        from traceanalyzer.model.config import DTYPE_BYTES  # noqa: PLC0415
+
+        temps = DTYPE_BYTES[rec.optimizer_state_dtype] * (sh(dense, 1) + expert / (De if zero >= 1 else 1))
+    fwd = dict(comp, gradients=0.0, autocast_copies=autocast, optimizer_temporaries=0.0, recompute_working_set=0.0)
+    opt = {k: 0.0 for k in comp} | {"weights": comp["weights"], "gradients": comp["gradients"],
+                                    "optimizer_states": comp["optimizer_states"], "optimizer_temporaries": temps}
+    phases = {"backward_start": fwd, "optimizer_step": opt}
+    if comp["recompute_working_set"]:  # full recompute: a layer rebuilt in the backward (logits freed,
+        # gradients counted whole: an upper bound)
+        phases["backward_recompute"] = dict(fwd, logits=0.0, recompute_working_set=comp["recompute_working_set"],
+                                            gradients=comp["gradients"])
+    totals = {k: float(sum(v.values())) for k, v in phases.items()}
+    worst = max(totals, key=lambda k: totals[k])
+    return phases[worst], worst, totals
 
 
 def estimate_memory(cfg: RunConfig) -> MemoryEstimate:
@@ -268,9 +321,11 @@ def estimate_memory(cfg: RunConfig) -> MemoryEstimate:
     if mb is None and pp > 1:
         notes.append("number of micro-batches unknown: assumed to fill the pipeline")
 
-    pb = 2 if hw.precision in ("bf16", "fp16", "fp8") else 4
-    gb = 4 if (pb == 4 or p.grad_reduce_dtype == "fp32") else 2
-    ob = 12 if pb == 2 else 8
+    rec = cfg.training_recipe()
+    torch_loop = not rec.megatron  # a PyTorch training loop: gradients set to None between steps
+    if rec.name == "fsdp2-mixed" and p.zero_stage is None:
+        zero = 3  # fully_shard
+    pb, gb, ob = rec.param_bytes, rec.grad_bytes, rec.optimizer_bytes
     ab = _act_bytes(hw.precision)
     D = dp * cp
     De = max(D // ep, 1)
@@ -286,7 +341,7 @@ def estimate_memory(cfg: RunConfig) -> MemoryEstimate:
         return float(layer_activation_bytes(
             s, b, h, m.heads, t, sequence_parallel=p.sequence_parallel if sp is None else sp, recompute=gran,
             kv_heads=cfg.kv_heads, head_dim=cfg.head_dim, ffn=cfg.ffn, gated=m.swiglu, cp=cp,
-            flash_attention=m.flash_attention, act_bytes=ab,
+            flash_attention=m.flash_attention, act_bytes=ab, dropout=m.dropout,
             moe_experts=m.experts if moe else 0, moe_top_k=m.top_k,
             moe_ffn=m.moe_ffn if m.moe_ffn is not None else cfg.ffn,
         ))
@@ -314,6 +369,8 @@ def estimate_memory(cfg: RunConfig) -> MemoryEstimate:
     stages: list[dict[str, float]] = []
     in_flight: list[int] = []
     params_of: list[float] = []
+    phase_of: list[str] = []
+    phase_totals: list[dict[str, float]] = []
     for st in range(pp):
         layers = stage_layers[st]
         n_moe = sum(1 for i in layers if _is_moe(cfg, i))
@@ -329,29 +386,39 @@ def estimate_memory(cfg: RunConfig) -> MemoryEstimate:
         first, last = st == 0, st == pp - 1
         if first:
             dense += V * h / t
+            if m.position_embedding == "learned":
+                dense += s * h
         if last:
             if pp > 1 or m.untie_embeddings:
                 dense += V * h / t
-            dense += (1 if m.swiglu else 2) * h
+            dense += cfg.norm_params
         params_of.append(dense + expert)
         w = pb * (dense / (D if zero >= 3 else 1) + expert / (De if zero >= 3 else 1))
         g_ = gb * (dense / (D if zero >= 2 else 1) + expert / (De if zero >= 2 else 1))
         o = ob * (dense / (D if zero >= 1 else 1) + expert / (De if zero >= 1 else 1))
-        gathered = (2 * pb + gb) * biggest if zero >= 3 else 0.0
+        gathered = (2 * (ab if rec.name == "fsdp2-mixed" else pb) + gb) * biggest if zero >= 3 else 0.0
         n = in_flight_chunks(pp, vp, mb, st)
         in_flight.append(n)
         act = n * acts / vp
         emb = 0.0
         if first:
             mbs_in_flight = n / vp
-            emb = mbs_in_flight * (8 * s_l * b + s_l * b * h / sp_div)
-        logits = (2 * ab * s_l * b * h / sp_div + 4 * s_l * b * V / t) if last else 0.0
+            emb = mbs_in_flight * (8 * s_l * b + (s_l * b * h / sp_div if m.dropout else 0))
+        # fp32 logits of the loss; a PyTorch loop (logits.float() + F.cross_entropy) holds three
+        # of that size at the start of the backward: log_softmax's output, the NLL gradient and
+        # log_softmax's gradient
+        logits = (2 * ab * s_l * b * h / sp_div + (3 if torch_loop else 1) * 4 * s_l * b * V / t) if last else 0.0
         ws = 0.0
         if gran == "full" and layers:
             ws = (1 if r.method == "block" else min(N, len(layers))) * ws_layer
-        stages.append({"weights": w, "gradients": g_, "optimizer_states": o, "zero3_gathered": gathered,
-                       "activations": act, "embedding_activations": emb, "logits": logits,
-                       "recompute_working_set": ws})
+        comp = {"weights": w, "gradients": g_, "optimizer_states": o, "zero3_gathered": gathered,
+                "activations": act, "embedding_activations": emb, "logits": logits,
+                "recompute_working_set": ws, "autocast_copies": 0.0, "optimizer_temporaries": 0.0}
+        if torch_loop:
+            comp, ph, ph_tot = _torch_loop_peak(comp, cfg, rec, dense, expert, first, V * h / t, D, De, zero, ab)
+            phase_of.append(ph)
+            phase_totals.append(ph_tot)
+        stages.append(comp)
     totals = [sum(c.values()) for c in stages]
     worst = max(range(pp), key=lambda i: (totals[i], -i))
     cap = None
@@ -364,12 +431,18 @@ def estimate_memory(cfg: RunConfig) -> MemoryEstimate:
         notes.append("flash attention: no s×s score matrix is stored ([model] flash_attention = false for "
                      "Korthikanti's materialised softmax)")
     details = {
+        "recipe": rec.name,
         "bytes_per_param": {"weights": pb, "gradients": gb, "optimizer_states": ob},
         "sharding": {"dense": D, "expert": De},
         "layers_per_stage": [len(x) for x in stage_layers],
         "activation_bytes_per_layer": layer_act(False, gran if gran != "full" else "full"),
         "microbatches": mb,
     }
+    if torch_loop:
+        details["peak_phase"] = phase_of[worst]
+        details["peak_phase_what"] = PHASES[phase_of[worst]]
+        details["phase_totals_bytes"] = phase_totals[worst]
+        notes.append(f"recipe {rec.name}: peak at the {PHASES[phase_of[worst]]}")
     return MemoryEstimate(components=stages[worst], stage=worst, stages=tuple(stages), capacity_bytes=cap,
                           params=params_of[worst], in_flight=tuple(in_flight), zero_stage=zero,
                           notes=tuple(notes), details=details)

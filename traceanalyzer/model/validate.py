@@ -35,10 +35,14 @@ _MIN = {"experts": 0, "zero_stage": 0}
 _FLOAT_MIN = {"peak_tflops": 1e-3, "intra_node_gbps": 1e-3, "inter_node_gbps": 1e-3, "tflops_per_gpu": 1e-3,
               "step_time_s": 1e-6, "fwd_flops_per_sample": 1.0, "memory_gb": 1e-3}
 _BOOLS = {"sequence_parallel", "distributed_optimizer", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
-          "untie_embeddings", "flash_attention"}
+          "untie_embeddings", "flash_attention", "bias", "dropout", "master_weights", "grad_allreduce"}
 _CHOICES = {
-    "activation": ("gelu", "swiglu"), "granularity": ("none", "selective", "full"), "method": ("uniform", "block"),
+    "activation": ("gelu", "swiglu"), "granularity": ("none", "selective", "full", "mlp"), "method": ("uniform", "block"),
     "precision": ("bf16", "fp16", "fp8", "tf32", "fp32"), "grad_reduce_dtype": ("fp32", "bf16"),
+    "position_embedding": ("rope", "learned", "none"), "norm": ("layernorm", "rmsnorm"),
+    "recipe": ("megatron-mixed", "pure-bf16", "amp-fp32-master", "fsdp2-mixed"),
+    "param_dtype": ("fp32", "bf16", "fp16", "fp8"), "grad_dtype": ("fp32", "bf16", "fp16"),
+    "optimizer_state_dtype": ("fp32", "bf16", "fp16"), "optimizer": ("adamw", "adam", "sgd", "adafactor"),
 }
 
 
@@ -106,7 +110,7 @@ def check(cfg) -> list[str]:
             continue
         if not isinstance(v, str) or v not in CONVENTIONS:
             raise ConfigError(f"{label} = {_show(v)}{where} is not one of {', '.join(CONVENTIONS)}")
-    for section in ("model", "batch", "parallel", "recompute", "hardware", "reported"):
+    for section in ("model", "batch", "parallel", "recompute", "hardware", "reported", "training"):
         obj = getattr(cfg, section)
         for f in fields(obj):
             v = getattr(obj, f.name)

@@ -67,6 +67,8 @@ from traceanalyzer.model.parallel import bubble_fraction, comm_volumes
 from traceanalyzer.model.predict import pipeline_imbalance, predict
 
 FAMILIES = ("attn_linear", "attn_core", "mlp", "logits")
+#: an anchor (or a prediction) whose GPU waits for the host this share of the step is host-bound
+HOST_BOUND_SHARE = 0.10
 DIMS = ("tp", "cp", "ep", "pp", "dp")
 
 
@@ -87,16 +89,19 @@ SET_KEYS: dict[str, tuple[str, str, Any]] = {
     "overlap_grad_reduce": ("parallel", "overlap_grad_reduce", "bool"),
     "overlap_param_gather": ("parallel", "overlap_param_gather", "bool"),
     "micro_batch": ("batch", "micro_batch", "int"), "global_batch": ("batch", "global_batch", "int"),
-    "recompute": ("recompute", "granularity", ("none", "selective", "full")),
+    "recompute": ("recompute", "granularity", ("none", "selective", "full", "mlp")),
     "recompute_method": ("recompute", "method", ("uniform", "block")),
     "recompute_num_layers": ("recompute", "num_layers", "int"),
     "num_gpus": ("hardware", "num_gpus", "int"), "gpus_per_node": ("hardware", "gpus_per_node", "int"),
+    "seq_length": ("model", "seq_length", "int"),
+    "grad_allreduce": ("parallel", "grad_allreduce", "bool"),
 }
 _SET_ALIASES = {
     "sp": "sequence_parallel", "mbs": "micro_batch", "micro_batch_size": "micro_batch", "gbs": "global_batch",
     "global_batch_size": "global_batch", "recompute_granularity": "recompute", "gpus": "num_gpus",
     "tensor": "tp", "pipeline": "pp", "data": "dp", "context": "cp", "expert": "ep", "virtual_stages": "vp",
-    "use_distributed_optimizer": "distributed_optimizer",
+    "use_distributed_optimizer": "distributed_optimizer", "seq": "seq_length", "seq_len": "seq_length",
+    "sequence_length": "seq_length",
 }
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
@@ -133,10 +138,11 @@ def _parse_one(item: str) -> tuple[str, str, Any]:
 def apply_sets(cfg: RunConfig, sets: list[str] | dict[str, Any]) -> RunConfig:
     """``cfg`` with the ``--set KEY=VALUE`` changes applied, validated.
 
-    Keys: :data:`SET_KEYS` (``tp pp vp dp cp ep micro_batch global_batch recompute
+    Keys: :data:`SET_KEYS` (``tp pp vp dp cp ep micro_batch global_batch seq_length recompute
     recompute_method recompute_num_layers sequence_parallel distributed_optimizer tp_comm_overlap
-    overlap_grad_reduce overlap_param_gather num_gpus gpus_per_node``; ``parallel.pp`` and a few
-    aliases such as ``sp``, ``mbs``, ``gbs`` are accepted). The GPU count stays unless ``dp`` or
+    overlap_grad_reduce overlap_param_gather grad_allreduce num_gpus gpus_per_node``;
+    ``parallel.pp`` and a few aliases such as ``sp``, ``mbs``, ``gbs`` are accepted).
+    ``seq_length`` keeps the global batch in sequences (tokens per step follow). The GPU count stays unless ``dp`` or
     ``num_gpus`` is set: changing TP, PP or CP then re-derives DP. A dict ``{"pp": 2}`` is taken as
     the same list.
 
@@ -162,7 +168,7 @@ def apply_sets(cfg: RunConfig, sets: list[str] | dict[str, Any]) -> RunConfig:
         hw["num_gpus"] = None  # the GPU count follows tp·pp·cp·dp
     elif "num_gpus" in keys and "dp" not in keys:
         par["dp"] = None
-    if changes.get("recompute", {}).get("granularity") in ("none", "selective"):
+    if changes.get("recompute", {}).get("granularity") in ("none", "selective", "mlp"):
         changes["recompute"].setdefault("num_layers", None)
     new = cfg
     for sec, vals in changes.items():
@@ -201,6 +207,9 @@ class Anchor:
     peak_tflops: float
     notes: tuple[str, ...] = ()
     baseline: Any = field(default=None, compare=False)
+    #: the trace's compute kernels by family (:func:`traceanalyzer.model.shapescale.kernel_families`):
+    #: when set, the compute terms are ``compute_<family>`` and move by their drivers
+    kernels: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def step_s(self) -> float:
@@ -276,7 +285,20 @@ def anchor_from_analysis(analysis: Any, cfg: RunConfig, *, convention: str | Non
         raise ConfigError("the trace has no measured step to anchor a what-if on")
     b = {k: v / n / 1e9 for k, v in loss_columns(steps).items()}
     conv = convention or cfg.reported.convention or cfg.convention
-    terms = _split_compute(cfg, conv, b.pop("compute", 0.0))
+    kernels = None
+    if _is_transformer(cfg):
+        from traceanalyzer.model.shapescale import kernel_families  # noqa: PLC0415
+
+        kernels = kernel_families(analysis)
+        if kernels is not None and kernels["seconds"]["gemm"] <= 0:
+            kernels = None
+    if kernels is not None:  # the compute bucket split by the kernels' families, in their measured shares
+        fam = kernels["seconds"]
+        tot = sum(fam.values())
+        compute = b.pop("compute", 0.0)
+        terms = {f"compute_{f}": compute * v / tot for f, v in fam.items()}
+    else:
+        terms = _split_compute(cfg, conv, b.pop("compute", 0.0))
     terms["recompute"] = b.pop("recompute", 0.0)
     bubble = b.pop(_IDLE_BUBBLE, 0.0)
     imb_t = 0.0
@@ -321,7 +343,7 @@ def anchor_from_analysis(analysis: Any, cfg: RunConfig, *, convention: str | Non
     peak = _peak(cfg)
     shapes = f"; matmul FLOPs of its recorded shapes {gemm['ratio']:.2f}× the configuration's" if gemm else ""
     return Anchor(cfg, terms, "trace", f"measured: {src} ({ranks} rank(s), {n // max(ranks, 1)} step(s) each{shapes})", conv, peak,
-                  tuple(notes), baseline)
+                  tuple(notes), baseline, kernels)
 
 
 def _peak(cfg: RunConfig) -> float:
@@ -386,10 +408,18 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib
     def add(term: str, new_s: float, rule: str) -> None:
         rows.append({"term": term, "anchor_s": a.get(term, 0.0), "predicted_s": new_s, "rule": rule})
 
+    scaled = None
+    if anchor.kernels is not None:
+        from traceanalyzer.model.shapescale import extrapolation, scale_families  # noqa: PLC0415
+
+        scaled = scale_families({k[len("compute_"):]: a[k] for k in compute_keys}, old, new)
+        notes += [f"extrapolated: {x}" for x in extrapolation(old, new, anchor.kernels)]
     for k in compute_keys:
         fam = k[len("compute_"):] if k != "compute" else "compute"
         fo, fn = ff_old.get(fam, 0.0), ff_new.get(fam, 0.0)
-        if fo > 0:
+        if scaled is not None and fam in scaled:
+            add(k, scaled[fam][0], f"{fam} kernels of the trace {scaled[fam][1]}")
+        elif fo > 0:
             add(k, a[k] * fn / fo, f"× {fam} FLOPs per GPU {fn / fo:.4g}×")
         else:
             add(k, fn * sec_per_flop, "new FLOPs at the anchor's time per model FLOP")
@@ -397,6 +427,11 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib
     if a.get("recompute", 0.0) > 0 and r_old > 0:
         add("recompute", a["recompute"] * r_new / r_old, f"× recompute FLOPs per GPU {r_new / r_old:.4g}× "
                                                          f"({old.recompute.granularity} → {new.recompute.granularity})")
+    elif anchor.kernels is not None and model_old > 0:
+        # the forward work itself (matmuls, attention, elementwise), not the per-step optimizer
+        fwd_rate = sum(a.get(f"compute_{f}", 0.0) for f in ("gemm", "attention", "elementwise")) / model_old
+        add("recompute", r_new * fwd_rate, f"{new.recompute.granularity} recompute FLOPs at the anchor's time per model "
+                                           "FLOP of its matmul, attention and elementwise kernels")
     else:
         add("recompute", r_new * sec_per_flop, f"{new.recompute.granularity} recompute FLOPs at the anchor's time per model FLOP")
     t_c_new = sum(r["predicted_s"] for r in rows)
@@ -406,8 +441,9 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib
     cm_old, cm_new = _comm_model(old, anchor.baseline), _comm_model(new, anchor.baseline)
     # ring attention (CP) hides its KV transfers under the attention computation only: what is
     # longer than the attention core is exposed
-    core_new = next((r["predicted_s"] for r in rows if r["term"] == "compute_attn_core"), 0.0)
-    for cm, core in ((cm_old, a.get("compute_attn_core", 0.0)), (cm_new, core_new)):
+    core_key = "compute_attention" if "compute_attention" in a else "compute_attn_core"
+    core_new = next((r["predicted_s"] for r in rows if r["term"] == core_key), 0.0)
+    for cm, core in ((cm_old, a.get(core_key, 0.0)), (cm_new, core_new)):
         if "cp" in cm:
             cm["cp"]["exposed_s"] = max(0.0, cm["cp"]["time_s"] - core)
             cm["cp"]["exposed_bytes"] = cm["cp"]["exposed_s"] * cm["cp"]["gbps"] * 1e9
@@ -454,10 +490,40 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib
         k = a["bubble"] / (busy_old * frac_old)
     add("bubble", busy_new * frac_new * k, f"busy × (p−1)/(v·m) = {frac_new:.4f}" + (f" × measured/modelled {k:.3f}" if k != 1.0 else ""))
     lr = _launches(new) / _launches(old)
+    hb_old = a.get("idle_host_bound", 0.0)
+    host_paced = anchor.kernels is not None and hb_old > HOST_BOUND_SHARE * anchor.step_s
+    busy_keys = [k for k in a if k != "idle_host_bound" and not k.startswith("idle")]
     for key in [t for t in a if t == "other" or t.startswith("idle")]:
-        add(key, a[key] * lr, f"× microbatches·layers per GPU {lr:.4g}× (kernel launches)")
+        if key == "idle_host_bound" and host_paced:
+            # a host-bound anchor: the GPU waited for the host, whose pace per step (its busy time +
+            # that wait) follows the launches; the GPU waits only where its new work is shorter
+            pace = (sum(a[k] for k in busy_keys) + hb_old) * lr
+            busy = sum(r["predicted_s"] for r in rows) + sum(a[k] * lr for k in a if k.startswith("idle") and k != key)
+            add(key, max(0.0, pace - busy), f"host pace {1e3 * pace:.3f} ms per step (the anchor's busy + host wait "
+                                            f"× launches {lr:.4g}×) beyond the GPU's work")
+        else:
+            add(key, a[key] * lr, f"× microbatches·layers per GPU {lr:.4g}× (kernel launches)")
 
+    lr = _launches(new) / _launches(old)
     step_old, step_new = anchor.step_s, sum(r["predicted_s"] for r in rows)
+    host_bound = None
+    hb_new = next((r["predicted_s"] for r in rows if r["term"] == "idle_host_bound"), 0.0)
+    if anchor.kernels is not None and hb_new > HOST_BOUND_SHARE * step_new:
+        host_bound = step_new
+        notes.append(f"HOST-BOUND: the GPU waits {1e3 * hb_new:.2f} ms of the predicted {1e3 * step_new:.2f} ms step for the "
+                     "host; the step is the host's pace, not the GPU's work (fewer, larger kernels — CUDA graphs, "
+                     "torch.compile — or a larger micro-batch)")
+    elif anchor.kernels is not None and anchor.kernels.get("host_launch_s"):
+        # the host launches about as many kernels per step whatever the batch (per layer and
+        # micro-batch): a GPU step shorter than the host's launch time cannot be reached
+        host_new = anchor.kernels["host_launch_s"] * lr
+        if host_new > step_new:
+            host_bound = host_new
+            notes.append(f"HOST-BOUND: the GPU work predicted ({1e3 * step_new:.2f} ms) is shorter than the host's time to "
+                         f"launch it ({1e3 * host_new:.2f} ms per step, measured on the anchor): the step is the host's "
+                         "(fewer, larger kernels — CUDA graphs, torch.compile — or a larger micro-batch)")
+            add("idle_host_launch", host_new - step_new, "the host's launch time beyond the GPU work (host-bound)")
+            step_new = host_new
     for r in rows:
         r["delta_s"] = r["predicted_s"] - r["anchor_s"]
     peak = anchor.peak_tflops
@@ -496,7 +562,7 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib
         "anchor_source": anchor.source, "anchor": anchor.description,
         "convention": conv if _is_transformer(old) else "per-sample", "peak_tflops": peak,
         "anchor_summary": s_old, "predicted": s_new, "terms": rows, "waterfall": wf,
-        "notes": list(dict.fromkeys(notes)),
+        "host_bound": host_bound is not None, "notes": list(dict.fromkeys(notes)),
     }
 
 

@@ -687,6 +687,7 @@ def _canonical(raw: pl.DataFrame, base_ns: int) -> pl.DataFrame:
             a("Src Rank").alias("src_rank"),
             a("Dst Rank").alias("dst_rank"),
             pl.col("input_dims"),
+            pl.col("input_type"),
         )
         .with_columns(pl.lit(None, dtype=pl.Int32).alias("rank"))
         .collect()

@@ -16,7 +16,8 @@ decoder: the frame is the same either way, and odd chunks keep their historical 
 
 Raw frame columns: ``ph`` (``"x"`` as written: the parser counts it and reads it as ``"X"``), ``cat``, ``name``, ``pid``, ``tid`` (text),
 ``ts``, ``dur`` (float µs), one ``args.<key>`` column per entry of :data:`ARG_SCHEMA`, and
-``input_dims`` (compact JSON text, shaped ops only).
+``input_dims`` (compact JSON text, shaped ops only), ``input_type`` (the element type Kineto's
+``Input type`` gives the first tensor input of a shaped op, e.g. ``c10::BFloat16``).
 """
 
 from __future__ import annotations
@@ -71,9 +72,10 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     **TOP_SCHEMA,
     **{f"args.{k}": v for k, v in ARG_SCHEMA.items()},
     "input_dims": pl.String,
+    "input_type": pl.String,
 }
 #: ops whose ``Input Dims`` we keep (FLOPs counting needs GEMM/conv/attention shapes only)
-SHAPED_OPS = r"(?i)(mm|linear|matmul|conv|attention|einsum)"
+SHAPED_OPS = r"(?i)(mm|linear|matmul|conv|attention|attn|einsum)"
 
 # ---------------------------------------------------------------------------------------------
 # the typed decoder
@@ -90,6 +92,7 @@ _arg_fields = [
 ]
 _NO_RAW = msgspec.Raw()  # a Raw cannot be in a union with None: empty means "absent"
 _arg_fields.append(("a_input_dims", msgspec.Raw, msgspec.field(default=_NO_RAW, name="Input Dims")))
+_arg_fields.append(("a_input_type", msgspec.Raw, msgspec.field(default=_NO_RAW, name="Input type")))
 _Args = msgspec.defstruct("_Args", _arg_fields, frozen=True, gc=False)
 _NO_ARGS = _Args()
 
@@ -157,7 +160,7 @@ def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
         *top, args = zip(*map(_GET_REST, events))
         arg_cols = list(zip(*map(astuple, args)))
     else:
-        top, arg_cols = [()] * (len(TOP_SCHEMA) - 1), [()] * (len(ARG_SCHEMA) + 1)
+        top, arg_cols = [()] * (len(TOP_SCHEMA) - 1), [()] * (len(ARG_SCHEMA) + 2)
     # polars builds every column from the decoded values natively (strict: a value of another
     # type raises TypeError instead of being converted)
     for (k, dtype), values in zip(list(TOP_SCHEMA.items())[1:], top):
@@ -174,9 +177,10 @@ def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
             cols[name] = pl.Series(name, values, dtype=dtype, strict=True)
         except TypeError:  # strings among the integers: numbers as text are read, the rest null
             cols[name] = pl.Series(name, values, dtype=pl.String, strict=False).cast(dtype, strict=False)
-    df = pl.DataFrame(cols).select("row", *list(RAW_SCHEMA)[:-1])
-    dims = arg_cols[-1]
-    return df.with_columns(_input_dims(df, lambda i: _raw_dims(dims[i]))), n, 0  # an event without "ph" is a ValidationError (dict decoder)
+    df = pl.DataFrame(cols).select("row", *list(RAW_SCHEMA)[:-2])
+    dims, types = arg_cols[-2], arg_cols[-1]
+    # an event without "ph" is a ValidationError (dict decoder)
+    return df.with_columns(_input_dims(df, lambda i: _raw_dims(dims[i]), lambda i: _raw_dims(types[i]))), n, 0
 
 
 class _ArrowColumn:
@@ -192,8 +196,9 @@ class _ArrowColumn:
         return self.capsules
 
 
-#: the compiled decoder's columns, in its order (two more follow: the span of "Input Dims")
-_NATIVE_COLUMNS = ["row", *list(RAW_SCHEMA)[:-1]]
+#: the compiled decoder's columns, in its order (four more follow: the spans of "Input Dims" and
+#: "Input type", which the shaped ops' rows decode here)
+_NATIVE_COLUMNS = ["row", *list(RAW_SCHEMA)[:-2]]
 
 
 def decode_native(module, piece) -> tuple[pl.DataFrame, int, int] | None:
@@ -206,14 +211,18 @@ def decode_native(module, piece) -> tuple[pl.DataFrame, int, int] | None:
     cols, n = out
     series = [pl.Series(_ArrowColumn(c)) for c in cols]
     df = pl.DataFrame([s.alias(k) for s, k in zip(series, _NATIVE_COLUMNS)])
-    offsets, lengths = series[-2], series[-1]
+    offsets, lengths, t_offsets, t_lengths = series[-4], series[-3], series[-2], series[-1]
     mv = memoryview(piece)
 
     def dims(i: int) -> object:
         at = offsets[i]
         return None if at is None else _raw_dims(mv[at : at + lengths[i]])
 
-    return df.with_columns(_input_dims(df, dims)), n, 0
+    def types(i: int) -> object:
+        at = t_offsets[i]
+        return None if at is None else _raw_dims(mv[at : at + t_lengths[i]])
+
+    return df.with_columns(_input_dims(df, dims, types)), n, 0
 
 
 def _raw_dims(raw) -> object:
@@ -253,7 +262,11 @@ def raw_frame_from_dicts(events: list, path) -> tuple[pl.DataFrame, int, int]:
         a = events[i].get("args")
         return a.get("Input Dims") if isinstance(a, dict) else None
 
-    df = df.with_columns(_input_dims(df, dims))
+    def types(i: int) -> object:
+        a = events[i].get("args")
+        return a.get("Input type") if isinstance(a, dict) else None
+
+    df = df.with_columns(_input_dims(df, dims, types))
     n, no_ph = df.height, df.get_column("ph").null_count()
     df = df.with_row_index("row").filter(pl.col("ph").is_in([*KEPT_PHASES, "x"]))
     return df.with_columns(pl.col("row").cast(pl.Int64)).select(["row", *RAW_SCHEMA]), n, no_ph
@@ -270,8 +283,10 @@ def _typed_dicts(rows: list, schema: dict) -> pl.DataFrame:
         return text.select(pl.col(k).cast(v, strict=False) for k, v in schema.items())
 
 
-def _input_dims(raw: pl.DataFrame, dims_of) -> pl.Series:
-    """``Input Dims`` as compact JSON text, for the shaped ops only (GEMM, conv, attention).
+def _input_dims(raw: pl.DataFrame, dims_of, types_of=None) -> list[pl.Series]:
+    """``Input Dims`` as compact JSON text, and the element type of the first tensor input
+    (``Input type`` at the first position whose dims are a tensor's), for the shaped ops only
+    (GEMM, conv, attention).
 
     Input Dims nests to varying depth (tensor lists), which no single polars dtype holds, so
     the few rows that need it are serialised with orjson, selected by a polars filter.
@@ -288,11 +303,23 @@ def _input_dims(raw: pl.DataFrame, dims_of) -> pl.Series:
         .to_list()
     )
     values: list[str | None] = [None] * raw.height
+    kinds: list[str | None] = [None] * raw.height
     for i in idx:  # the shaped ops only
         dims = dims_of(i)
         if dims is not None:
             values[i] = orjson.dumps(dims).decode()
-    return pl.Series("input_dims", values, dtype=pl.String)
+            if types_of is not None and isinstance(dims, list):
+                kinds[i] = _first_tensor_type(dims, types_of(i))
+    return [pl.Series("input_dims", values, dtype=pl.String), pl.Series("input_type", kinds, dtype=pl.String)]
+
+
+def _first_tensor_type(dims: list, types: object) -> str | None:
+    if not isinstance(types, list):
+        return None
+    for d, t in zip(dims, types):
+        if isinstance(d, list) and d and all(isinstance(x, int) for x in d) and isinstance(t, str) and t:
+            return t
+    return None
 
 
 def short(exc: Exception) -> str:

@@ -17,7 +17,7 @@ Nothing here prints; renderers live in :mod:`traceanalyzer.render.predictions`.
 
 from traceanalyzer.reconcile.buckets import loss_columns
 from traceanalyzer.reconcile.compare import compare, compare_time
-from traceanalyzer.reconcile.gemm import gemm_check, matmul_flops
+from traceanalyzer.reconcile.gemm import attention_flops, gemm_check, matmul_flops, trace_flops
 from traceanalyzer.reconcile.waterfall import attach_overlapped, waterfall
 
-__all__ = ["waterfall", "compare", "compare_time", "matmul_flops", "gemm_check", "loss_columns", "attach_overlapped"]
+__all__ = ["waterfall", "compare", "compare_time", "matmul_flops", "attention_flops", "trace_flops", "gemm_check", "loss_columns", "attach_overlapped"]

@@ -23,6 +23,8 @@ from traceanalyzer.errors import ConfigError, NoGpuActivity
 from traceanalyzer.model.config import RunConfig
 from traceanalyzer.model.memory import COMPONENT_NOTES, COMPONENTS, DEFAULT_RESERVE_GIB, GIB, MemoryEstimate, estimate_memory
 
+#: prediction vs the allocator's measured peak: beyond this, ``memory`` says so in one line
+MEMORY_TOLERANCE = 0.05
 COMPONENT_FRAME = {"component": pl.String, "bytes": pl.Float64, "gib": pl.Float64, "share": pl.Float64, "what": pl.String}
 FIT_FRAME = {"stage": pl.Int64, "stages": pl.Int64, "total_bytes": pl.Float64, "capacity_bytes": pl.Int64,
              "reserve_bytes": pl.Float64, "headroom_bytes": pl.Float64, "fits": pl.Boolean,
@@ -266,5 +268,11 @@ def memory(
                 pl.lit(peaks.get_column("peak_allocated").max(), dtype=pl.Int64).alias("measured_peak_allocated"),
                 pl.lit(peaks.get_column("peak_reserved").max(), dtype=pl.Int64).alias("measured_peak_reserved"),
             )
+            measured_peak = peaks.get_column("peak_allocated").max()
+            if est is not None and measured_peak:
+                rel = est.total_bytes / measured_peak - 1
+                if abs(rel) > MEMORY_TOLERANCE:
+                    warnings.append(f"predicted peak {est.total_bytes / GIB:.2f} GiB vs measured peak allocated "
+                                    f"{measured_peak / GIB:.2f} GiB ({100 * rel:+.1f} %: beyond ±{MEMORY_TOLERANCE:.0%})")
     return MemoryResult(predicted=comp, fit=fit, measured=peaks, timeline=timeline, copies=copies, estimate=est,
                         warnings=list(dict.fromkeys(warnings)))

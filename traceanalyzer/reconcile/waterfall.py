@@ -23,7 +23,7 @@ from traceanalyzer.model.hardware import detect_gpu, peak_tflops
 from traceanalyzer.model.parallel import bubble_fraction, comm_volumes
 from traceanalyzer.model.predict import logged_convention
 from traceanalyzer.reconcile.buckets import loss_columns
-from traceanalyzer.reconcile.gemm import gemm_check
+from traceanalyzer.reconcile.gemm import gemm_check, trace_flops
 from traceanalyzer.schema import Trace
 
 
@@ -166,6 +166,7 @@ def waterfall(analysis: Analysis, cfg: RunConfig, *, convention: str | None = No
         "sum_tflops": float(sum(exact.values())),
         "exact": exact,
         "gemm_check": gemm,
+        "trace_flops": trace_flops(analysis.trace, step_name),
         "reported_step_time_s": rep.step_time_s,
         "logged_convention": logged,
         "warnings": list(dict.fromkeys(warnings)),

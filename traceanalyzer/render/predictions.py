@@ -177,16 +177,29 @@ def waterfall_sections(wf: dict[str, Any]) -> list[Section]:
     out = [head, body]
     gm = wf.get("gemm_check")
     if gm:
-        g = Section("Matmul FLOPs counted from the trace's shapes vs the config", ["quantity", "value"])
+        g = Section("Matmul and attention FLOPs counted from the trace's shapes vs the config", ["quantity", "value"])
         g.rows = [
             ["matmul ops with shapes", f"{gm['ops']:,} ({gm['ops_per_step']:.1f} per step)"],
             ["forward matmul FLOPs / step / GPU (trace)", sci(gm["trace_fwd_flops_per_step"])],
             ["× 3 (fwd + wgrad + dgrad)", sci(gm["trace_train_flops_per_step"])],
             [gm['config_flops_what'] + ' / step / GPU', f"{sci(gm['config_flops_per_step'])} [{conv}]"],
             ["ratio trace / config", f"{gm['ratio']:.3f}"],
-            ["verdict", gm["verdict"]],
         ]
+        if gm.get("trace_attention_flops_per_step") is not None:
+            g.rows += [
+                ["attention FLOPs / step / GPU (trace shapes) [torch]", sci(gm["trace_attention_flops_per_step"])],
+                ["config attention FLOPs / step / GPU [torch]", sci(gm["config_attention_flops_per_step"])],
+                ["ratio trace / config (attention)", f"{gm['attention_ratio']:.3f}"],
+            ]
+        g.rows.append(["verdict", gm["verdict"]])
         out.append(g)
+    tf = wf.get("trace_flops")
+    if tf:
+        t = Section("Executed FLOPs from the trace's shapes [torch: as torch.utils.flop_counter]", ["quantity", "value"])
+        t.rows = [["matmul FLOPs / step", sci(tf["matmul_per_step"])],
+                  ["attention FLOPs / step", sci(tf["attention_per_step"])],
+                  ["executed FLOPs / step", sci(tf["executed_per_step"])]]
+        out.append(t)
     return out
 
 

@@ -42,14 +42,16 @@ def whatif_sections(res: dict[str, Any]) -> list[Section]:
     conv = res["convention"]
     head = Section(f"What-if [{conv}]", ["quantity", "anchor run", "predicted run"],
                    notes=[f"anchor: {res['anchor']}"]
-                   + (["no trace: this is the analytic model, not a measured step"] if res["anchor_source"] != "trace" else []))
+                   + (["no trace: this is the analytic model, not a measured step"] if res["anchor_source"] != "trace" else [])
+                   + [n for n in res.get("notes", []) if n.startswith(("extrapolated", "HOST-BOUND"))])
     la, lp = a["layout"], p["layout"]
     head.rows = [
         ["layout", f"{la['gpus']} GPUs: {_layout(la)}", f"{lp['gpus']} GPUs: {_layout(lp)}"],
         ["batch", f"global {la['global_batch']}, micro {la['micro_batch']} ({la['microbatches']} microbatches)",
          f"global {lp['global_batch']}, micro {lp['micro_batch']} ({lp['microbatches']} microbatches)"],
         ["recompute", la["recompute"], lp["recompute"]],
-        ["step time", f"{a['step_time_s']:.4g} s", f"{p['step_time_s']:.4g} s"],
+        ["step time", f"{a['step_time_s']:.4g} s",
+         f"{p['step_time_s']:.4g} s" + (" (HOST-BOUND: the host's pace)" if res.get("host_bound") else "")],
         ["TFLOP/s/GPU (model FLOPs)", num(a["tflops_per_gpu"]), num(p["tflops_per_gpu"])],
         ["TFLOP/s/GPU (hardware FLOPs)", num(a["hw_tflops_per_gpu"]), num(p["hw_tflops_per_gpu"])],
         ["MFU / HFU", f"{pct(a['mfu'])} / {pct(a['hfu'])}", f"{pct(p['mfu'])} / {pct(p['hfu'])}"],
