@@ -62,13 +62,13 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split("\n")).strip()
 
 
-def _stdout_closed(fd_at_start: tuple[int, int] | None) -> bool:
+def _stdout_closed(fd_at_start: tuple[int, int] | None, exc: BaseException | None = None) -> bool:
     """Whether standard output went away: a reader that closed the pipe (``| head``). Rich and
-    click answer a closed pipe by redirecting stdout to /dev/null (rich) or wrapping it (click)
-    and exiting 1; we recognise both, and a pipe whose reader is gone."""
-    import click
-
-    if isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
+    click (typer's own copy of it in newer typer) answer a closed pipe by redirecting stdout to
+    /dev/null (rich) or wrapping it (click) and exiting 1; we recognise both, an exit caused by
+    a broken pipe, and a pipe whose reader is gone. (click is not imported: typer >= 0.29 no
+    longer installs it.)"""
+    if type(sys.stdout).__name__ == "PacifyFlushWrapper" or _caused_by_broken_pipe(exc):
         return True
     now = _fd_identity()
     if now is not None and now != fd_at_start and now == _devnull_identity():
@@ -81,6 +81,15 @@ def _stdout_closed(fd_at_start: tuple[int, int] | None) -> bool:
         return any(ev & select.POLLERR for _fd, ev in poller.poll(0))
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def _caused_by_broken_pipe(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+            return True
+        exc, seen = exc.__context__, seen + 1
+    return False
 
 
 def _fd_identity() -> tuple[int, int] | None:
@@ -147,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return _quiet_stdout()
     except SystemExit as exc:  # rich / click after a closed stdout pipe: sys.exit(1)
-        if _stdout_closed(fd_at_start):
+        if _stdout_closed(fd_at_start, exc):
             return _quiet_stdout()
         return exc.code if isinstance(exc.code, int) else 1
     except OSError as exc:
