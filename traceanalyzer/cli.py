@@ -113,7 +113,8 @@ def _quiet_stdout() -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     except (OSError, ValueError, AttributeError):
-        pass
+        if isinstance(sys.stdout, _ClosedStream):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until the exit
     return 0
 
 
@@ -131,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     :mod:`traceanalyzer.outputs`); a closed stdout pipe: exit 0 quietly; anything unexpected,
     ``BaseException`` included (e.g. a panic in a native library): exit 1 with one line.
     """
+    if sys.stdout is None:  # started with standard output closed (``>&-``)
+        sys.stdout = _ClosedStream()
     fd_at_start = _fd_identity()
     try:
         with catch_signals():
@@ -164,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         if exc.filename is not None and exc.errno in _PATH_ERRNOS:
             print(f"traceanalyzer: error: {exc.filename}: {_one_line(exc.strerror or exc)}", file=sys.stderr)
             return 3
+        if exc.filename is None and exc.errno in _WRITE_ERRNOS:
+            # standard output or error: a full disk (``> /dev/full``), a closed or read-only descriptor
+            return _write_error(exc)
         return _internal(exc)
     except GeneratorExit:  # pragma: no cover - never raised into main
         raise
@@ -187,6 +193,54 @@ def _usage_error(exc) -> int:
     message = _one_line(exc.format_message()).replace("Value error, ", "")  # newer typer's wording of a bad choice
     print(f"{where}: usage error: {message} (see {where} --help)", file=sys.stderr)
     return exc.exit_code
+
+
+#: a write to standard output / error that failed (files named with -o report their own path)
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF, errno.ENXIO, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+class _ClosedStream:
+    """Standard output when the process started without one (``>&-``): a command that writes
+    only files works; a write here is a write error (exit 3), never a silent loss."""
+
+    encoding = "utf-8"
+
+    def write(self, _text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+def _write_error(exc: OSError) -> int:
+    """Standard output (or error) could not be written: one line, exit 3; the unwritten rest
+    is dropped so that the exit does not fail on it again."""
+    from traceanalyzer.outputs import _why
+
+    why = "it is closed or not open for writing" if exc.errno == errno.EBADF else _why(exc)
+    _quiet_stdout()
+    try:
+        print(f"traceanalyzer: error: cannot write the output to standard output: {why}", file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):  # standard error is full (or closed) as well
+        _quiet_stream(2, "stderr")
+    return 3
+
+
+def _quiet_stream(fd: int, name: str) -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except OSError:
+        pass
+    if getattr(sys, name, None) is None:
+        setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - lives until the exit
 
 
 _PATH_ERRNOS = {
