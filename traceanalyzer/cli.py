@@ -16,7 +16,7 @@ from traceanalyzer import __version__
 from traceanalyzer.commands import annotate, baseline, batch, breakdown, critpath, gate, kernels, launch_stats, memory, plan, predict, reconcile, report, trend, user_annotations, whatif
 from traceanalyzer.commands.common import NoColorOpt, VersionOpt
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
-from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals
+from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals, reap_helpers
 from traceanalyzer.outputs import remove_temporaries
 
 _EPILOG = "Exit codes: " + "; ".join(f"{k} {v.split(':')[0]}" for k, v in EXIT_CODES.items()) + "."
@@ -275,4 +275,5 @@ def run() -> None:
     # the work is done (outputs written, stdout flushed): a signal during interpreter shutdown
     # must not turn the exit status into "killed by signal"
     ignore_signals()
+    reap_helpers()  # no helper process outlives us (a zombie where nothing reaps orphans)
     sys.exit(code)
