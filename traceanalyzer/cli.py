@@ -196,7 +196,7 @@ def _usage_error(exc) -> int:
 
 
 #: a write to standard output / error that failed (files named with -o report their own path)
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF, errno.ENXIO, errno.EROFS, errno.EACCES, errno.EPERM}
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF, errno.ENXIO}
 
 
 class _ClosedStream:
