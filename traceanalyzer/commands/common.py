@@ -387,10 +387,11 @@ def binary_output_check(format, output) -> None:
 
 def _check_not_an_input(ctx, output) -> None:
     """Refuse (exit 3) an output that is one of the command's inputs: every path given to it."""
+    paths = {p.name for p in ctx.command.params if p.name != "output" and param_kind(p)[0] in ("path", "file")}
     inputs = []
-    for name, value in ctx.params.items():
+    for name, value in ctx.params.items():  # str or Path, as the typer version converts them
         for v in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(v, Path) and name != "output":
+            if name in paths and isinstance(v, (str, Path)):
                 inputs.append(v)
     Outputs(inputs).check(output)
 
