@@ -136,7 +136,7 @@ def scan(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = True) 
     import orjson
 
     from traceanalyzer import cache as parse_cache
-    from traceanalyzer.parsers import _assign_ranks, _nsys_sniff, _parse_kineto_file, discover
+    from traceanalyzer.parsers import _assign_ranks, _nsys_sniff, _parse_kineto_file, discover, one_profiler
     from traceanalyzer.schema import EVENT_SCHEMA
 
     if cache is False:
@@ -145,6 +145,7 @@ def scan(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = True) 
     items = [path] if isinstance(path, (str, os.PathLike)) else _paths(path, "path")
     files = [f for p in items for f in discover(Path(_path(p, "path")))]
     kineto = [f for f in files if not (f.is_dir() or _nsys_sniff(f))]
+    one_profiler(kineto, [f for f in files if f not in kineto])
     frames: list[pl.LazyFrame] = []
     metas: list[dict] = []
     for f in kineto:  # one entry per rank file

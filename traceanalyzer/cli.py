@@ -16,7 +16,7 @@ from traceanalyzer._version import __version__
 import traceanalyzer as _ta
 from traceanalyzer.commands.common import NoColorOpt, VersionOpt
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
-from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals
+from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals, reap_helpers
 from traceanalyzer.outputs import remove_temporaries
 
 _EPILOG = "Exit codes: " + "; ".join(f"{k} {v.split(':')[0]}" for k, v in EXIT_CODES.items()) + "."
@@ -86,13 +86,13 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split("\n")).strip()
 
 
-def _stdout_closed(fd_at_start: tuple[int, int] | None) -> bool:
+def _stdout_closed(fd_at_start: tuple[int, int] | None, exc: BaseException | None = None) -> bool:
     """Whether standard output went away: a reader that closed the pipe (``| head``). Rich and
-    click answer a closed pipe by redirecting stdout to /dev/null (rich) or wrapping it (click)
-    and exiting 1; we recognise both, and a pipe whose reader is gone."""
-    import click
-
-    if isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
+    click (typer's own copy of it in newer typer) answer a closed pipe by redirecting stdout to
+    /dev/null (rich) or wrapping it (click) and exiting 1; we recognise both, an exit caused by
+    a broken pipe, and a pipe whose reader is gone. (click is not imported: typer >= 0.29 no
+    longer installs it.)"""
+    if type(sys.stdout).__name__ == "PacifyFlushWrapper" or _caused_by_broken_pipe(exc):
         return True
     now = _fd_identity()
     if now is not None and now != fd_at_start and now == _devnull_identity():
@@ -105,6 +105,15 @@ def _stdout_closed(fd_at_start: tuple[int, int] | None) -> bool:
         return any(ev & select.POLLERR for _fd, ev in poller.poll(0))
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def _caused_by_broken_pipe(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+            return True
+        exc, seen = exc.__context__, seen + 1
+    return False
 
 
 def _fd_identity() -> tuple[int, int] | None:
@@ -128,7 +137,8 @@ def _quiet_stdout() -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     except (OSError, ValueError, AttributeError):
-        pass
+        if isinstance(sys.stdout, _ClosedStream):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until the exit
     return 0
 
 
@@ -146,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     :mod:`traceanalyzer.outputs`); a closed stdout pipe: exit 0 quietly; anything unexpected,
     ``BaseException`` included (e.g. a panic in a native library): exit 1 with one line.
     """
+    if sys.stdout is None:  # started with standard output closed (``>&-``)
+        sys.stdout = _ClosedStream()
     fd_at_start = _fd_identity()
     try:
         with catch_signals():
@@ -177,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
               "or fewer --workers", file=sys.stderr)
         return OutOfMemory.exit_code
     except SystemExit as exc:  # rich / click after a closed stdout pipe: sys.exit(1)
-        if _stdout_closed(fd_at_start):
+        if _stdout_closed(fd_at_start, exc):
             return _quiet_stdout()
         return exc.code if isinstance(exc.code, int) else 1
     except OSError as exc:
@@ -185,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         if exc.filename is not None and exc.errno in _PATH_ERRNOS:
             print(f"traceanalyzer: error: {exc.filename}: {_one_line(exc.strerror or exc)}", file=sys.stderr)
             return 3
+        if exc.filename is None and exc.errno in _WRITE_ERRNOS:
+            # standard output or error: a full disk (``> /dev/full``), a closed or read-only descriptor
+            return _write_error(exc)
         return _internal(exc)
     except GeneratorExit:  # pragma: no cover - never raised into main
         raise
@@ -208,6 +223,54 @@ def _usage_error(exc) -> int:
     message = _one_line(exc.format_message()).replace("Value error, ", "")  # newer typer's wording of a bad choice
     print(f"{where}: usage error: {message} (see {where} --help)", file=sys.stderr)
     return exc.exit_code
+
+
+#: a write to standard output / error that failed (files named with -o report their own path)
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF, errno.ENXIO}
+
+
+class _ClosedStream:
+    """Standard output when the process started without one (``>&-``): a command that writes
+    only files works; a write here is a write error (exit 3), never a silent loss."""
+
+    encoding = "utf-8"
+
+    def write(self, _text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+def _write_error(exc: OSError) -> int:
+    """Standard output (or error) could not be written: one line, exit 3; the unwritten rest
+    is dropped so that the exit does not fail on it again."""
+    from traceanalyzer.outputs import _why
+
+    why = "it is closed or not open for writing" if exc.errno == errno.EBADF else _why(exc)
+    _quiet_stdout()
+    try:
+        print(f"traceanalyzer: error: cannot write the output to standard output: {why}", file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):  # standard error is full (or closed) as well
+        _quiet_stream(2, "stderr")
+    return 3
+
+
+def _quiet_stream(fd: int, name: str) -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except OSError:
+        pass
+    if getattr(sys, name, None) is None:
+        setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - lives until the exit
 
 
 _PATH_ERRNOS = {
@@ -242,4 +305,5 @@ def run() -> None:
     # the work is done (outputs written, stdout flushed): a signal during interpreter shutdown
     # must not turn the exit status into "killed by signal"
     ignore_signals()
+    reap_helpers()  # no helper process outlives us (a zombie where nothing reaps orphans)
     sys.exit(code)

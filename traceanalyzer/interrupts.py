@@ -156,3 +156,22 @@ def stop_pool(pool: object, timeout: float = 5.0) -> None:
         if p.is_alive():
             p.kill()
             p.join(1.0)
+
+
+def reap_helpers() -> None:
+    """Before the process exits: stop multiprocessing's resource tracker (started with a pool of
+    worker processes) and wait for it. Left alone it outlives this process by a moment, as an
+    orphan that only a reaping init collects: where PID 1 does not reap (a container), it stays
+    a zombie. Its registered resources are released first (a garbage collection), so that no
+    finalizer starts a new tracker afterwards."""
+    rt = sys.modules.get("multiprocessing.resource_tracker")
+    tracker = getattr(rt, "_resource_tracker", None)
+    if tracker is None or getattr(tracker, "_pid", None) is None or not callable(getattr(tracker, "_stop", None)):
+        return
+    import gc
+
+    gc.collect()
+    try:
+        tracker._stop()
+    except Exception:  # noqa: BLE001 - at exit, best effort: the tracker then ends as before
+        pass

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
-import fcntl
 import hashlib
 import os
 import re
@@ -43,7 +42,7 @@ from typing import Callable, Iterator
 import polars as pl
 
 from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, HOST_FIELDS, IDLE_FIELDS
-from traceanalyzer.errors import InputNotFound, InvalidTrace
+from traceanalyzer.errors import InputNotFound, InvalidTrace, OutputError
 from traceanalyzer.outputs import replace_atomically
 
 TABLES = ("runs", "ranks", "steps")
@@ -307,6 +306,11 @@ class Store:
     def writer(self, on_wait: Callable[[str], None] | None = None) -> Iterator["Store"]:
         """Hold the store's write lock (``flock`` on ``STORE/.lock``) for a batch: a second
         batch on the same store waits here until the first is done (``on_wait`` is told once)."""
+        try:
+            import fcntl  # POSIX only: imported here, so that reading a store works everywhere
+        except ImportError:
+            raise OutputError("cannot lock the store for writing: this platform has no POSIX file locks (fcntl); "
+                              "run batch on Linux or macOS (trend and gate read a store anywhere)", self.root) from None
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)

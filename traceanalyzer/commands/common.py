@@ -225,6 +225,7 @@ class Command(typer.core.TyperCommand):
         names = {n for p in self.params for n in getattr(p, "opts", [])}
         self.params += [p for p in _common_params() if not names & set(p.opts)]
         for p in self.params:
+            _no_readable_check(p)
             if p.param_type_name == "argument":
                 _argument_metavar(p)
                 continue
@@ -233,6 +234,55 @@ class Command(typer.core.TyperCommand):
             kind, _ = param_kind(p)
             if kind != "choice":  # the choices are the metavar
                 p.metavar = _METAVARS.get(kind, "VALUE")
+
+    def invoke(self, ctx):
+        format_from_output(self, ctx)
+        return super().invoke(ctx)
+
+
+#: the formats a known extension of ``-o`` names (any other name leaves the format to ``-f``)
+OUTPUT_EXTENSIONS = {".md": "markdown", ".markdown": "markdown", ".json": "json", ".html": "html", ".htm": "html",
+                     ".csv": "csv", ".parquet": "parquet"}
+
+
+def format_from_output(command, ctx) -> None:
+    """The one rule of every command with ``-o`` and ``-f``: a known extension of the output's
+    name (:data:`OUTPUT_EXTENSIONS`) selects the format; ``-f`` naming another format is a usage
+    error (exit 2) naming the file, and so is an extension the command cannot write."""
+    output, fmt = ctx.params.get("output"), ctx.params.get("format")
+    if output is None or fmt is None or "format" not in {p.name for p in command.params}:
+        return
+    wanted = OUTPUT_EXTENSIONS.get(Path(str(output)).suffix.lower())
+    if wanted is None:
+        return
+    param = next(p for p in command.params if p.name == "output")
+    _, formats = param_kind(next(p for p in command.params if p.name == "format"))
+    given = str(getattr(fmt, "value", fmt))
+    source = ctx.get_parameter_source("format")
+    explicit = source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+    suffix = Path(str(output)).suffix
+    if wanted not in formats or (explicit and given != wanted):
+        _check_not_an_input(ctx, output)  # an output naming an input is exit 3 first, whatever its name
+    if wanted not in formats:
+        raise typer.BadParameter(f"{output}: {ctx.info_name} cannot write {suffix} files (formats: {', '.join(formats)}); "
+                                 "give a name with another extension", ctx=ctx, param=param)
+    if explicit and given != wanted:
+        raise typer.BadParameter(f"{output}: the name says {wanted} ({suffix}) but -f {given} was given; "
+                                 f"drop -f, or give -f {wanted}", ctx=ctx, param=param)
+    if given != wanted:
+        ctx.params["format"] = type(fmt)(wanted) if isinstance(fmt, Enum) else wanted
+
+
+def _no_readable_check(p) -> None:
+    """typer checks that a path is readable and calls an unreadable one a usage error (exit 2):
+    a file that cannot be read is the loader's to report, naming it, with exit 3 (old typer keeps
+    the check on a click ``Path`` type, newer typer on the parameter's ``type_descriptor``)."""
+    t = getattr(p, "type", None)
+    if hasattr(t, "readable"):
+        t.readable = False
+    info = getattr(getattr(p, "type_descriptor", None), "parameter_info", None)
+    if hasattr(info, "readable"):
+        info.readable = False
 
 
 def _argument_metavar(p) -> None:
@@ -336,6 +386,25 @@ def binary_output_check(format, output) -> None:
     """Parquet is binary: to a file (-o) or a pipe, never to a terminal."""
     if getattr(format, "value", format) == "parquet" and output is None and sys.stdout.isatty():
         raise typer.BadParameter("parquet is binary: give -o FILE (or pipe the output)", param_hint="'-f'")
+
+
+def _check_not_an_input(ctx, output) -> None:
+    """Refuse (exit 3) an output that is one of the command's inputs: every path given to it."""
+    paths = {p.name for p in ctx.command.params if p.name != "output" and param_kind(p)[0] in ("path", "file")}
+    inputs = []
+    for name, value in ctx.params.items():  # str or Path, as the typer version converts them
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if name in paths and isinstance(v, (str, Path)):
+                inputs.append(v)
+    Outputs(inputs).check(output)
+
+
+def require_config(config, megatron_args) -> None:
+    """The run configuration is required (``-c`` and/or ``--megatron-args``): without it, a
+    usage error (exit 2) like any missing option, before any work."""
+    if config is None and megatron_args is None:
+        usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+        raise usage_error("Missing option '-c' / '--config' (a run configuration, TOML; or --megatron-args FILE)")
 
 
 def iso_date(text: str):

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from traceanalyzer.commands.common import ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
+from traceanalyzer.commands.common import require_config
 from traceanalyzer.model.config import CONVENTIONS
 from traceanalyzer.model.flops import HFU_CONVENTIONS
 from traceanalyzer.render.predictions import Format, emit
@@ -33,6 +34,7 @@ def predict(
     """Predict FLOPs, bubble, recompute and communication of a run; with --vs, split the gap into causes."""
     convention = getattr(convention, "value", convention)
     hfu = getattr(hfu, "value", hfu)
+    require_config(config, megatron_args)
     outputs = Outputs([config, megatron_args, vs])
     if output is not None:
         outputs.check(output)

@@ -11,6 +11,7 @@ from traceanalyzer.commands.common import (
     CacheOpt, CommKernelOpt, ConfigOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, analyse_paths, choices, comm_patterns, config_opt,
     format_opt, print_warnings, step_name, trace_arg,
 )
+from traceanalyzer.commands.common import require_config
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import load_config
 from traceanalyzer.model.config import CONVENTIONS
@@ -68,6 +69,7 @@ def reconcile(
     baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", help="nccl-tests output: predicted communication at the bandwidth of its message size and scope.")] = None,
 ) -> None:
     """Waterfall from peak to achieved TFLOP/s/GPU: every measured loss in TFLOP/s, beside the analytic prediction."""
+    require_config(config, megatron_args)
     outputs = Outputs([trace, config, megatron_args, *(baseline or [])])
     if output is not None:
         outputs.check(output)

@@ -10,6 +10,7 @@ import typer
 from traceanalyzer.commands.common import (
     CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, non_negative_number, positive_number, print_warnings,
 )
+from traceanalyzer.commands.common import require_config
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model import load_config
 from traceanalyzer.model.config import CONVENTIONS
@@ -52,6 +53,7 @@ def whatif(
         raise ConfigError(f"--reserve-gb {reserve_gb} must not be negative")
     if not set_ and not search:
         raise typer.BadParameter("give the change with --set KEY=VALUE, or --search", param_hint="'--set'")
+    require_config(config, megatron_args)
     outputs = Outputs([trace, config, megatron_args, *(baseline or [])])
     if output is not None:
         outputs.check(output)

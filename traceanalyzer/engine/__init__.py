@@ -116,7 +116,7 @@ def breakdown(trace, step_name: str | None = DEFAULT_STEP) -> pl.DataFrame:
 
 def kineto_files(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
     """(Kineto files, Nsight Systems inputs) the paths stand for."""
-    from traceanalyzer.parsers import _nsys_sniff, discover
+    from traceanalyzer.parsers import _nsys_sniff, discover, one_profiler
 
     files = [f for p in paths for f in discover(Path(p))]
     if not files:
@@ -124,6 +124,7 @@ def kineto_files(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
     kin, nsys = [], []
     for f in files:
         (nsys if f.is_dir() or _nsys_sniff(f) else kin).append(f)
+    one_profiler(kin, nsys)
     return kin, nsys
 
 

@@ -394,6 +394,12 @@ def _read_megatron(text: str, source: str) -> RunConfig:
     pp = g("pipeline_model_parallel_size", default=1)
     vp = g("virtual_pipeline_model_parallel_size")
     lpv = g("num_layers_per_virtual_pipeline_stage")
+    if vp is not None and vp < 1:
+        raise ConfigError(f"{source}: virtual_pipeline_model_parallel_size (--virtual-pipeline-model-parallel-size) = {vp} "
+                          "must be at least 1 (model chunks per pipeline stage)")
+    if lpv is not None and lpv < 1:
+        raise ConfigError(f"{source}: num_layers_per_virtual_pipeline_stage (--num-layers-per-virtual-pipeline-stage) = {lpv} "
+                          "must be at least 1 (layers in each virtual pipeline stage)")
     if vp is None and lpv and g("num_layers") and pp:
         if g("num_layers") % (pp * lpv):
             raise ConfigError(f"{source}: num_layers = {g('num_layers')} is not a multiple of pipeline stages × "

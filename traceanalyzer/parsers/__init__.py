@@ -84,6 +84,18 @@ def _nsys_sniff(path: Path) -> str | None:
     return sniff_nsys(path)
 
 
+def one_profiler(kineto_files: list[Path], nsys_files: list[Path]) -> None:
+    """The rank files of one job come from one profiler: Kineto traces and Nsight Systems
+    exports have different clocks and rank numbering, so a mix is refused (exit 4), naming one
+    file of each, never merged into a job whose ranks disagree by hours."""
+    if kineto_files and nsys_files:
+        raise InvalidTrace(
+            f"an Nsight Systems export mixed with a Kineto trace ({kineto_files[0]}): the ranks of one job come from one "
+            "profiler; analyse them separately",
+            nsys_files[0],
+        )
+
+
 def load(
     path: str | Path | Iterable[str | Path], progress: ProgressFn | None = None, cache: bool | str | Path = False
 ) -> Trace:
@@ -102,6 +114,7 @@ def load(
     kineto_files, nsys_files = [], []
     for f in files:
         (nsys_files if f.is_dir() or _nsys_sniff(f) else kineto_files).append(f)
+    one_profiler(kineto_files, nsys_files)
     traces: list[Trace] = []
     if kineto_files:
         traces.append(_load_kineto(kineto_files, progress, cache))
