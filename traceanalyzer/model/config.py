@@ -345,7 +345,7 @@ class RunConfig:
         ``h``); a mixture-of-experts layer ``experts`` MLPs and a router ``h·experts``. The input
         embedding ``V·h``, an untied output layer ``V·h``, learned positions ``s·h``, the final
         norm."""
-        from traceanalyzer.model.memory import _layer_params  # noqa: PLC0415
+        from traceanalyzer.model.params import layer_params  # noqa: PLC0415
 
         m = self.model
         what = "the parameter count"
@@ -356,7 +356,7 @@ class RunConfig:
         total = 0.0
         for i in range(L):
             moe = bool(m.experts) and i % m.moe_layer_freq == 0
-            dn, ex = _layer_params(one, moe)
+            dn, ex = layer_params(one, moe)
             total += dn + ex
         total += V * h * (2 if m.untie_embeddings else 1) + self.norm_params
         if m.position_embedding == "learned":

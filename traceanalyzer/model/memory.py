@@ -77,6 +77,7 @@ from typing import Any
 
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model.config import RunConfig
+from traceanalyzer.model.params import layer_params
 from traceanalyzer.model.hardware import memory_bytes
 
 #: Components of the estimate, in the order they are reported.
@@ -235,22 +236,6 @@ def _zero_stage(cfg: RunConfig) -> int:
     return 1 if p.distributed_optimizer else 0
 
 
-def _layer_params(cfg: RunConfig, moe: bool) -> tuple[float, float]:
-    """(dense, expert) parameters of one layer held by one GPU (after TP and EP)."""
-    m, p = cfg.model, cfg.parallel
-    h, t = m.hidden, p.tp
-    d, n_h, n_kv = cfg.head_dim, m.heads, cfg.kv_heads
-    E = 3 if m.swiglu else 2
-    norm = cfg.norm_params  # LayerNorm with bias 2h / RMSNorm h (default: by the activation)
-    attn = (h * (d * n_h + 2 * d * n_kv) + d * n_h * h) / t
-    if m.bias:  # column-parallel biases are split by TP, row-parallel ones (out-proj, fc2) replicated
-        attn += (d * n_h + 2 * d * n_kv) / t + h
-    if moe:
-        f_moe = m.moe_ffn if m.moe_ffn is not None else cfg.ffn
-        ex_bias = ((E - 1) * f_moe / t + h) if m.bias else 0
-        return attn + 2 * norm + h * m.experts, (E * h * f_moe / t + ex_bias) * (m.experts / p.ep)
-    mlp_bias = ((E - 1) * cfg.ffn / t + h) if m.bias else 0
-    return attn + 2 * norm + E * h * cfg.ffn / t + mlp_bias, 0.0
 
 
 def _is_moe(cfg: RunConfig, i: int) -> bool:
@@ -364,7 +349,7 @@ def estimate_memory(cfg: RunConfig) -> MemoryEstimate:
     sp_div = t if p.sequence_parallel else 1
     # one dense and one MoE layer, computed once (layout searches call this many times)
     kinds = (False, True) if m.experts else (False,)
-    per_kind = {moe: (_layer_params(cfg, moe), stored_per_layer(moe),
+    per_kind = {moe: (layer_params(cfg, moe), stored_per_layer(moe),
                       layer_act(moe, "none") if gran == "full" else 0.0) for moe in kinds}
     stages: list[dict[str, float]] = []
     in_flight: list[int] = []

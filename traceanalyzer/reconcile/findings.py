@@ -234,6 +234,7 @@ def profiler_notes(analysis: Any, steps: pl.DataFrame) -> list[dict]:
     ``may_inflate_host_time`` (a costly option was on: ``record_shapes``, ``profile_memory``,
     ``with_stack`` add host work to every op) and ``note`` (a sentence when they may have made
     the host look slower than it is, where a step is CPU-bound or the GPU waits on the host)."""
+    from traceanalyzer.classify.launches import LAUNCH_BOUND_SHARE
     from traceanalyzer.parsers.kineto_header import COSTLY, profiler_options
 
     meta = analysis.trace.meta
