@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from traceanalyzer import api  # noqa: E402
-from traceanalyzer.model.config import load_config  # noqa: E402
+from traceanalyzer.model import load_config  # noqa: E402
 from traceanalyzer.model.memory import estimate_memory  # noqa: E402
 from traceanalyzer.model.whatif import anchor_from_analysis, apply_sets, project  # noqa: E402
 from traceanalyzer.reconcile import waterfall  # noqa: E402
