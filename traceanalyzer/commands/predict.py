@@ -25,7 +25,7 @@ HfuConvention = choices("HfuConvention", HFU_CONVENTIONS)
 def predict(
     config: ConfigOpt = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch script, arguments or a training log.")] = None,
-    vs: Annotated[Optional[Path], typer.Option("--vs", metavar="TOML", help="Reference configuration (TOML) to compare with; its [reported] throughput sets the kernel efficiency.")] = None,
+    vs: Annotated[Optional[Path], typer.Option("--vs", metavar="CONFIG", help="Reference configuration (TOML) to compare with; its [reported] throughput sets the kernel efficiency.")] = None,
     global_batch: Annotated[Optional[list[int]], typer.Option("--global-batch", min=1, metavar="N", help="Override the global batch; repeat for a sweep.")] = None,
     convention: Annotated[Optional[Convention], typer.Option("--convention", help="FLOPs convention (default: the configuration's).")] = None,  # type: ignore[valid-type]
     hfu: Annotated[HfuConvention, typer.Option("--hfu", help="How recompute counts in HFU.")] = "forward",  # type: ignore[valid-type]

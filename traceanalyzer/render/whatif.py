@@ -71,12 +71,20 @@ def whatif_sections(res: dict[str, Any]) -> list[Section]:
     return [head, terms, wf]
 
 
-def search_sections(df: pl.DataFrame, top: int, title: str, notes: list[str]) -> list[Section]:
+def search_sections(df: pl.DataFrame, top: int, title: str, notes: list[str], bound: bool = False) -> list[Section]:
+    """The ranked layouts; ``bound``: the anchor is the analytic model at the peak (no trace, no
+    reported throughput), so TFLOP/s/GPU and MFU are upper bounds, not predictions: the headers
+    and a note say so."""
     fits = df["fits"]
     sized = df.height - fits.null_count()
     n_fit = int(fits.sum() or 0)
-    s = Section(title, ["rank", "layout", "micro", "m", "recompute", "dist. opt.", "TFLOP/s/GPU", "MFU", "step s",
+    tflops, mfu = ("TFLOP/s/GPU at most", "MFU at most") if bound else ("TFLOP/s/GPU", "MFU")
+    s = Section(title, ["rank", "layout", "micro", "m", "recompute", "dist. opt.", tflops, mfu, "step s",
                         "memory GiB", "margin GiB", "fits"], notes=list(notes))
+    if bound:
+        s.notes.insert(0, "No measured anchor (no trace, no [reported] throughput): every layout computes at the peak, so "
+                          "TFLOP/s/GPU and MFU are analytic upper bounds that rank the layouts' bubble and communication, "
+                          "not a prediction of what a run reaches. Give a trace or [reported] to anchor them.")
     line = f"{df.height} valid layouts; memory sized for {sized} (fastest first): {n_fit} fit, {sized - n_fit} do not"
     if sized < df.height:
         line += f"; {df.height - sized} slower ones not sized (--top 0 sizes all)"
