@@ -249,7 +249,8 @@ def test_the_readme_command_warns_only_about_what_it_shows():
     assert "collective wait/transfer for 5 of 17 kernels is unknown" in detail.stderr
     as_json = cli("breakdown", "-f", "json", DEMO)
     assert "collective wait/transfer for 12 of 17" in as_json.stderr
-    for view in (["kernels", DEMO], ["launches", DEMO], ["annotations", DEMO]):
+    for view in (["kernels", DEMO], ["launches", DEMO], ["annotations", DEMO], ["critical-path", DEMO],
+                 ["reconcile", DEMO, "-c", DEMO_TOML]):
         assert "wait/transfer" not in cli(*view).stderr, view
 
 
@@ -263,7 +264,8 @@ def test_search_without_an_anchor_says_its_mfu_is_an_upper_bound(gpt_toml):
     header = [ln for ln in done.stdout.splitlines() if ln.startswith("┃")][0]
     assert "TFLOP/s/GPU at most" in header and "MFU at most" in header
     assert "ranked by an upper bound of TFLOP/s/GPU" in done.stdout
-    assert "analytic upper bounds" in done.stdout and "not a prediction" in done.stdout
+    words = " ".join(done.stdout.split())
+    assert "TFLOP/s/GPU and MFU are analytic upper bounds" in words and "not a prediction of what a run reaches" in words
     # anchored by a reported throughput, the numbers are predictions
     anchored = cli("whatif", "-c", ROOT / "docs" / "examples" / "issue1031-70b.toml", "--search", columns=200)
     assert anchored.returncode == 0, anchored.stderr
@@ -317,3 +319,25 @@ def test_one_wording_of_output_and_format():
             seen_f += 1
             assert p.help.startswith(FORMAT_HELP), (name, p.help)
     assert seen_o == len(GROUP.commands) and seen_f == len(GROUP.commands) - 1  # annotate has no -f
+
+
+def test_predict_and_whatif_hide_the_zero_terms_unless_all(gpt_toml):
+    """One GPU: no communication, no bubble, no recompute: those terms are zero in the prediction."""
+    doc = json.loads(cli("predict", "-c", gpt_toml, "-f", "json").stdout)
+    zero = [k for k, v in doc["prediction"]["waterfall"].items() if v == 0 and k != "achieved"]
+    assert {"recompute", "bubble"} <= set(zero)
+    default = cli("predict", "-c", gpt_toml, columns=200).stdout
+    every = cli("predict", "-c", gpt_toml, "--all", columns=200).stdout
+    rows, rows_all = _waterfall_rows(default, "Predicted waterfall"), _waterfall_rows(every, "Predicted waterfall")
+    assert rows_all == [_label(k) for k in doc["prediction"]["waterfall"]] + ["= peak"]
+    assert rows == [_label(k) for k in doc["prediction"]["waterfall"] if k not in zero] + ["= peak"]
+    assert f"{len(zero)} terms at zero not shown (--all shows them)" in default
+    # no communication at all: said in a line, not an empty table
+    assert "Communication per GPU per step: none" in default
+    res = json.loads(cli("whatif", "-c", gpt_toml, "--set", "micro_batch=4", "-f", "json").stdout)
+    zero = [t["term"] for t in res["terms"] if t["anchor_s"] == 0 and t["predicted_s"] == 0]
+    assert zero
+    default = cli("whatif", "-c", gpt_toml, "--set", "micro_batch=4", columns=200).stdout
+    every = cli("whatif", "-c", gpt_toml, "--set", "micro_batch=4", "--all", columns=200).stdout
+    assert _waterfall_rows(every, "Step per GPU") == [_label(t["term"]) for t in res["terms"]] + ["= step"]
+    assert _waterfall_rows(default, "Step per GPU") == [_label(t["term"]) for t in res["terms"] if t["term"] not in zero] + ["= step"]

@@ -57,7 +57,7 @@ def critical_path(
     else:
         with outputs.stream(output) as fh:
             fh.write(render.json_bytes(cp) if format is CpFormat.json else render.csv_bytes(cp))
-    print_warnings(cp.warnings)
+    print_warnings(cp.warnings, shows_transfer=False)
 
 
 def register(app: typer.Typer) -> None:

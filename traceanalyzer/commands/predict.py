@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from traceanalyzer.commands.common import ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
+from traceanalyzer.commands.common import AllRowsOpt, ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
 from traceanalyzer.model import compare_predictions, load_config, predict as predict_run
 from traceanalyzer.model.config import CONVENTIONS
 from traceanalyzer.model.flops import HFU_CONVENTIONS
@@ -33,6 +33,7 @@ def predict(
     format: Annotated[Format, format_opt()] = Format.table,
     output: OutputOpt = None,
     baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", metavar="FILE", help="nccl-tests output: bandwidth by message size instead of the hardware table's; repeatable.")] = None,
+    all_rows: AllRowsOpt = False,
 ) -> None:
     """Predict FLOPs, bubble, recompute and communication of a run; with --vs, split the gap into causes."""
     convention = getattr(convention, "value", convention)
@@ -68,7 +69,7 @@ def predict(
     preds = [predict_run(cfg, convention=convention, kernel_efficiency=kernel_efficiency, global_batch=g, hfu=hfu,
                          baseline=base)
              for g in batches]
-    sections = prediction_sections(preds[0])
+    sections = prediction_sections(preds[0], all_rows)
     doc: dict[str, Any] = {"schema": "traceanalyzer.predict", "schema_version": 1, "prediction": preds[0]}
     if len(preds) > 1:
         title = (f"Global batch unknown: the spread [{preds[0]['convention']}]" if spread else None)
@@ -76,7 +77,7 @@ def predict(
         doc["sweep"] = preds
         doc["global_batch_known"] = not spread
     if ref_pred is not None:
-        sections += prediction_sections(ref_pred)
+        sections += prediction_sections(ref_pred, all_rows)
         cmps = [compare_predictions(p, ref_pred) for p in preds]
         for c in cmps:
             sections += comparison_sections(c)

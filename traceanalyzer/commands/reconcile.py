@@ -73,7 +73,7 @@ def reconcile(
         outputs.check(output)
     wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu, workers, quiet, comm_kernel, baseline, cache)
     emit(waterfall_sections(wf, all_rows), format, {"schema": "traceanalyzer.reconcile", "schema_version": 1, **_public(wf)}, output, outputs)
-    print_warnings(warnings)
+    print_warnings(warnings, shows_transfer=False)
 
 
 def compare(
@@ -121,7 +121,7 @@ def compare(
         emit(time_comparison_sections(cmp_t, all_rows) + kernel_diff_sections(diff), format,
              {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "time",
               "comparison": {**_public(cmp_t), "kernels": _public(diff)}}, output, outputs)
-        print_warnings([*an_a.warnings, *an_b.warnings])
+        print_warnings([*an_a.warnings, *an_b.warnings], shows_transfer=False)
         return
     if whole_trace:
         raise typer.BadParameter("the waterfall (with run configurations) needs the step markers", param_hint="'--whole-trace'")
@@ -131,7 +131,7 @@ def compare(
     sections = waterfall_sections(wa, all_rows) + waterfall_sections(wb, all_rows) + trace_comparison_sections(cmp, all_rows)
     emit(sections, format, {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "waterfall",
                             "a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output, outputs)
-    print_warnings(list(dict.fromkeys([*warn_a, *warn_b])))
+    print_warnings(list(dict.fromkeys([*warn_a, *warn_b])), shows_transfer=False)
 
 
 def register(app: typer.Typer) -> None:

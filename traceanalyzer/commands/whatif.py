@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from traceanalyzer.commands.common import (
-    CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, config_opt, format_opt, non_negative_number, output_opt,
+    AllRowsOpt, CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, config_opt, format_opt, non_negative_number, output_opt,
     positive_number, print_warnings, step_range_opt,
 )
 from traceanalyzer.errors import ConfigError
@@ -41,6 +41,7 @@ def whatif(
     comm_kernel: CommKernelOpt = None,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,
+    all_rows: AllRowsOpt = False,
 ) -> None:
     """What would another layout reach? Each measured term re-derived for the new layout; --search ranks them all."""
     from traceanalyzer.model.whatif import anchor_from_analysis, anchor_from_config, apply_sets, project
@@ -106,12 +107,12 @@ def whatif(
         res = project(anchor, new, capacity_gib=capacity_gb, reserve_gib=reserve_gb)
         if res["predicted"]["memory"] is None:
             warnings.append("the memory model cannot size this configuration: memory per GPU is not predicted")
-        sections = whatif_sections(res)
+        sections = whatif_sections(res, all_rows)
         doc = {"schema": "traceanalyzer.whatif", "schema_version": 1, **res}
     warnings = list(dict.fromkeys(warnings))
     doc["warnings"] = warnings
     emit(sections, format, doc, output, outputs)
-    print_warnings(warnings)
+    print_warnings(warnings, shows_transfer=False)
 
 
 def _knob_value(cfg, key: str):

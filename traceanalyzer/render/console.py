@@ -80,16 +80,40 @@ def fit_table(table: Table, console: Console) -> list:
     "47.2…"): a table that fits is left as it is; else every column gets at least its longest word
     (its whole text where it may not wrap) and the room left goes to the columns that wrap least;
     a table whose columns cannot fit side by side even so is split into tables of consecutive
-    columns, each repeating the row's key (the first column and the text columns after it), the
-    caption under the last. Layout only: the cells are the table's."""
+    columns, each repeating the row's key (the first column and the text columns after it). A title
+    or caption justified left is printed as a paragraph of its own, as wide as the console.
+    Layout only: the cells are the table's, and ``table`` itself is left as it is."""
     width = console.width
     cols = table.columns
     if not cols or table.expand or table.width is not None:
         return [table]
+    # a left-justified title or caption: a paragraph of its own, as wide as the console (inside the
+    # table it would wrap at the table's width)
+    head, tail = [], []
+    if table.title is not None and table.title_justify == "left":
+        head.append(_paragraph(table.title, table.title_style or "table.title", console))
+    if table.caption is not None and table.caption_justify == "left":
+        tail.append(_paragraph(table.caption, table.caption_style or "table.caption", console))
+    if head or tail:
+        table = copy.copy(table)
+        table.title = None if head else table.title
+        table.caption = None if tail else table.caption
+    return [*head, *_fit(table, console, width), *tail]
+
+
+def _paragraph(text, style, console: Console) -> Text:
+    text = text if isinstance(text, Text) else console.render_str(str(text))
+    return Text.assemble(text, style=style, justify="left")
+
+
+def _fit(table: Table, console: Console, width: int) -> list:
+    cols = table.columns
     natural, least = _column_widths(table, console)
     if sum(natural) + _overhead(table, len(cols)) <= width:
         return [table]
     if sum(least) + _overhead(table, len(cols)) <= width:
+        table = copy.copy(table)
+        table.columns = [dataclasses.replace(c) for c in cols]
         _set_widths(table, natural, least, width - _overhead(table, len(cols)))
         return [table]
     # the key: the first column and the text columns right after it (rank, by, key...)
@@ -115,15 +139,12 @@ def fit_table(table: Table, console: Console) -> list:
         part = copy.copy(table)
         part.columns = [dataclasses.replace(cols[i], _index=j, _cells=list(cols[i]._cells)) for j, i in enumerate(idx)]
         part.title = table.title if k == 0 else "(continued)"
-        part.caption = None
+        part.caption = table.caption if k == len(parts) - 1 else None
         nat = [natural[i] for i in idx]
         low = [least[i] for i in idx]
         if sum(nat) + _overhead(part, len(idx)) > width:
             _set_widths(part, nat, low, width - _overhead(part, len(idx)))
         out.append(part)
-    if table.caption is not None:  # under the last part, as wide as the console allows
-        caption = table.caption if isinstance(table.caption, Text) else console.render_str(str(table.caption))
-        out.append(Text.assemble(caption, style=table.caption_style or "table.caption", justify="left"))
     return out
 
 

@@ -91,7 +91,9 @@ def _hidden(section: Section, labels: list[str]) -> None:
 
 
 # ------------------------------------------------------------------------------------ predict
-def prediction_sections(pred: dict[str, Any]) -> list[Section]:
+def prediction_sections(pred: dict[str, Any], all_rows: bool = True) -> list[Section]:
+    """The prediction, its waterfall and its communication; without ``all_rows`` the waterfall's
+    terms that are zero are left out (a note names them)."""
     lay, hw, fl = pred["layout"], pred["hardware"], pred["flops"]
     conv = f"FLOPs convention: {pred['convention']} ({pred['convention_note']})"
     s1 = Section(f"Prediction — {pred['name']}", ["quantity", "value"], notes=[conv])
@@ -127,9 +129,14 @@ def prediction_sections(pred: dict[str, Any]) -> list[Section]:
     peak = hw["peak_tflops"]
     s2 = Section(f"Predicted waterfall: peak = achieved + losses (TFLOP/s/GPU) [{pred['convention']}]",
                  ["term", "TFLOP/s/GPU", "% of peak"])
+    hidden = []
     for k, v in pred["waterfall"].items():
+        if not all_rows and k != "achieved" and _zero(v):
+            hidden.append(label(k))
+            continue
         s2.rows.append([label(k), num(v), pct(v / peak)])
     s2.rows.append(["= peak", num(sum(pred["waterfall"].values())), pct(1.0)])
+    _hidden(s2, hidden)
     s3 = Section("Communication per GPU per step", ["dim", "collective", "GB", "GB/s", "time ms", "exposed ms", "assumption"])
     for c in pred["comm"]:
         s3.rows.append([c["dim"], c["what"], num(c["bytes"] / 1e9, 2), f"{num(c['gbps'], 0)} ({c['scope']})",
@@ -277,6 +284,7 @@ def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None,
         return _markdown(sections)
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     for s in sections:
         t = Table(title=escape(s.title), title_justify="left", caption=escape("\n".join(s.notes)) or None, caption_justify="left")
@@ -288,6 +296,8 @@ def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None,
             t.add_column(c, justify="left" if text else "right")
         for r in s.rows:
             t.add_row(*[escape(r[i]) for i in shown])
+        if not s.rows:  # a table with a header and nothing under it reads as a bug: say so
+            t = Text.assemble((s.title, "italic"), ": none", *[f"\n{n}" for n in s.notes])
         console.print(t)
     return None
 

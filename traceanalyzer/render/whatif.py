@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.render.predictions import Section, label, num, pct
+from traceanalyzer.render.predictions import Section, _hidden, label, num, pct
 
 
 def _layout(lay: dict[str, Any]) -> str:
@@ -37,7 +37,9 @@ def _mem(m: dict[str, Any] | None) -> str:
     return s
 
 
-def whatif_sections(res: dict[str, Any]) -> list[Section]:
+def whatif_sections(res: dict[str, Any], all_rows: bool = False) -> list[Section]:
+    """The layouts side by side, the step by term, what changed; the terms zero in both runs are
+    left out unless ``all_rows`` (a note names them)."""
     a, p = res["anchor_summary"], res["predicted"]
     conv = res["convention"]
     head = Section(f"What-if [{conv}]", ["quantity", "anchor run", "predicted run"],
@@ -56,13 +58,16 @@ def whatif_sections(res: dict[str, Any]) -> list[Section]:
         ["memory per GPU", _mem(a.get("memory")), _mem(p.get("memory"))],
     ]
     terms = Section("Step per GPU by term (ms)", ["term", "anchor ms", "predicted ms", "change ms", "rule"])
+    hidden = []
     for t in res["terms"]:
-        if t["anchor_s"] == 0 and t["predicted_s"] == 0:
+        if t["anchor_s"] == 0 and t["predicted_s"] == 0 and not all_rows:
+            hidden.append(label(t["term"]))
             continue
         terms.rows.append([label(t["term"]), num(1e3 * t["anchor_s"], 3), num(1e3 * t["predicted_s"], 3),
                            f"{1e3 * t['delta_s']:+,.3f}", t["rule"]])
     terms.rows.append(["= step", num(1e3 * a["step_time_s"], 3), num(1e3 * p["step_time_s"], 3),
                        f"{1e3 * (p['step_time_s'] - a['step_time_s']):+,.3f}", ""])
+    _hidden(terms, hidden)
     wf = Section(f"What changed: TFLOP/s/GPU {num(a['tflops_per_gpu'])} → {num(p['tflops_per_gpu'])} [{conv}]",
                  ["term", "TFLOP/s/GPU"])
     for w in sorted(res["waterfall"], key=lambda w: -abs(w["tflops"])):
