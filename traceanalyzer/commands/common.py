@@ -5,13 +5,15 @@
   (``-o/--output``), ``format_opt`` (``-f/--format``; with :class:`Format` or :class:`TableFormat`),
   ``StepRangeOpt``, ``WholeTraceOpt`` (with :func:`step_name`), ``CacheOpt``, ``WorkersOpt``,
   ``QuietOpt``, ``EngineOpt``, ``AddressOpt``, ``CommKernelOpt``, ``StoreOpt``, ``JobOpt``,
-  ``trace_opt``; :func:`choices` for an enumerated value;
+  ``trace_opt``, ``AllRowsOpt`` (``--all``); :func:`choices` for an enumerated value; every ``-o``
+  help begins with :data:`OUTPUT_HELP`, every ``-f`` help with :data:`FORMAT_HELP`;
 * validators for values a type cannot check (a bad value is a usage error, exit 2):
   :func:`positive_number`, :func:`finite_number`, :func:`non_negative_number`, :func:`fraction`,
   :func:`regex`, :func:`parsed_by`;
 * :class:`Command`, the class of every command of the app (``-V``, ``--no-color``, readable
   metavars), set by ``cli.app`` for every command registered on it;
-* analysing with progress (:func:`analyse_paths`), writing output, warnings.
+* analysing with progress (:func:`analyse_paths`), writing output (:func:`out_console`, from
+  :mod:`traceanalyzer.render.console`), warnings.
 """
 
 from __future__ import annotations
@@ -78,8 +80,8 @@ def trace_arg(help: str = "Trace file or directory of rank traces.", metavar: st
     return typer.Argument(metavar=metavar, help=help, show_default=False)
 
 
-def config_opt(help: str = "Run configuration (TOML).", name: str = "--config", short: str | None = "-c"):
-    return typer.Option(name, *([short] if short else []), metavar="CONFIG", help=help, show_default=False)
+def config_opt(help: str = "Run configuration (TOML)."):
+    return typer.Option("--config", "-c", metavar="CONFIG", help=help, show_default=False)
 
 
 #: how every command's ``-o/--output`` begins its help (a command adds what is its own after it)
