@@ -91,7 +91,8 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         cwd=cwd or ROOT,
-        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+        # the width of a pipe is the command's own unless COLUMNS says otherwise: never the caller's terminal
+        env={**{k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"}, "PYTHONPATH": str(ROOT)},
     )
 
 

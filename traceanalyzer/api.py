@@ -2040,8 +2040,9 @@ def write_report(model: dict[str, Any], output: Path | None, fmt: str, outputs: 
 SPREAD_MICROBATCHES = (1, 2, 4, 8, 16, 32)
 
 
-def predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline):
-    """(the predict document, its sections, its warnings)."""
+def predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline, *, all_rows: bool = False):
+    """(the predict document, its sections, its warnings); ``all_rows``: the sections keep the
+    terms that are exactly zero."""
     from traceanalyzer.errors import ConfigError
     from traceanalyzer.model import compare_predictions, load_config, predict as predict_run
     from traceanalyzer.model.config import CONVENTIONS
@@ -2079,7 +2080,7 @@ def predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kern
     preds = [predict_run(cfg, convention=convention, kernel_efficiency=kernel_efficiency, global_batch=g, hfu=hfu,
                          baseline=base)
              for g in batches]
-    sections = prediction_sections(preds[0])
+    sections = prediction_sections(preds[0], all_rows)
     doc: dict[str, Any] = {"schema": "traceanalyzer.predict", "schema_version": 1, "prediction": preds[0]}
     if len(preds) > 1:
         title = (f"Global batch unknown: the spread [{preds[0]['convention']}]" if spread else None)
@@ -2087,7 +2088,7 @@ def predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kern
         doc["sweep"] = preds
         doc["global_batch_known"] = not spread
     if ref_pred is not None:
-        sections += prediction_sections(ref_pred)
+        sections += prediction_sections(ref_pred, all_rows)
         cmps = [compare_predictions(p, ref_pred) for p in preds]
         for c in cmps:
             sections += comparison_sections(c)
@@ -2142,14 +2143,16 @@ def search_parts(config, megatron_args, sets, source, top, capacity_gb, reserve_
         warnings.append("the memory model cannot size this configuration: no layout was dropped for memory")
     if fixed:
         notes.append("pinned: " + ", ".join(f"{k}={v}" for k, v in fixed.items()))
-    title = (f"Layouts of {new.num_gpus} GPUs at global batch {new.batch.global_batch}, ranked by predicted TFLOP/s/GPU"
+    bound = anchor.source == "analytic"  # no trace, no [reported] throughput: the peak bounds the layouts
+    title = (f"Layouts of {new.num_gpus} GPUs at global batch {new.batch.global_batch}, ranked by "
+             + ("an upper bound of TFLOP/s/GPU" if bound else "predicted TFLOP/s/GPU")
              + (" (those that fit in memory)" if df["fits"].null_count() < df.height else ""))
     sized = df.height - df["fits"].null_count()
     doc = {"schema": "traceanalyzer.whatif_search", "schema_version": 1, "anchor": anchor.description, "anchor_source": anchor.source,
            "convention": anchor.convention, "valid_layouts": df.height, "sized_layouts": sized,
            "fitting_layouts": int(df["fits"].sum() or 0), "not_fitting_layouts": sized - int(df["fits"].sum() or 0),
            "pinned": fixed, "layouts": shown.to_dicts()}
-    return {"frame": df, "document": doc, "title": title, "notes": notes, "warnings": warnings, "anchor": anchor}
+    return {"frame": df, "document": doc, "title": title, "notes": notes, "warnings": warnings, "anchor": anchor, "bound": bound}
 
 
 def _knob_value(cfg: Any, key: str) -> Any:

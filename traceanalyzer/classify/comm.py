@@ -47,6 +47,8 @@ from traceanalyzer.classify.labels import CLASSES, library_expr
 from traceanalyzer.classify.recompute import THREAD, host_tree
 
 DEFAULT_BUS_BW_GBPS = 100.0
+#: how the warnings about collectives' wait/transfer split begin (a view that does not show the split leaves them out)
+TRANSFER_WARNING = "collective wait/transfer for"
 DIMENSIONS = ["TP", "DP", "PP", "CP", "EP", "unknown"]
 CONCURRENT = "concurrent"
 
@@ -614,7 +616,7 @@ def comm_warnings(coll: pl.DataFrame, meta: pl.DataFrame) -> list[str]:
         unknown = coll.get_column("transfer_ns").null_count()
         if unknown:
             out.append(
-                f"collective wait/transfer for {unknown} of {coll.height} kernels is unknown: the trace gives "
+                f"{TRANSFER_WARNING} {unknown} of {coll.height} kernels is unknown: the trace gives "
                 "no byte count and not all ranks of its group are loaded"
             )
     return out

@@ -17,7 +17,7 @@ from traceanalyzer.parsers import discover
 
 def annotate(
     paths: Annotated[list[Path], traces_arg()],
-    output: Annotated[Path, output_opt("A name ending in .json or .json.gz: the one file to write (one rank file, or --merge). Any other name: a directory to write each rank's trace into (created if missing, not its parents). Never an input.")],
+    output: Annotated[Path, output_opt(help="A name ending in .json or .json.gz: the one file to write (one rank file, or --merge). Any other name: a directory to write each rank's trace into (created if missing, not its parents). Never an input.")],
     merge: Annotated[bool, typer.Option("--merge", help="Write every rank into one trace (one process per rank, for Perfetto), rebuilt from the parsed events.")] = False,
     step_range: StepRangeOpt = "ProfilerStep",
     whole_trace: WholeTraceOpt = False,

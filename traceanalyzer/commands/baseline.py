@@ -28,7 +28,7 @@ class Scope(str, Enum):
 
 
 def baseline(
-    files: Annotated[Optional[list[Path]], typer.Argument(metavar="[NCCL_TESTS_OUTPUT]...", help="nccl-tests output files (any *_perf binary; a log may hold several tests).", show_default=False)] = None,
+    files: Annotated[Optional[list[Path]], typer.Argument(metavar="[FILE]...", help="nccl-tests output files (any *_perf binary; a log may hold several tests).", show_default=False)] = None,
     topo: Annotated[Optional[Path], typer.Option("--topo", metavar="FILE", help="`nvidia-smi topo -m` output.", show_default=False)] = None,
     trace: Annotated[Optional[list[Path]], trace_opt("Trace file(s) or directory: set each collective against the baseline; repeatable.")] = None,
     config: Annotated[Optional[Path], config_opt("Run configuration (TOML): with --topo, flags TP groups that span non-NVLink pairs.")] = None,

@@ -71,7 +71,7 @@ def breakdown(
             if detail:
                 comm = comm_spread(analysis.comm) if summary is not None and analysis.comm is not None and analysis.comm.height else None
                 print_detail(analysis, console, summary, stragglers(analysis.steps), comm)
-    print_warnings(analysis.warnings)
+    print_warnings(analysis.warnings, shows_transfer=detail or format is TableFormat.json)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,13 +5,15 @@
   (``-o/--output``), ``format_opt`` (``-f/--format``; with :class:`Format` or :class:`TableFormat`),
   ``StepRangeOpt``, ``WholeTraceOpt`` (with :func:`step_name`), ``CacheOpt``, ``WorkersOpt``,
   ``QuietOpt``, ``EngineOpt``, ``AddressOpt``, ``CommKernelOpt``, ``StoreOpt``, ``JobOpt``,
-  ``trace_opt``; :func:`choices` for an enumerated value;
+  ``trace_opt``, ``AllRowsOpt`` (``--all``); :func:`choices` for an enumerated value; every ``-o``
+  help begins with :data:`OUTPUT_HELP`, every ``-f`` help with :data:`FORMAT_HELP`;
 * validators for values a type cannot check (a bad value is a usage error, exit 2):
   :func:`positive_number`, :func:`finite_number`, :func:`non_negative_number`, :func:`fraction`,
   :func:`regex`, :func:`parsed_by`;
 * :class:`Command`, the class of every command of the app (``-V``, ``--no-color``, readable
   metavars), set by ``cli.app`` for every command registered on it;
-* analysing with progress (:func:`analyse_paths`), writing output, warnings.
+* analysing with progress (:func:`analyse_paths`), writing output (:func:`out_console`, from
+  :mod:`traceanalyzer.render.console`), warnings.
 """
 
 from __future__ import annotations
@@ -28,17 +30,10 @@ from rich.text import Text
 import typer
 
 from traceanalyzer.outputs import Outputs
+from traceanalyzer.render.console import NoTrailingSpaces, out_console, terminal_width  # noqa: F401 - the commands' console
 
 #: stderr; ``markup=False``: user text (kernel, category, file names) is printed as it is
 err_console = Console(stderr=True, highlight=False, markup=False)
-
-
-def out_console(file=None, width: int | None = None) -> Console:
-    """A console for results (stdout, or an output file): no markup interpretation of user text,
-    no highlighting; ``width``: fixed width when not a terminal."""
-    if file is None:
-        return Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else width)
-    return Console(file=file, highlight=False, markup=False, width=width)
 
 
 class Engine(str, Enum):
@@ -76,11 +71,11 @@ def choices(name: str, values) -> type[Enum]:
 TRACES_HELP = "Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite/.nsys-rep export)."
 
 
-def traces_arg(help: str = TRACES_HELP):
-    """Positional trace files / directories (one or more). ``readable=False``: click's own check
-    would make an unreadable file a usage error (exit 2); the loader says ``permission denied``
-    (exit 3, docs/errors.md)."""
-    return typer.Argument(metavar="TRACE...", help=help, show_default=False, readable=False)
+def traces_arg(help: str = TRACES_HELP, required: bool = True):
+    """Positional trace files / directories (one or more; any number without ``required``).
+    ``readable=False``: click's own check would make an unreadable file a usage error (exit 2);
+    the loader says ``permission denied`` (exit 3, docs/errors.md)."""
+    return typer.Argument(metavar="TRACE..." if required else "[TRACE]...", help=help, show_default=False, readable=False)
 
 
 def trace_arg(help: str = "Trace file or directory of rank traces.", metavar: str = "TRACE"):
@@ -88,15 +83,24 @@ def trace_arg(help: str = "Trace file or directory of rank traces.", metavar: st
 
 
 def config_opt(help: str = "Run configuration (TOML)."):
-    return typer.Option("--config", "-c", metavar="TOML", help=help, show_default=False)
+    return typer.Option("--config", "-c", metavar="CONFIG", help=help, show_default=False)
 
 
-def output_opt(help: str = "Write to FILE instead of stdout (never over an input; whole or not at all)."):
-    return typer.Option("--output", "-o", metavar="FILE", help=help, show_default=False)
+#: how every command's ``-o/--output`` begins its help (a command adds what is its own after it)
+OUTPUT_HELP = "Write to FILE instead of stdout (never over an input; whole or not at all)."
+#: how every command's ``-f/--format`` begins its help
+FORMAT_HELP = "Output format."
 
 
-def format_opt(help: str = "Output format."):
-    return typer.Option("--format", "-f", help=help)
+def output_opt(more: str = "", help: str | None = None):
+    """``-o/--output FILE``: :data:`OUTPUT_HELP` and ``more``; ``help`` replaces both (a command
+    whose output is never stdout: annotate)."""
+    return typer.Option("--output", "-o", metavar="FILE", help=help or f"{OUTPUT_HELP} {more}".strip(), show_default=False)
+
+
+def format_opt(more: str = ""):
+    """``-f/--format``: :data:`FORMAT_HELP` and ``more`` (what each format holds)."""
+    return typer.Option("--format", "-f", help=f"{FORMAT_HELP} {more}".strip())
 
 
 def step_range_opt(help: str = "Name of the range that marks a training step."):
@@ -135,6 +139,9 @@ WorkersOpt = Annotated[
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (warnings and errors still go there).")]
 EngineOpt = Annotated[Engine, typer.Option("--engine", help="local: process pool on this machine; ray: one Ray task per rank file.")]
 AddressOpt = Annotated[Optional[str], typer.Option("--address", metavar="ADDRESS", help="Ray cluster address (ray://host:10001 or host:6379); default: a local Ray.")]
+#: every command whose table can hold rows that are all zero (a term that did not occur) hides them
+AllRowsOpt = Annotated[bool, typer.Option("--all", help="Also the rows that are zero (hidden from the table and Markdown by default; "
+                                          "JSON always has every row).")]
 StoreOpt = Annotated[Path, store_opt()]
 JobOpt = Annotated[Optional[str], job_opt()]
 
@@ -482,9 +489,15 @@ def warning_line(text: str) -> Text:
     return Text.assemble(("warning:", "yellow"), " ", text)
 
 
-def print_warnings(warnings: list[str]) -> None:
+def print_warnings(warnings: list[str], *, shows_transfer: bool = True) -> None:
+    """Each warning on a line of stderr; a view that does not show collectives' wait/transfer split
+    (``shows_transfer=False``: breakdown without --detail, kernels, launches...) leaves out the
+    warnings about how it was estimated (the JSON of a view that has the split keeps them)."""
+    from traceanalyzer.classify.comm import TRANSFER_WARNING
+
     for w in warnings:
-        err_console.print(warning_line(w), soft_wrap=True)
+        if shows_transfer or not w.startswith(TRANSFER_WARNING):
+            err_console.print(warning_line(w), soft_wrap=True)
 
 
 def print_store_warnings(store) -> None:

@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands.common import CacheOpt, QuietOpt, WorkersOpt, err_console, out_console, print_warnings
+from traceanalyzer.commands.common import (
+    CacheOpt, QuietOpt, WorkersOpt, err_console, format_opt, out_console, output_opt, print_warnings, step_range_opt, traces_arg,
+)
 from traceanalyzer.outputs import Outputs
 
 
@@ -19,13 +21,13 @@ class CpFormat(str, Enum):
 
 
 def critical_path(
-    paths: Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite).", show_default=False)],
-    step: Annotated[Optional[int], typer.Option("--step", help="Only this step (default: every step).")] = None,
-    rank: Annotated[Optional[int], typer.Option("--rank", help="Only this rank, on its own (default: all ranks, linked through their collectives).")] = None,
-    format: Annotated[CpFormat, typer.Option("--format", "-f", help="table: summary + longest pieces; json: summary and every segment; csv: every segment.")] = CpFormat.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    top: Annotated[int, typer.Option("--top", min=0, help="Longest pieces of the path listed in the table.")] = 10,
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    paths: Annotated[list[Path], traces_arg()],
+    step: Annotated[Optional[int], typer.Option("--step", metavar="STEP", help="Only this step (default: every step).")] = None,
+    rank: Annotated[Optional[int], typer.Option("--rank", metavar="RANK", help="Only this rank, on its own (default: all ranks, linked through their collectives).")] = None,
+    format: Annotated[CpFormat, format_opt("table: summary + longest pieces; json: summary and every segment; csv: every segment.")] = CpFormat.table,
+    output: Annotated[Optional[Path], output_opt()] = None,
+    top: Annotated[int, typer.Option("--top", metavar="N", min=0, help="Longest pieces of the path listed in the table.")] = 10,
+    step_range: Annotated[str, step_range_opt()] = "ProfilerStep",
     whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: each rank's whole trace is one step.")] = False,
     host_gaps: Annotated[bool, typer.Option("--host-gaps/--no-host-gaps", help="Weigh host time outside every op (Python between ops, sleeps, a slow "
                                              "data loader) as the host's (default); --no-host-gaps: only ops and runtime calls, as in HTA.")] = True,
@@ -56,7 +58,7 @@ def critical_path(
     else:
         with outputs.stream(output) as fh:
             fh.write(render.json_bytes(cp) if format is CpFormat.json else render.csv_bytes(cp))
-    print_warnings(cp.warnings)
+    print_warnings(cp.warnings, shows_transfer=False)
 
 
 def register(app: typer.Typer) -> None:

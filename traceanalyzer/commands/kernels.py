@@ -9,24 +9,24 @@ import typer
 
 from traceanalyzer.commands.common import (
     AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, OutputOpt, QuietOpt, StepRangeOpt, TableFormat, WholeTraceOpt,
-    WorkersOpt, binary_output_check, choices, comm_patterns, config_opt, format_opt, out_console, print_warnings, regex,
+    WorkersOpt, binary_output_check, choices, comm_patterns, config_opt, format_opt, out_console, print_warnings, regex, traces_arg,
 )
 from traceanalyzer.classify.kernelstats import SORT_KEYS
 from traceanalyzer.classify.roofline import ELEMENT_BYTES
 from traceanalyzer.outputs import Outputs
 
 
-PathsArg = Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite).", show_default=False)]
-NameOpt = Annotated[Optional[str], typer.Option("--name", callback=regex, help="Only names matching this regex (searched anywhere in the name).")]
-RankOpt = Annotated[Optional[list[int]], typer.Option("--rank", help="Only this rank (repeatable).")]
-StepOpt = Annotated[Optional[list[int]], typer.Option("--step", help="Only this step number, N of ProfilerStep#N (repeatable).")]
-TopOpt = Annotated[Optional[int], typer.Option("--top", min=1, help="Show the first N rows after sorting (table default: 20; other formats: all).")]
+PathsArg = Annotated[list[Path], traces_arg()]
+NameOpt = Annotated[Optional[str], typer.Option("--name", metavar="REGEX", callback=regex, help="Only names matching this regex (searched anywhere in the name).")]
+RankOpt = Annotated[Optional[list[int]], typer.Option("--rank", metavar="RANK", help="Only this rank (repeatable).")]
+StepOpt = Annotated[Optional[list[int]], typer.Option("--step", metavar="STEP", help="Only this step number, N of ProfilerStep#N (repeatable).")]
+TopOpt = Annotated[Optional[int], typer.Option("--top", metavar="N", min=1, help="Show the first N rows after sorting (table default: 20; other formats: all).")]
 Precision = choices("Precision", ELEMENT_BYTES)
 Sort = choices("Sort", SORT_KEYS)
 PrecisionOpt = Annotated[Optional[Precision], typer.Option("--precision", help="Precision of kernels whose name states none (bf16, fp16, fp8, tf32, fp32): needed for bytes and the roofline.")]
-FormatOpt = Annotated[TableFormat, format_opt("Output format (csv and parquet: integer-ns columns as they are).")]
+FormatOpt = Annotated[TableFormat, format_opt("csv and parquet: integer-ns columns as they are.")]
 ConfigOpt = Annotated[Optional[Path], config_opt("Run configuration (TOML): its [trace] section (comm_kernels) is applied.")]
-RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute-range", callback=regex, help="Regex of extra host/NVTX ranges whose contents are recompute.")]
+RecomputeOpt = Annotated[Optional[str], typer.Option("--recompute-range", metavar="REGEX", callback=regex, help="Regex of extra host/NVTX ranges whose contents are recompute.")]
 
 DEFAULT_TOP = 20
 
@@ -73,7 +73,7 @@ def _run(what: str, paths, name, rank, step, sort, top, precision, format, outpu
 
         with outputs.stream(output) as fh:
             write_frame(frame, format.value, fh)
-    print_warnings(an.warnings)
+    print_warnings(an.warnings, shows_transfer=False)
 
 
 def _check_selection(an, rank: list[int] | None, step: list[int] | None) -> None:

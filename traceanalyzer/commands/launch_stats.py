@@ -13,6 +13,7 @@ from traceanalyzer.commands.user_annotations import FrameFormat
 from traceanalyzer.commands.common import (
     share,
     AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, comm_patterns, err_console, out_console, print_warnings,
+    config_opt, format_opt, output_opt, step_range_opt, traces_arg,
 )
 from traceanalyzer.outputs import Outputs
 
@@ -47,18 +48,18 @@ _LABELS = {
 
 
 def launches(
-    paths: Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite).", show_default=False)],
+    paths: Annotated[list[Path], traces_arg()],
     view: Annotated[View, typer.Option("--view", help="steps: launch statistics per rank and step (table: with the queue summary); queue: "
                                        "queue length per stream; kernels: one row per launched GPU item; queue-series: queue length over time.")] = View.steps,
-    threshold: Annotated[float, typer.Option("--threshold", callback=share, help="Share of a step (0-1) the GPU must wait on launch calls not yet made "
+    threshold: Annotated[float, typer.Option("--threshold", metavar="FRACTION", callback=share, help="Share of a step (0-1) the GPU must wait on launch calls not yet made "
                                              "for the step to be launch-bound.")] = 0.10,
-    format: Annotated[FrameFormat, typer.Option("--format", "-f", help="Output format.")] = FrameFormat.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="Rows shown in the table (json and csv have all).")] = 40,
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    format: Annotated[FrameFormat, format_opt()] = FrameFormat.table,
+    output: Annotated[Optional[Path], output_opt()] = None,
+    top: Annotated[int, typer.Option("--top", metavar="N", min=1, help="Rows shown in the table (json and csv have all).")] = 40,
+    step_range: Annotated[str, step_range_opt()] = "ProfilerStep",
     whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: analyse each rank's whole GPU span as one step.")] = False,
     comm_kernel: CommKernelOpt = None,
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML): its [trace] section (comm_kernels) is applied.")] = None,
+    config: Annotated[Optional[Path], config_opt("Run configuration (TOML): its [trace] section (comm_kernels) is applied.")] = None,
     workers: WorkersOpt = None,
     engine: EngineOpt = Engine.local,
     address: AddressOpt = None,
@@ -117,7 +118,7 @@ def launches(
             for n in notes:
                 if n["note"]:
                     console.print(f"note: {n['note']}")
-    print_warnings(analysis.warnings)
+    print_warnings(analysis.warnings, shows_transfer=False)
 
 
 def register(app: typer.Typer) -> None:

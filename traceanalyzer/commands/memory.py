@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands.common import QuietOpt, WorkersOpt, non_negative_number, print_warnings
+from traceanalyzer.commands.common import (
+    QuietOpt, WorkersOpt, config_opt, format_opt, non_negative_number, output_opt, print_warnings, step_range_opt, traces_arg,
+)
 from traceanalyzer.model.memory import DEFAULT_RESERVE_GIB, GIB
 from traceanalyzer.outputs import Outputs
 
@@ -20,13 +22,13 @@ class MemoryFormat(str, Enum):
 
 
 def memory(
-    paths: Annotated[Optional[list[Path]], typer.Argument(help="Trace file(s) or a directory of rank traces recorded with profile_memory=True (optional).", show_default=False)] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML) for the prediction.")] = None,
-    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Megatron-LM launch script, arguments or a training log.")] = None,
+    paths: Annotated[Optional[list[Path]], traces_arg("Trace file(s) or a directory of rank traces recorded with profile_memory=True (optional).", required=False)] = None,
+    config: Annotated[Optional[Path], config_opt("Run configuration (TOML) for the prediction.")] = None,
+    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch script, arguments or a training log.")] = None,
     reserve: Annotated[float, typer.Option("--reserve", callback=non_negative_number, metavar="GIB", help="GiB kept free for what the model does not count (CUDA context, NCCL/cuBLAS buffers, fragmentation).")] = DEFAULT_RESERVE_GIB,
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
-    format: Annotated[MemoryFormat, typer.Option("--format", "-f", help="table; json (prediction, measured peaks, copies, timeline); csv (the timeline with a trace, else the components).")] = MemoryFormat.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    step_range: Annotated[str, step_range_opt()] = "ProfilerStep",
+    format: Annotated[MemoryFormat, format_opt("table; json (prediction, measured peaks, copies, timeline); csv (the timeline with a trace, else the components).")] = MemoryFormat.table,
+    output: Annotated[Optional[Path], output_opt()] = None,
     cache: Annotated[bool, typer.Option("--cache/--no-cache", help="Keep parsed traces as Parquet in $TRACEANALYZER_CACHE and reuse them.")] = False,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from traceanalyzer.commands.common import ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
+from traceanalyzer.commands.common import AllRowsOpt, ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
 from traceanalyzer.commands.common import require_config
 from traceanalyzer.model.config import CONVENTIONS
 from traceanalyzer.model.flops import HFU_CONVENTIONS
@@ -22,7 +22,7 @@ HfuConvention = choices("HfuConvention", HFU_CONVENTIONS)
 def predict(
     config: ConfigOpt = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch script, arguments or a training log.")] = None,
-    vs: Annotated[Optional[Path], typer.Option("--vs", metavar="TOML", help="Reference configuration (TOML) to compare with; its [reported] throughput sets the kernel efficiency.")] = None,
+    vs: Annotated[Optional[Path], typer.Option("--vs", metavar="CONFIG", help="Reference configuration (TOML) to compare with; its [reported] throughput sets the kernel efficiency.")] = None,
     global_batch: Annotated[Optional[list[int]], typer.Option("--global-batch", min=1, metavar="N", help="Override the global batch; repeat for a sweep.")] = None,
     convention: Annotated[Optional[Convention], typer.Option("--convention", help="FLOPs convention (default: the configuration's).")] = None,  # type: ignore[valid-type]
     hfu: Annotated[HfuConvention, typer.Option("--hfu", help="How recompute counts in HFU.")] = "forward",  # type: ignore[valid-type]
@@ -30,6 +30,7 @@ def predict(
     format: Annotated[Format, format_opt()] = Format.table,
     output: OutputOpt = None,
     baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", metavar="FILE", help="nccl-tests output: bandwidth by message size instead of the hardware table's; repeatable.")] = None,
+    all_rows: AllRowsOpt = False,
 ) -> None:
     """Predict FLOPs, bubble, recompute and communication of a run; with --vs, split the gap into causes."""
     convention = getattr(convention, "value", convention)
@@ -40,7 +41,7 @@ def predict(
         outputs.check(output)
     from traceanalyzer.api import predict_parts
 
-    doc, sections, warnings = predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline)
+    doc, sections, warnings = predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline, all_rows=all_rows)
     emit(sections, format, doc, output, outputs)
     print_warnings(warnings)
 

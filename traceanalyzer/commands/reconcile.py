@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from traceanalyzer.commands.common import (
-    CacheOpt, CommKernelOpt, ConfigOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, analyse_paths, choices, comm_patterns, config_opt,
+    AllRowsOpt, CacheOpt, CommKernelOpt, ConfigOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, analyse_paths, choices, comm_patterns, config_opt,
     format_opt, print_warnings, step_name, trace_arg,
 )
 from traceanalyzer.commands.common import require_config
@@ -66,7 +66,8 @@ def reconcile(
     cache: CacheOpt = False,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,
-    baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", help="nccl-tests output: predicted communication at the bandwidth of its message size and scope.")] = None,
+    baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", metavar="FILE", help="nccl-tests output: predicted communication at the bandwidth of its message size and scope.")] = None,
+    all_rows: AllRowsOpt = False,
 ) -> None:
     """Waterfall from peak to achieved TFLOP/s/GPU: every measured loss in TFLOP/s, beside the analytic prediction."""
     require_config(config, megatron_args)
@@ -74,16 +75,16 @@ def reconcile(
     if output is not None:
         outputs.check(output)
     wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu, workers, quiet, comm_kernel, baseline, cache)
-    emit(waterfall_sections(wf), format, {"schema": "traceanalyzer.reconcile", "schema_version": 1, **_public(wf)}, output, outputs)
-    print_warnings(warnings)
+    emit(waterfall_sections(wf, all_rows), format, {"schema": "traceanalyzer.reconcile", "schema_version": 1, **_public(wf)}, output, outputs)
+    print_warnings(warnings, shows_transfer=False)
 
 
 def compare(
     trace_a: Annotated[Path, trace_arg("Trace A (file or directory).", "TRACE_A")],
     trace_b: Annotated[Path, trace_arg("Trace B (file or directory).", "TRACE_B")],
     config: Annotated[Optional[Path], config_opt("Run configuration for both traces.")] = None,
-    config_a: Annotated[Optional[Path], typer.Option("--config-a", metavar="TOML", help="Run configuration of trace A.")] = None,
-    config_b: Annotated[Optional[Path], typer.Option("--config-b", metavar="TOML", help="Run configuration of trace B.")] = None,
+    config_a: Annotated[Optional[Path], typer.Option("--config-a", metavar="CONFIG", help="Run configuration of trace A.")] = None,
+    config_b: Annotated[Optional[Path], typer.Option("--config-b", metavar="CONFIG", help="Run configuration of trace B.")] = None,
     convention: Annotated[Optional[Convention], typer.Option("--convention", help="FLOPs convention (default: the configurations').")] = None,  # type: ignore[valid-type]
     format: Annotated[Format, format_opt()] = Format.table,
     output: OutputOpt = None,
@@ -93,6 +94,7 @@ def compare(
     cache: CacheOpt = False,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,
+    all_rows: AllRowsOpt = False,
 ) -> None:
     """Why does run A beat run B: the gap split exactly into its causes.
 
@@ -113,20 +115,20 @@ def compare(
         an_a = analysis_with_tables([trace_a], steps, cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
         an_b = analysis_with_tables([trace_b], steps, cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
         cmp_t, diff = time_comparison(an_a, an_b)
-        emit(time_comparison_sections(cmp_t) + kernel_diff_sections(diff), format,
+        emit(time_comparison_sections(cmp_t, all_rows) + kernel_diff_sections(diff), format,
              {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "time",
               "comparison": {**_public(cmp_t), "kernels": _public(diff)}}, output, outputs)
-        print_warnings([*an_a.warnings, *an_b.warnings])
+        print_warnings([*an_a.warnings, *an_b.warnings], shows_transfer=False)
         return
     if whole_trace:
         raise typer.BadParameter("the waterfall (with run configurations) needs the step markers", param_hint="'--whole-trace'")
     wa, warn_a = _waterfall(trace_a, ca, None, convention, step_range, workers=workers, quiet=quiet, comm_kernel=comm_kernel, cache=cache)
     wb, warn_b = _waterfall(trace_b, cb, None, convention, step_range, workers=workers, quiet=quiet, comm_kernel=comm_kernel, cache=cache)
     cmp = compare_waterfalls(wa, wb)
-    sections = waterfall_sections(wa) + waterfall_sections(wb) + trace_comparison_sections(cmp)
+    sections = waterfall_sections(wa, all_rows) + waterfall_sections(wb, all_rows) + trace_comparison_sections(cmp, all_rows)
     emit(sections, format, {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "waterfall",
                             "a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output, outputs)
-    print_warnings(list(dict.fromkeys([*warn_a, *warn_b])))
+    print_warnings(list(dict.fromkeys([*warn_a, *warn_b])), shows_transfer=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -48,7 +48,7 @@ def _command(paths: list[Path], config: Path | None, fmt: ReportFormat, embed: b
 
 def report(
     paths: Annotated[list[Path], traces_arg()],
-    output: Annotated[Optional[Path], output_opt("Report file to write (required for html and markdown; json goes to stdout without it).")] = None,
+    output: Annotated[Optional[Path], output_opt("Required for html and markdown; json goes to stdout without it.")] = None,
     format: Annotated[ReportFormat, format_opt("html: one self-contained file; markdown: GitHub-flavoured, PNGs beside it; json: the full report model.")] = ReportFormat.html,
     config: Annotated[Optional[Path], config_opt("Run configuration (TOML) for achieved TFLOP/s, MFU and the waterfall; its [trace] section is applied.")] = None,
     embed: Annotated[bool, typer.Option("--embed", help="Markdown: embed the plots as data: URIs instead of PNG files beside it.")] = False,

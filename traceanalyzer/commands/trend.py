@@ -32,8 +32,8 @@ def trend(
     since: Annotated[Optional[str], typer.Option("--since", metavar="YYYY-MM-DD", callback=parsed_by(iso_date), help="Only runs on or after this date.")] = None,
     job: JobOpt = None,
     format: Annotated[TrendFormat, format_opt("table; json or csv: one row per run (date, job, run_id, value, change).")] = TrendFormat.table,
-    output: Annotated[Optional[Path], output_opt("Write the table / JSON / CSV to FILE instead of stdout (a .png name with the table format writes the plot, as --plot).")] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", metavar="PNG", help="Also write a PNG plot of the metric over time to this file.", show_default=False)] = None,
+    output: Annotated[Optional[Path], output_opt("A .png name with the table format writes the plot, as --plot.")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help="Also write a PNG plot of the metric over time to this file.", show_default=False)] = None,
 ) -> None:
     """Show a metric over time per job (table, JSON or CSV; a PNG plot with --plot)."""
     metric_name = getattr(metric, "value", metric)

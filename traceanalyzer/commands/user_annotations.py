@@ -10,6 +10,7 @@ import typer
 
 from traceanalyzer.commands.common import (
     AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, comm_patterns, err_console, out_console, print_warnings,
+    config_opt, format_opt, output_opt, step_range_opt, traces_arg,
 )
 from traceanalyzer.outputs import Outputs
 
@@ -33,17 +34,17 @@ class By(str, Enum):
 
 
 def annotations(
-    paths: Annotated[list[Path], typer.Argument(help="Trace file(s) or a directory of rank traces (.json, .json.gz, nsys .sqlite).", show_default=False)],
-    name: Annotated[Optional[str], typer.Option("--name", help="Only ranges whose name matches this regex (searched anywhere).")] = None,
-    level: Annotated[Optional[int], typer.Option("--level", min=0, help="Only ranges at this nesting level (0: outermost on their thread or stream).")] = None,
+    paths: Annotated[list[Path], traces_arg()],
+    name: Annotated[Optional[str], typer.Option("--name", metavar="REGEX", help="Only ranges whose name matches this regex (searched anywhere).")] = None,
+    level: Annotated[Optional[int], typer.Option("--level", metavar="N", min=0, help="Only ranges at this nesting level (0: outermost on their thread or stream).")] = None,
     source: Annotated[Source, typer.Option("--source", help="gpu: Kineto's GPU-side range copies (gpu_user_annotation); host: host ranges "
                                            "(record_function, NVTX) projected onto the GPU through their launches; auto: gpu where a rank has them.")] = Source.auto,
     by: Annotated[By, typer.Option("--by", help="step: a row per rank and step; rank: summed over steps; name: summed over ranks and steps.")] = By.step,
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration (TOML): adds model FLOPs and MFU per range; its [trace] section applies.")] = None,
-    format: Annotated[FrameFormat, typer.Option("--format", "-f", help="Output format.")] = FrameFormat.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="Rows shown in the table (json and csv have all).")] = 40,
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    config: Annotated[Optional[Path], config_opt("Run configuration (TOML): adds model FLOPs and MFU per range; its [trace] section applies.")] = None,
+    format: Annotated[FrameFormat, format_opt()] = FrameFormat.table,
+    output: Annotated[Optional[Path], output_opt()] = None,
+    top: Annotated[int, typer.Option("--top", metavar="N", min=1, help="Rows shown in the table (json and csv have all).")] = 40,
+    step_range: Annotated[str, step_range_opt()] = "ProfilerStep",
     whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: analyse each rank's whole GPU span as one step.")] = False,
     comm_kernel: CommKernelOpt = None,
     workers: WorkersOpt = None,
@@ -88,7 +89,7 @@ def annotations(
                 labels = {"exposed_comm_ns": "exposed comm", "count": "n", "duration_ns": "GPU time"}
                 frames.print_table(df.select(keep), f"GPU time under each range (by {by.value}; the buckets sum to the GPU time)",
                                    console, limit=top, labels=labels)
-    print_warnings(analysis.warnings)
+    print_warnings(analysis.warnings, shows_transfer=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from traceanalyzer.commands.common import (
-    CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, non_negative_number, positive_number, print_warnings,
+    AllRowsOpt, CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, config_opt, format_opt, non_negative_number, output_opt,
+    positive_number, print_warnings, step_range_opt,
 )
 from traceanalyzer.commands.common import require_config
 from traceanalyzer.errors import ConfigError
@@ -23,24 +24,25 @@ def whatif(
     trace: Annotated[Optional[Path], typer.Argument(help="Trace of the anchor run (file or directory of rank traces); "
                                                          "without it the analytic model of the configuration is the anchor.",
                                                     show_default=False)] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run configuration of the anchor run (TOML).")] = None,
-    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", help="Megatron-LM launch script, arguments or a training log.")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="A change KEY=VALUE (repeatable): tp pp vp dp cp ep micro_batch "
+    config: Annotated[Optional[Path], config_opt("Run configuration of the anchor run (TOML).")] = None,
+    megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch script, arguments or a training log.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="A change KEY=VALUE (repeatable): tp pp vp dp cp ep micro_batch "
                                                                     "global_batch recompute sequence_parallel distributed_optimizer ... "
                                                                     "With --search: pins that knob.")] = None,
     search: Annotated[bool, typer.Option("--search", help="Rank every valid layout on the same GPUs and global batch by predicted "
                                                           "TFLOP/s/GPU; layouts that do not fit in memory are dropped.")] = False,
-    top: Annotated[int, typer.Option("--top", min=0, help="Layouts shown by --search (0: all).")] = 10,
+    top: Annotated[int, typer.Option("--top", metavar="N", min=0, help="Layouts shown by --search (0: all).")] = 10,
     capacity_gb: Annotated[Optional[float], typer.Option("--capacity-gb", callback=positive_number, metavar="GIB", help="Memory of one GPU in GiB (default: [hardware] memory_gb, else the GPU table's).")] = None,
     reserve_gb: Annotated[Optional[float], typer.Option("--reserve-gb", callback=non_negative_number, metavar="GIB", help="Memory kept free per GPU in GiB (CUDA context, NCCL buffers, fragmentation; default 4).")] = None,
-    baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", help="nccl-tests output: bandwidth by message size and scope instead of the hardware table's.")] = None,
-    convention: Annotated[Optional[str], typer.Option("--convention", help=f"FLOPs convention: {', '.join(CONVENTIONS)}.")] = None,
-    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    step_range: Annotated[str, typer.Option("--step-range", help="Name of the range that marks a training step.")] = "ProfilerStep",
+    baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", metavar="FILE", help="nccl-tests output: bandwidth by message size and scope instead of the hardware table's.")] = None,
+    convention: Annotated[Optional[str], typer.Option("--convention", metavar="NAME", help=f"FLOPs convention: {', '.join(CONVENTIONS)}.")] = None,
+    format: Annotated[Format, format_opt()] = Format.table,
+    output: Annotated[Optional[Path], output_opt()] = None,
+    step_range: Annotated[str, step_range_opt()] = "ProfilerStep",
     comm_kernel: CommKernelOpt = None,
     workers: WorkersOpt = None,
     quiet: QuietOpt = False,
+    all_rows: AllRowsOpt = False,
 ) -> None:
     """What would another layout reach? Each measured term re-derived for the new layout; --search ranks them all."""
     from traceanalyzer.model.whatif import anchor_from_analysis, anchor_from_config, apply_sets, project
@@ -84,17 +86,17 @@ def whatif(
 
         found = search_parts(cfg, None, set_ or [], None, top, capacity_gb, reserve_gb, base, convention, anchor=anchor, warnings=warnings)
         df, warnings, doc = found["frame"], found["warnings"], found["document"]
-        sections = search_sections(df, top or df.height, found["title"], found["notes"])
+        sections = search_sections(df, top or df.height, found["title"], found["notes"], bound=found["bound"])
     else:
         res = project(anchor, new, capacity_gib=capacity_gb, reserve_gib=reserve_gb)
         if res["predicted"]["memory"] is None:
             warnings.append("the memory model cannot size this configuration: memory per GPU is not predicted")
-        sections = whatif_sections(res)
+        sections = whatif_sections(res, all_rows)
         doc = {"schema": "traceanalyzer.whatif", "schema_version": 1, **res}
     warnings = list(dict.fromkeys(warnings))
     doc["warnings"] = warnings
     emit(sections, format, doc, output, outputs)
-    print_warnings(warnings)
+    print_warnings(warnings, shows_transfer=False)
 
 
 def register(app: typer.Typer) -> None:

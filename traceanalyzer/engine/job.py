@@ -186,7 +186,7 @@ def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: s
         )
     if coll.height and coll["transfer_estimated"].any():
         warnings.append(
-            f"collective wait/transfer for {coll['transfer_estimated'].sum()} of {coll.height} kernels is an estimate "
+            f"{comm.TRANSFER_WARNING} {coll['transfer_estimated'].sum()} of {coll.height} kernels is an estimate "
             f"(bytes over an assumed {opts.bus_bw_gbps:g} GB/s bus bandwidth; load all ranks of a group to measure it)"
         )
     by_name = _concat([r.recomputed_by_name for r in gpu_ranks]).sort(

@@ -11,7 +11,7 @@ the commands print them on stderr (and the JSON keeps them under ``warnings``).
 from __future__ import annotations
 
 import math
-import sys
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -78,8 +78,22 @@ def pct(x: float | None, digits: int = 1) -> str:
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * x:.{digits}f} %"
 
 
+def _zero(*values: Any) -> bool:
+    """Whether a row's every number is exactly zero (or absent): a term that did not occur."""
+    return all(v is None or v == 0 for v in values)
+
+
+def _hidden(section: Section, labels: list[str]) -> None:
+    """Say under ``section`` which rows at zero it leaves out, and how to see them."""
+    if labels:
+        section.notes.append(f"{len(labels)} term{'s' * (len(labels) != 1)} at zero not shown (--all shows them): "
+                             + ", ".join(labels) + ".")
+
+
 # ------------------------------------------------------------------------------------ predict
-def prediction_sections(pred: dict[str, Any]) -> list[Section]:
+def prediction_sections(pred: dict[str, Any], all_rows: bool = True) -> list[Section]:
+    """The prediction, its waterfall and its communication; without ``all_rows`` the waterfall's
+    terms that are zero are left out (a note names them)."""
     lay, hw, fl = pred["layout"], pred["hardware"], pred["flops"]
     conv = f"FLOPs convention: {pred['convention']} ({pred['convention_note']})"
     s1 = Section(f"Prediction — {pred['name']}", ["quantity", "value"], notes=[conv])
@@ -115,9 +129,14 @@ def prediction_sections(pred: dict[str, Any]) -> list[Section]:
     peak = hw["peak_tflops"]
     s2 = Section(f"Predicted waterfall: peak = achieved + losses (TFLOP/s/GPU) [{pred['convention']}]",
                  ["term", "TFLOP/s/GPU", "% of peak"])
+    hidden = []
     for k, v in pred["waterfall"].items():
+        if not all_rows and k != "achieved" and _zero(v):
+            hidden.append(label(k))
+            continue
         s2.rows.append([label(k), num(v), pct(v / peak)])
     s2.rows.append(["= peak", num(sum(pred["waterfall"].values())), pct(1.0)])
+    _hidden(s2, hidden)
     s3 = Section("Communication per GPU per step", ["dim", "collective", "GB", "GB/s", "time ms", "exposed ms", "assumption"])
     for c in pred["comm"]:
         s3.rows.append([c["dim"], c["what"], num(c["bytes"] / 1e9, 2), f"{num(c['gbps'], 0)} ({c['scope']})",
@@ -152,7 +171,9 @@ def sweep_section(preds: list[dict[str, Any]], title: str | None = None) -> Sect
 
 
 # ------------------------------------------------------------------------------------ reconcile
-def waterfall_sections(wf: dict[str, Any]) -> list[Section]:
+def waterfall_sections(wf: dict[str, Any], all_rows: bool = True) -> list[Section]:
+    """The header, the waterfall and the GEMM check; without ``all_rows`` the terms that are zero
+    measured and predicted are left out of the waterfall (a note names them)."""
     conv = wf["convention"]
     head = Section(f"Reconciliation — {wf['trace']} with {wf['config']}", ["quantity", "value"],
                    notes=[f"FLOPs convention: {conv} ({wf['convention_note']})"])
@@ -169,11 +190,16 @@ def waterfall_sections(wf: dict[str, Any]) -> list[Section]:
     peak = wf["peak_tflops"]
     body = Section(f"Waterfall: peak = achieved + losses (TFLOP/s/GPU) [{conv}]",
                    ["term", "TFLOP/s/GPU", "% of peak", "measured ms/step", "predicted", "measured"])
+    hidden = []
     for t in wf["terms"]:
+        if not all_rows and _zero(t["tflops"], t.get("time_ms"), t.get("predicted_ms")) and t["term"] != "achieved":
+            hidden.append(label(t["term"]))
+            continue
         body.rows.append([label(t["term"]), num(t["tflops"], 2), pct(t["tflops"] / peak, 2),
                           num(t["time_ms"], 3) if t.get("time_ms") is not None else "",
                           t.get("predicted", "") or "", t.get("measured", "") or ""])
     body.rows.append(["= peak", num(wf["sum_tflops"], 2), pct(wf["sum_tflops"] / peak, 2), num(wf["step_time_s"] * 1e3, 3), "", ""])
+    _hidden(body, hidden)
     out = [head, body]
     gm = wf.get("gemm_check")
     if gm:
@@ -203,28 +229,42 @@ def waterfall_sections(wf: dict[str, Any]) -> list[Section]:
     return out
 
 
-def trace_comparison_sections(cmp: dict[str, Any]) -> list[Section]:
+def trace_comparison_sections(cmp: dict[str, Any], all_rows: bool = True) -> list[Section]:
+    """The gap split into waterfall terms; without ``all_rows`` the terms zero in both runs are
+    left out (a note names them)."""
     s = Section(f"Gap in achieved TFLOP/s/GPU: A = {cmp['a']}, B = {cmp['b']} [{cmp['convention']}]",
                 ["term", "A", "B", "A − B (contribution to the gap)"])
     s.rows.append(["achieved", num(cmp["achieved_a"], 2), num(cmp["achieved_b"], 2), f"{cmp['gap']:+,.2f}"])
+    hidden = []
     for t in cmp["terms"]:
+        if not all_rows and _zero(t["a"], t["b"], t["contribution"]):
+            hidden.append(label(t["term"]))
+            continue
         s.rows.append([label(t["term"]), num(t["a"], 2), num(t["b"], 2), f"{t['contribution']:+,.2f}"])
     s.rows.append(["= gap (sum of contributions)", "", "", f"{cmp['sum_contributions']:+,.2f}"])
     s.notes.append("achieved = peak − Σ losses, so a loss contributes (loss in B − loss in A) and the peak (peak A − peak B);"
                    " the contributions sum to the gap exactly.")
+    _hidden(s, hidden)
     return [s]
 
 
-def time_comparison_sections(cmp: dict[str, Any]) -> list[Section]:
+def time_comparison_sections(cmp: dict[str, Any], all_rows: bool = True) -> list[Section]:
+    """The step-time gap split into the time buckets; without ``all_rows`` the buckets zero in
+    both runs are left out (a note names them)."""
     s = Section(f"Step time, B − A: A = {cmp['a']}, B = {cmp['b']} ({cmp['unit']})",
                 ["term", "A ms", "B ms", "B − A ms (contribution to the gap)"])
     s.rows.append(["step time", num(cmp["step_ms_a"], 3), num(cmp["step_ms_b"], 3), f"{cmp['gap_ms']:+,.3f}"])
+    hidden = []
     for t in cmp["terms"]:
+        if not all_rows and _zero(t["a_ms"], t["b_ms"], t["contribution_ms"]):
+            hidden.append(label(t["term"]))
+            continue
         s.rows.append([label(t["term"]), num(t["a_ms"], 3), num(t["b_ms"], 3), f"{t['contribution_ms']:+,.3f}"])
     s.rows.append(["= gap (sum of contributions)", "", "", f"{cmp['sum_contributions_ms']:+,.3f}"])
     s.notes.append("No run configuration given, so the comparison is in time: each step is an exact partition, "
                    "so the bucket differences sum to the step-time gap exactly. Pass --config (or --config-a/-b) "
                    "for the same split in TFLOP/s/GPU.")
+    _hidden(s, hidden)
     return [s]
 
 
@@ -243,6 +283,12 @@ def _markdown(sections: list[Section]) -> str:
     return "\n".join(out) + "\n"
 
 
+#: columns of words, left-justified whatever their cells
+_TEXT_COLUMNS = ("assumption", "collective", "value", "predicted", "measured", "what", "name", "source", "rule", "layout")
+#: a cell that is a number, with a sign, a unit or a share at most: the column is right-justified
+_NUMBER = re.compile(r"^(?:[-+−~≈×]?\s?[\d.,]+(?:e[-+]?\d+)?\s?(?:%|[A-Za-zµ/×]{1,8})?|—|-|n/a)$")
+
+
 def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None, console=None) -> str | None:
     """Return markdown / JSON text, or print rich tables to ``console`` (``table``)."""
     if fmt == "json":
@@ -251,14 +297,20 @@ def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None,
         return _markdown(sections)
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     for s in sections:
         t = Table(title=escape(s.title), title_justify="left", caption=escape("\n".join(s.notes)) or None, caption_justify="left")
-        for i, c in enumerate(s.columns):
-            t.add_column(c, justify="left" if i == 0 or c in ("assumption", "collective", "value", "predicted", "measured", "what", "name",
-                                                               "source", "rule", "layout") else "right")
+        # a column with no text in any row (e.g. "predicted" once the zero rows are hidden) is not shown
+        shown = [i for i in range(len(s.columns)) if i == 0 or not s.rows or any(r[i] for r in s.rows)]
+        for i in shown:
+            c = s.columns[i]
+            text = i == 0 or c in _TEXT_COLUMNS or not all(_NUMBER.match(r[i]) for r in s.rows if r[i])
+            t.add_column(c, justify="left" if text else "right")
         for r in s.rows:
-            t.add_row(*map(escape, r))
+            t.add_row(*[escape(r[i]) for i in shown])
+        if not s.rows:  # a table with a header and nothing under it reads as a bug: say so
+            t = Text.assemble((s.title, "italic"), ": none", *[f"\n{n}" for n in s.notes])
         console.print(t)
     return None
 
@@ -267,14 +319,13 @@ def emit(sections: list[Section], fmt: Format, doc: dict[str, Any], output: Path
     """Write sections as a rich table / markdown, or ``doc`` as JSON, to stdout or ``output``
     (through ``outputs``, a :class:`traceanalyzer.outputs.Outputs` that knows the command's
     inputs: never over one of them, never a partial file)."""
-    from rich.console import Console
-
+    from traceanalyzer.render.console import out_console
     from traceanalyzer.outputs import Outputs
 
     outputs = outputs or Outputs()
     with outputs.stream(output, "w") as fh:
         if fmt is Format.table:  # render() escapes user text: markup stays on
-            width = 160 if output is not None else (None if sys.stdout.isatty() else 140)
-            render(sections, "table", console=Console(file=fh, width=width, highlight=False))
+            console = out_console(None, 140, markup=True) if output is None else out_console(fh, 160, markup=True)
+            render(sections, "table", console=console)
         else:
             fh.write(render(sections, fmt.value, doc=doc))

@@ -12,24 +12,30 @@ from traceanalyzer.classify.partition import BUCKET_LABELS as LABELS
 def breakdown_table(analysis: Analysis) -> Table:
     meta = {r["rank"]: r for r in analysis.trace.meta.iter_rows(named=True)}
     devices = sorted({str(m.get("device_name")) for m in meta.values() if m.get("device_name")})
+    totals = analysis.totals()
+    counts = set(totals["steps"].to_list())
+    one_count = len(counts) == 1  # the same number of steps on every rank: said in the title, not a column
+    n_steps = next(iter(counts)) if one_count else None
+    steps = f"mean of {n_steps} step{'s' * (n_steps != 1)}" if one_count else "mean per step"
     table = Table(
-        title="GPU time per rank, mean per step: ms and % of the step",
+        title=f"GPU time per rank, {steps}: ms and % of the step",
         caption=("device: " + ", ".join(devices)) if devices else None,
         title_justify="left",
         caption_justify="left",
     )
     table.add_column("rank", justify="right")
-    table.add_column("steps", justify="right")
+    if not one_count:
+        table.add_column("steps", justify="right")
     table.add_column("step ms", justify="right")
     for b in BUCKETS:
         table.add_column(LABELS[b], justify="right")
     table.add_column("overlapped comm", justify="right")
-    for row in analysis.totals().iter_rows(named=True):
+    for row in totals.iter_rows(named=True):
         n = row["steps"]
         dur = row["duration_us"]
         cells = [
             str(row["rank"]),
-            str(n),
+            *([] if one_count else [str(n)]),
             f"{dur / n / 1000:.3f}",
         ]
         for b in BUCKETS:

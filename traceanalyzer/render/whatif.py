@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.render.predictions import Section, label, num, pct
+from traceanalyzer.render.predictions import Section, _hidden, label, num, pct
 
 
 def _layout(lay: dict[str, Any]) -> str:
@@ -37,7 +37,9 @@ def _mem(m: dict[str, Any] | None) -> str:
     return s
 
 
-def whatif_sections(res: dict[str, Any]) -> list[Section]:
+def whatif_sections(res: dict[str, Any], all_rows: bool = False) -> list[Section]:
+    """The layouts side by side, the step by term, what changed; the terms zero in both runs are
+    left out unless ``all_rows`` (a note names them)."""
     a, p = res["anchor_summary"], res["predicted"]
     conv = res["convention"]
     head = Section(f"What-if [{conv}]", ["quantity", "anchor run", "predicted run"],
@@ -58,13 +60,16 @@ def whatif_sections(res: dict[str, Any]) -> list[Section]:
         ["memory per GPU", _mem(a.get("memory")), _mem(p.get("memory"))],
     ]
     terms = Section("Step per GPU by term (ms)", ["term", "anchor ms", "predicted ms", "change ms", "rule"])
+    hidden = []
     for t in res["terms"]:
-        if t["anchor_s"] == 0 and t["predicted_s"] == 0:
+        if t["anchor_s"] == 0 and t["predicted_s"] == 0 and not all_rows:
+            hidden.append(label(t["term"]))
             continue
         terms.rows.append([label(t["term"]), num(1e3 * t["anchor_s"], 3), num(1e3 * t["predicted_s"], 3),
                            f"{1e3 * t['delta_s']:+,.3f}", t["rule"]])
     terms.rows.append(["= step", num(1e3 * a["step_time_s"], 3), num(1e3 * p["step_time_s"], 3),
                        f"{1e3 * (p['step_time_s'] - a['step_time_s']):+,.3f}", ""])
+    _hidden(terms, hidden)
     wf = Section(f"What changed: TFLOP/s/GPU {num(a['tflops_per_gpu'])} → {num(p['tflops_per_gpu'])} [{conv}]",
                  ["term", "TFLOP/s/GPU"])
     for w in sorted(res["waterfall"], key=lambda w: -abs(w["tflops"])):
@@ -73,12 +78,20 @@ def whatif_sections(res: dict[str, Any]) -> list[Section]:
     return [head, terms, wf]
 
 
-def search_sections(df: pl.DataFrame, top: int, title: str, notes: list[str]) -> list[Section]:
+def search_sections(df: pl.DataFrame, top: int, title: str, notes: list[str], bound: bool = False) -> list[Section]:
+    """The ranked layouts; ``bound``: the anchor is the analytic model at the peak (no trace, no
+    reported throughput), so TFLOP/s/GPU and MFU are upper bounds, not predictions: the headers
+    and a note say so."""
     fits = df["fits"]
     sized = df.height - fits.null_count()
     n_fit = int(fits.sum() or 0)
-    s = Section(title, ["rank", "layout", "micro", "m", "recompute", "dist. opt.", "TFLOP/s/GPU", "MFU", "step s",
+    tflops, mfu = ("TFLOP/s/GPU at most", "MFU at most") if bound else ("TFLOP/s/GPU", "MFU")
+    s = Section(title, ["rank", "layout", "micro", "m", "recompute", "dist. opt.", tflops, mfu, "step s",
                         "memory GiB", "margin GiB", "fits"], notes=list(notes))
+    if bound:
+        s.notes.insert(0, "No measured anchor (no trace, no [reported] throughput): every layout computes at the peak, so "
+                          "TFLOP/s/GPU and MFU are analytic upper bounds that rank the layouts' bubble and communication, "
+                          "not a prediction of what a run reaches. Give a trace or [reported] to anchor them.")
     line = f"{df.height} valid layouts; memory sized for {sized} (fastest first): {n_fit} fit, {sized - n_fit} do not"
     if sized < df.height:
         line += f"; {df.height - sized} slower ones not sized (--top 0 sizes all)"
