@@ -97,7 +97,11 @@ def test_guide_quotes_the_numbers_breakdown_prints():
     dlrm = ROOT / "fixtures" / "kineto" / "dlrm-v100-8rank"
     durs = [_reference_for_single_step(sorted(dlrm.glob(f"worker{r}_*"))[0])[1] for r in range(8)]
     assert max(durs) == durs[1] == 19_901_000
-    assert (sorted(durs)[3] + sorted(durs)[4]) / 2 == 16_126_500  # the median of 8 ranks: 16.126 ms shown
+    assert (sorted(durs)[3] + sorted(durs)[4]) / 2 == 16_126_000  # the median of 8 ranks: 16.126 ms shown
     assert _reference_for_single_step(sorted(dlrm.glob("worker0_*"))[0])[0]["idle"] == 7_865_000
-    for quoted in ("18.467 ms", "16.126", "+5.182 ms", "rank 7", "11.125 of its 11.336 ms", "5.021 of 6.419 ms"):
+    r0 = doc["ranks"][0]["total"]
+    assert (r0["idle_host_bound_us"], r0["idle_us"]) == (6440.0, 7865.0)
+    assert [r0[f"idle_host_{c}_us"] for c in ("dataloader", "optimizer", "ops", "untraced")] == [1088.0, 301.0, 2905.0, 2146.0]
+    for quoted in ("19.901 ms", "16.126", "+5.182 ms", "rank 7", "11.125 of its 11.336 ms", "6.440 of 7.865 ms",
+                   "1.088 ms in the data loader, 0.301 ms in the optimizer, 2.905 ms in\nop dispatch and 2.146 ms untraced"):
         assert quoted in guide

@@ -4,6 +4,7 @@ import gzip
 import re
 
 import orjson
+import polars as pl
 import pytest
 
 import traceanalyzer as ta

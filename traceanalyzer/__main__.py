@@ -28,6 +28,10 @@ def entry() -> None:
             sys.stdout.flush()
         except BrokenPipeError:  # a reader that closed the pipe: quietly, as every command
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError as exc:  # a full disk, a closed stdout: one line, exit 3, as every command
+            from traceanalyzer.cli import _write_error
+
+            sys.exit(_write_error(exc))
         sys.exit(0)
     import traceanalyzer
 

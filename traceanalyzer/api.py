@@ -1231,9 +1231,9 @@ def critical_path(
     >>> import traceanalyzer as ta
     >>> cp = ta.critical_path(ta.load("fixtures/kineto/dlrm-v100-8rank"))  # 8 ranks: one path per step
     >>> cp.summary.select("step", "ranks", "path_ns", "idle_share", "host_share").row(0)
-    (10, 2, 7389000, 0.15022330491270808, 0.7910407362295304)
+    (10, 1, 14402000, 0.06374114706290793, 0.9357033745313151)
     >>> cp.segments.group_by("rank").agg(pl.col("dur_ns").sum()).sort("rank").rows()
-    [(2, 330000), (4, 7059000)]
+    [(3, 14402000)]
     """
     from traceanalyzer.classify import Analysis
     from traceanalyzer.classify.critical_path import critical_path as solve

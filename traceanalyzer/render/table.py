@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from typing import Any
+
+from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from traceanalyzer.classify import BUCKETS, Analysis
 from traceanalyzer.classify.partition import BUCKET_LABELS as LABELS
@@ -52,25 +56,25 @@ def print_breakdown(analysis: Analysis, console: Console, summary=None, findings
     """One row per rank, or with ``summary`` (``classify.rankspread.rank_spread``) the ranks' distribution;
     ``findings`` (:func:`traceanalyzer.reconcile.findings.findings`) first."""
     if findings:
-        console.print(findings_table(findings))
+        console.print(findings_list(findings))
     elif findings is not None:
         console.print("Findings: no recompute, exposed communication, idle or copy time of 1% of the step or more "
                       "(how efficiently the kernels compute: traceanalyzer reconcile)")
     console.print(breakdown_table(analysis) if summary is None else rank_summary_table(summary))
 
 
-def findings_table(findings: list[dict]) -> Table:
-    """The largest losses, largest first: what, how much, why, what to change, the predicted gain."""
-    t = Table(title="Findings: the largest losses per step, what causes them, what to change", title_justify="left",
-              caption="predicted gain: the what-if model's, with a run configuration (-c); '-' where it cannot price the change",
-              caption_justify="left")
-    for col, just in (("#", "right"), ("loss", "left"), ("ms/step", "right"), ("% step", "right"), ("cause", "left"),
-                      ("remedy", "left"), ("gain ms", "right")):
-        t.add_column(col, justify=just)
+def findings_list(findings: list[dict]) -> Group:
+    """The largest losses, largest first, as a numbered list (it wraps at any width, where a
+    table of six columns would be cut in two at 80): what and how much, why, what to change,
+    the predicted gain."""
+    lines: list[Any] = [Text("Findings: the largest losses per step, what causes them, what to change")]
     for i, f in enumerate(findings, 1):
-        gain = "-" if f["predicted_gain_ms"] is None else f"{f['predicted_gain_ms']:.3f}"
-        t.add_row(str(i), f["label"], f"{f['ms_per_step']:.3f}", f"{100 * f['share_of_step']:.1f}%", f["cause"], f["remedy"], gain)
-    return t
+        gain = ("- (" + f["gain_note"] + ")" if f.get("gain_note") else "-") if f["predicted_gain_ms"] is None \
+            else f"{f['predicted_gain_ms']:.3f} ms per step"
+        lines.append(Text(f"{i}. {f['label']}: {f['ms_per_step']:.3f} ms per step ({100 * f['share_of_step']:.1f}% of the step)"))
+        for key, value in (("cause", f["cause"]), ("remedy", f["remedy"]), ("predicted gain", gain)):
+            lines.append(Padding(Text(f"{key}: {value}"), (0, 0, 0, 3)))
+    return Group(*lines)
 
 
 # --- cause sub-tables (breakdown --detail) -------------------------------------------------
