@@ -600,57 +600,8 @@ def whatif(cfg: RunConfig, sets: list[str] | dict[str, Any] | RunConfig, *, anal
            baseline: pl.DataFrame | None = None, convention: str | None = None) -> pl.DataFrame:
     """Predict another layout of a run from its measured (or published) step.
 
-    Parameters
-    ----------
-    cfg:
-        The run configuration of the anchor run (:func:`traceanalyzer.model.load_config`).
-    sets:
-        The change: ``["pp=2", "recompute=selective", "micro_batch=2"]`` (as ``--set``), the same
-        as a dict, or a whole new :class:`RunConfig`.
-    analysis:
-        The anchor run's trace (an :class:`~traceanalyzer.classify.Analysis`, e.g. from
-        ``traceanalyzer.engine.analyse``). Without it the anchor is the analytic model of ``cfg``,
-        its compute time implied by ``[reported]`` when given (a published run), else at peak.
-    baseline:
-        An nccl-tests frame (:func:`traceanalyzer.baselines.read_nccl_tests`): every
-        communication family's bandwidth is read off it at its message size and scope.
-    convention:
-        FLOPs convention of the TFLOP/s (default: the reported one, else the configuration's).
-
-    Returns
-    -------
-    polars.DataFrame
-        Two rows, ``scenario`` = ``"anchor"`` and ``"predicted"``: the layout (``gpus tp pp vp dp
-        cp ep micro_batch global_batch recompute sequence_parallel distributed_optimizer``),
-        ``step_time_s``, ``tflops_per_gpu`` (model FLOPs), ``hw_tflops_per_gpu``, ``mfu``,
-        ``hfu``, ``memory_gib`` / ``margin_gib`` / ``fits`` (the most loaded stage against the
-        GPU's memory less the reserve; null when the memory model cannot size it) and one ``<term>_ms`` column per
-        term of the step (compute by family, recompute, imbalance, exposed communication by
-        dimension, bubble, other, idle by cause). ``anchor_source`` says what the anchor was:
-        ``trace``, ``reported`` or ``analytic``. The rules that moved each term are in
-        :func:`project` (``traceanalyzer whatif -f json`` prints them).
-
-    Raises
-    ------
-    SetUsageError
-        (exit 2) a malformed ``KEY=VALUE`` or an unknown key.
-    ConfigError
-        (exit 7) a bad value or an inconsistent layout, naming the key.
-
-    Example
-    -------
-    The published 70B run of docs/examples (TP8 PP8 DP2, full recompute, 296.5 TFLOP/s/GPU
-    reported) moved to PP4 with selective recompute (run from the repository root): a shorter
-    step, at the price of three times the memory, which still fits the 80 GB H100:
-
-    >>> import polars as pl
-    >>> import traceanalyzer as ta
-    >>> from traceanalyzer.model import load_config
-    >>> cfg = load_config("docs/examples/issue1031-70b.toml")
-    >>> w = ta.whatif(cfg, ["pp=4", "recompute=selective"])
-    >>> w.select("scenario", "anchor_source", "pp", "recompute", pl.col("step_time_s", "tflops_per_gpu", "memory_gib").round(1), "fits").rows()
-    [('anchor', 'reported', 8, 'full', 2.9, 296.5, 16.0, True), ('predicted', 'reported', 4, 'selective', 2.0, 431.8, 50.6, True)]
-    """
+    The parameters, the result and an example are documented once, on the Python verb
+    :func:`traceanalyzer.whatif`; the rules that move each term are in :func:`project`."""
     new = sets if isinstance(sets, RunConfig) else apply_sets(cfg, sets)
     anchor = (anchor_from_analysis(analysis, cfg, convention=convention, baseline=baseline) if analysis is not None
               else anchor_from_config(cfg, convention=convention, baseline=baseline))
