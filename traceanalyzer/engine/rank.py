@@ -27,7 +27,7 @@ from traceanalyzer.classify.invariants import check_event_span, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import FIELDS, check_causes, partition
 from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows, outside_steps, refuse_duplicate_steps
-from traceanalyzer.errors import InputNotFound, InternalFailure, TraceAnalyzerError
+from traceanalyzer.errors import InputNotFound, InternalFailure, InvalidArgument, TraceAnalyzerError
 from traceanalyzer.parsers.clean import step_starts
 from traceanalyzer.schema import GPU_WORK_KINDS
 
@@ -100,7 +100,7 @@ class Options:
 
     def __post_init__(self, keep: str, keep_gpu: bool, extras: tuple[str, ...], memory: bool) -> None:
         if keep not in KEEP:
-            raise ValueError(f"keep must be one of {', '.join(KEEP)}, got {keep!r}")
+            raise InvalidArgument(f"must be one of {', '.join(KEEP)}, got {keep!r}", "keep")
         names = set(KEEP[keep]) | set(extras) | ({"gpu"} if keep_gpu else set()) | ({"memory"} if memory else set())
         tables = self.tables
         if isinstance(tables, bool):
