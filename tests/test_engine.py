@@ -223,3 +223,20 @@ def test_cli_unreachable_ray_address_is_one_line_exit_7():
     assert done.returncode == 7
     lines = [l for l in done.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and f"cannot reach Ray at ray://127.0.0.1:{port}" in lines[0], done.stderr
+
+
+def test_a_client_timeout_names_token_authentication_unless_the_mode_is_set():
+    # Ray 2.60: a head started where ~/.ray/auth_token exists requires the token; a client without
+    # RAY_AUTH_MODE=token times out (seen with ray start --head and ray.init("ray://...")). The
+    # line says what to set; other failures and a client already in token mode get Ray's reason only
+    from traceanalyzer.engine.pool import ray_failure
+
+    timeout = ConnectionError("ray client connection timeout")
+    hint = "set RAY_AUTH_MODE=token and give the cluster's token in RAY_AUTH_TOKEN or ~/.ray/auth_token"
+    line = ray_failure("ray://head:10001", timeout, {})
+    assert line.startswith("cannot start or reach Ray at ray://head:10001: ray client connection timeout (")
+    assert hint in line and "\n" not in line
+    assert ray_failure("ray://head:10001", timeout, {"RAY_AUTH_MODE": "token"}) == (
+        "cannot start or reach Ray at ray://head:10001: ray client connection timeout")
+    assert ray_failure(None, RuntimeError("no room"), {}) == "cannot start or reach Ray: no room"
+    assert hint not in ray_failure("ray://head:10001", ValueError("bad runtime_env"), {})

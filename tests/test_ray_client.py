@@ -39,9 +39,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+#: a home of the module's own for the head and the client: from Ray 2.59 a local ``ray.init`` (as
+#: other tests run it) writes ~/.ray/auth_token, and ``ray start`` then turns token
+#: authentication on where one exists, which a client lets itself in to only with
+#: RAY_AUTH_MODE=token (docs/ray.md); this head starts as a user's first cluster does
+HOME = tempfile.mkdtemp(prefix="ta-ray-home-")
+
+
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["PYTHONPATH"] = str(ROOT)
+    env["HOME"] = HOME
     return env
 
 
@@ -89,6 +97,7 @@ def ray_head():
             pass
         log.close()
         shutil.rmtree(temp, ignore_errors=True)
+        shutil.rmtree(HOME, ignore_errors=True)
 
 
 def _cli(*args) -> subprocess.CompletedProcess:

@@ -170,6 +170,17 @@ def reap_helpers() -> None:
         return
     import gc
 
+    # a pool stopped by a signal (shutdown without waiting) leaves its manager thread running a
+    # moment, holding the call queue's semaphores; the interpreter joins it only at exit, after
+    # this: its semaphores' finalizers would then start a new tracker (leaked-semaphore warnings
+    # and an orphan). Join it now, as the exit would.
+    cf_process = sys.modules.get("concurrent.futures.process")
+    join_managers = getattr(cf_process, "_python_exit", None)
+    if callable(join_managers):
+        try:
+            join_managers()
+        except Exception:  # noqa: BLE001 - at exit, best effort
+            pass
     gc.collect()
     try:
         tracker._stop()

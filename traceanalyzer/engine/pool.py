@@ -24,6 +24,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Iterator
@@ -243,10 +244,25 @@ def ray_session(workers: int | None, address: str | None):
     for name in RAY_QUIET_LOGGERS:  # for the rest of the process: the client's stream is asynchronous
         logging.getLogger(name).addFilter(_QUIET)  # a filter already there is not added twice
     try:
-        ray.init(runtime_env=env, **kwargs)
+        with warnings.catch_warnings():  # said once, in our own line (ray_failure)
+            warnings.filterwarnings("ignore", message="Ray Client connection timed out")
+            ray.init(runtime_env=env, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ConfigError(f"cannot start or reach Ray{' at ' + address if address else ''}: {exc}") from exc
+        raise ConfigError(ray_failure(address, exc, os.environ)) from exc
     return ray, True
+
+
+def ray_failure(address: str | None, exc: BaseException, environ) -> str:
+    """The one line for a Ray that could not be started or reached. A client whose connection
+    times out on a port that answers (the address was probed) is, most often, one a cluster with
+    token authentication did not let in: newer Ray releases turn it on by default (Ray 2.60's
+    ``ray start`` does where ~/.ray/auth_token exists, which a local ``ray.init`` writes), and
+    Ray's client sends the token only with RAY_AUTH_MODE=token set."""
+    line = f"cannot start or reach Ray{' at ' + address if address else ''}: {exc}"
+    if address and "timeout" in str(exc) and not environ.get("RAY_AUTH_MODE"):
+        line += (" (if the cluster uses token authentication, set RAY_AUTH_MODE=token and give the cluster's token "
+                 "in RAY_AUTH_TOKEN or ~/.ray/auth_token)")
+    return line
 
 
 def run_ray(tasks: list[RankTask], workers: int | None, address: str | None, on_bytes: BytesFn | None) -> Iterator[RankResult]:

@@ -134,12 +134,25 @@ def check_depth(raw, path: Path) -> None:
 #: orjson's message when an allocation fails while it decodes
 _OUT_OF_MEMORY = re.compile(r"(?i)not enough memory|memory allocation|out of memory")
 
-#: address space a whole document takes as Python objects (orjson), per byte of JSON, beyond
-#: what the process already holds. Measured with ``annotate`` of 60 and 120 MB traces made by
-#: scripts/make_big_trace.py under RLIMIT_AS: it crashes with 6.2x and 6.6x the JSON left, and
-#: succeeds with 7.2x and 7.6x; we ask for 8x. Checked before decoding because orjson (3.8)
-#: crashes (a segmentation fault, not an error) where an allocation fails
-WHOLE_DOCUMENT_FACTOR = 8
+def whole_document_factor(orjson_version: str) -> int:
+    """Address space a whole document takes while orjson decodes it, per byte of JSON, beyond
+    what the process already holds. Checked before decoding because orjson crashes (a
+    segmentation fault, not an error) where an allocation fails.
+
+    Measured with ``annotate`` of 30 and 60 MB traces made by scripts/make_big_trace.py under
+    ``RLIMIT_AS``: orjson before 3.11 crashes with 6.2-6.6x the JSON left and succeeds from 7.2x
+    (we ask for 8x); from 3.11 orjson first reserves a parse buffer of about 9x the JSON (touched
+    only in part: resident memory stays at about 7x), and 3.11.0 crashes with 15x left and
+    succeeds from 16x, 3.13.0 from 15x (we ask for 18x)."""
+    try:
+        major, minor = (int(x) for x in orjson_version.split(".")[:2])
+    except ValueError:
+        return 18
+    return 8 if (major, minor) < (3, 11) else 18
+
+
+#: :func:`whole_document_factor` of the installed orjson
+WHOLE_DOCUMENT_FACTOR = whole_document_factor(getattr(orjson, "__version__", ""))
 
 
 def _address_space() -> tuple[int | None, int]:
@@ -164,7 +177,7 @@ def check_memory(size: int, path: Path) -> None:
     if limit is not None and used + need > limit:
         raise OutOfMemory(
             f"not enough memory to read the whole document: {size / 1e6:,.0f} MB of JSON needs about "
-            f"{need / 1e9:.1f} GB more as Python objects, and the address-space limit (ulimit -v) leaves "
+            f"{need / 1e9:.1f} GB more while it is decoded, and the address-space limit (ulimit -v) leaves "
             f"{max(limit - used, 0) / 1e9:.1f} GB: raise it to at least {(used + need) // 1024:,} KB "
             f"(ulimit -v {(used + need) // 1024})",
             path,
@@ -175,7 +188,7 @@ def out_of_memory(path: Path, size: int) -> OutOfMemory:
     """The error for a document whose decoding ran out of memory: what the whole document needs."""
     return OutOfMemory(
         f"ran out of memory reading the whole document: {size / 1e6:,.0f} MB of JSON needs about "
-        f"{WHOLE_DOCUMENT_FACTOR * size / 1e9:.1f} GB more as Python objects: give the command more memory "
+        f"{WHOLE_DOCUMENT_FACTOR * size / 1e9:.1f} GB more while it is decoded: give the command more memory "
         "(ulimit -v, the job's memory limit)",
         path,
     )
