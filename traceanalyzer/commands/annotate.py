@@ -12,7 +12,6 @@ from traceanalyzer.commands.common import (
     print_warnings, step_name, traces_arg,
 )
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.parsers import discover
 
 
 def annotate(
@@ -29,11 +28,11 @@ def annotate(
     """Write the trace with tracks per rank showing compute / recompute / exposed comm / other / idle (open it in Perfetto UI).
 
     Kineto input keeps its own events; Nsight Systems input (and --merge) is rebuilt from the parsed events."""
-    from traceanalyzer.report.annotate import annotate as write_annotated, check_output
+    from traceanalyzer.api import check_annotate_output, write_annotated
 
     patterns = comm_patterns(comm_kernel)
     outputs = Outputs(paths)
-    check_output(outputs, output, sum(len(discover(p)) for p in paths), merge)
+    check_annotate_output(outputs, output, paths, merge)
     analysis = analyse_paths(paths, step_name(step_range, whole_trace), keep="events", cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
     written = write_annotated(analysis, output, outputs, merge)
     print_warnings(analysis.warnings)

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
-import polars as pl
 import typer
 
-from traceanalyzer.baselines import BINARIES, health_summary, link_health, read_nccl_tests, read_topology, tp_group_links
+from traceanalyzer.api import BINARIES
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.commands.common import (
-    CacheOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, analyse_paths, choices, config_opt, format_opt, positive_number,
+    CacheOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, choices, err_console, config_opt, format_opt, positive_number,
     print_warnings, trace_opt,
 )
 from traceanalyzer.render.predictions import Format, emit
-from traceanalyzer.errors import ConfigError
 
 
 Collective = choices("Collective", dict.fromkeys(BINARIES.values()))
@@ -50,46 +48,13 @@ def baseline(
     outputs = Outputs([*(files or []), topo, *(trace or [])])
     if output is not None:
         outputs.check(output)
-    from traceanalyzer.render.linkhealth import efficiency_sections, exposed_split_section, health_sections, topology_sections
+    from traceanalyzer.api import baseline_parts
 
-    if not files and topo is None and not trace:
-        raise ConfigError("give nccl-tests output files, --topo FILE and/or --trace (collectives against the hardware table)")
-    collective = getattr(collective, "value", collective)
-    scope = getattr(scope, "value", scope)
-    sections = []
-    doc: dict[str, Any] = {"schema": "traceanalyzer.baseline", "schema_version": 1}
-    base = None
-    if files:
-        base = pl.concat([read_nccl_tests(f, collective=collective, nranks=nranks, scope=scope) for f in files])
-        rows = link_health(base, gpu, nvlink_gbps, net_gbps)
-        summ = health_summary(base, gpu, nvlink_gbps, net_gbps)
-        sections += health_sections(summ, rows, all_sizes)
-        doc["nccl_tests"] = {"summary": summ.to_dicts(), "rows": rows.to_dicts()}
-    if topo is not None:
-        t = read_topology(topo)
-        pairs = t.gpu_links().group_by("link", "path", "rank").agg(pl.len().alias("pairs")).sort("rank", "link")
-        tp = None
-        if config is not None:
-            from traceanalyzer.model import load_config
-
-            tp = tp_group_links(t, load_config(config).parallel.tp)
-        sections += topology_sections(t.devices, pairs, tp)
-        doc["topology"] = {"devices": t.devices.to_dicts(), "links": t.links.to_dicts(),
-                           "tp_groups": None if tp is None else tp.to_dicts()}
-    elif config is not None:
-        raise ConfigError("--config flags TP groups against a topology: give --topo FILE too")
-    if trace:
-        from traceanalyzer.api import collective_busbw
-
-        an = analyse_paths(list(trace), step_range, cache=cache, workers=workers, quiet=quiet)
-        per, summ_c, split = collective_busbw(an, base, gpu)
-        if not per.height:
-            print_warnings(["no collective in the trace carries a byte count and a group size "
-                            "(record_param_comms / NCCL kernel args 'In msg nelems'): nothing to set against the baseline"])
-        sections += efficiency_sections(summ_c, per)
-        if split.height:
-            sections.append(exposed_split_section(split))
-        doc["collectives"] = {"summary": summ_c.to_dicts(), "instances": per.to_dicts(), "exposed_split": split.to_dicts()}
+    sections, doc, warnings = baseline_parts(
+        files, topo=topo, trace=trace, config=config, gpu=gpu, nvlink_gbps=nvlink_gbps, net_gbps=net_gbps,
+        collective=getattr(collective, "value", collective), nranks=nranks, scope=getattr(scope, "value", scope), all_sizes=all_sizes,
+        step_range=step_range, cache=cache, workers=workers, quiet=quiet, console=err_console)
+    print_warnings(warnings)
     emit(sections, format, doc, output, outputs)
 
 

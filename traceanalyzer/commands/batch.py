@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.batch import run_batch
+from traceanalyzer.api import batch_summary, run_batch
 from traceanalyzer.commands.common import (
     AddressOpt, CacheOpt, Engine, EngineOpt, OutputOpt, StepRangeOpt, config_opt, err_console, format_opt, out_console, store_opt,
     warning_line,
@@ -120,15 +120,7 @@ def summary_document(summary, store: Path, force: bool) -> dict:
         "schema_version": 1,
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "store": str(store),
-        "force": force,
-        "runs": len(summary.analysed) + len(summary.skipped) + len(summary.failed),
-        "analysed": list(summary.analysed),
-        "reanalysed": list(summary.reanalysed),
-        "skipped": list(summary.skipped),
-        "failed": [{k: f[k] for k in ("run_id", "error", "exit_code", "error_class")} for f in summary.failed],
-        "cache_hits": summary.cache_hits,
-        "warnings": {k: list(v) for k, v in summary.warnings.items()},
-        "ok": not summary.failed,
+        **batch_summary(summary, force),
     }
 
 

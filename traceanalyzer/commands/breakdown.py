@@ -15,7 +15,7 @@ from traceanalyzer.commands.common import (
 from traceanalyzer.commands.common import RanksOpt, RankView
 from traceanalyzer.render.frames import write_frame
 from traceanalyzer.render import json as json_render
-from traceanalyzer.classify.comm import DEFAULT_BUS_BW_GBPS
+from traceanalyzer.api import DEFAULT_BUS_BW_GBPS
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.table import print_breakdown, print_detail
 
@@ -49,28 +49,23 @@ def breakdown(
     analysis = analyse_paths(paths, step_name(step_range, whole_trace), recompute_pattern=recompute_range, bus_bw_gbps=bus_bw,
                              cache=cache, workers=workers, engine=engine, address=address, quiet=quiet, comm_kernels=patterns,
                              extras=("launches",) if format in (TableFormat.json, TableFormat.table) else ())
-    found = None
+    view = {"findings": None}
     if format in (TableFormat.json, TableFormat.table):
-        from traceanalyzer.reconcile.findings import findings, run_config
+        from traceanalyzer.api import breakdown_view
 
-        found = findings(analysis, run_config(config))
+        view = breakdown_view(analysis, config, ranks=ranks.value, detail=detail, table=format is TableFormat.table)
     if format is TableFormat.json:
         with outputs.stream(output) as fh:
-            fh.write(json_render.dumps(json_render.document(analysis, found)))
+            fh.write(json_render.dumps(json_render.document(analysis, view["findings"])))
     elif format is not TableFormat.table:
         with outputs.stream(output) as fh:
             write_frame(json_render.steps_table(analysis), format.value, fh)
     else:
         with outputs.stream(output, "w") as fh:
             console = out_console(None if output is None else fh, 120 if output is None else 160)
-            from traceanalyzer.classify.rankspread import comm_spread, rank_spread, summarise_ranks
-            from traceanalyzer.classify.stragglers import stragglers
-
-            summary = rank_spread(analysis.steps) if summarise_ranks(len(analysis.trace.ranks), ranks.value) else None
-            print_breakdown(analysis, console, summary, found)
+            print_breakdown(analysis, console, view["summary"], view["findings"])
             if detail:
-                comm = comm_spread(analysis.comm) if summary is not None and analysis.comm is not None and analysis.comm.height else None
-                print_detail(analysis, console, summary, stragglers(analysis.steps), comm)
+                print_detail(analysis, console, view["summary"], view["stragglers"], view["comm"])
     print_warnings(analysis.warnings, shows_transfer=detail or format is TableFormat.json)
 
 

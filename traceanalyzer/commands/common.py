@@ -438,17 +438,13 @@ def analyse_paths(
     comm_kernels: list[str] | None = None,
     extras: tuple[str, ...] = (),
 ):
-    """Load and classify traces on the engine (rank files in parallel), with progress on stderr
-    (a bar on a terminal, a line per rank file otherwise, nothing with ``quiet``). ``keep``: what
-    the renderer needs beyond the compact tables (see :data:`traceanalyzer.engine.KEEP`);
-    ``extras``: optional per-rank tables (:data:`traceanalyzer.engine.rank.EXTRAS`)."""
-    from traceanalyzer.engine import Options, analyse
+    """:func:`traceanalyzer.api.analyse_files` with its progress on stderr (a bar on a terminal, a
+    line per rank file otherwise, nothing with ``quiet``)."""
+    from traceanalyzer.api import analyse_files
 
-    opts = Options(step_name=step_name, recompute_pattern=recompute_pattern, keep=keep, cache=cache,
-                   comm_kernels=tuple(comm_kernels or ()), extras=tuple(extras))
-    if bus_bw_gbps is not None:
-        opts.bus_bw_gbps = bus_bw_gbps
-    return analyse(paths, opts, engine=Engine(engine).value, workers=workers, address=address, quiet=quiet, console=err_console)
+    return analyse_files(paths, step_name, recompute_pattern=recompute_pattern, bus_bw_gbps=bus_bw_gbps, cache=cache, keep=keep,
+                         workers=workers, engine=Engine(engine).value, address=address, quiet=quiet, comm_kernels=comm_kernels,
+                         extras=extras, console=err_console)
 
 
 #: the option every command that classifies kernels takes
@@ -463,25 +459,9 @@ CommKernelOpt = Annotated[
 def comm_patterns(cli: list[str] | None, config: Path | None = None, megatron_args: Path | None = None) -> list[str]:
     """The communication-kernel regexes of a command: ``--comm-kernel`` and the run
     configuration's ``[trace] comm_kernels``, each checked (exit 7 naming a bad one)."""
-    from traceanalyzer.classify.labels import check_comm_pattern
+    from traceanalyzer.api import comm_patterns as patterns
 
-    from traceanalyzer.errors import ConfigError
-
-    patterns = list(cli or [])
-    for p in patterns:
-        check_comm_pattern(p)
-    if config is not None or megatron_args is not None:
-        from traceanalyzer.model import load_config
-
-        cfg = load_config(config, megatron_args)
-        for p in cfg.trace.comm_kernels:
-            try:
-                check_comm_pattern(p)
-            except ConfigError as exc:
-                raise ConfigError(exc.message.replace("--comm-kernel", "[trace] comm_kernels", 1), cfg.source) from None
-            if p not in patterns:
-                patterns.append(p)
-    return patterns
+    return patterns(cli, config, megatron_args)
 
 
 def warning_line(text: str) -> Text:
@@ -493,7 +473,7 @@ def print_warnings(warnings: list[str], *, shows_transfer: bool = True) -> None:
     """Each warning on a line of stderr; a view that does not show collectives' wait/transfer split
     (``shows_transfer=False``: breakdown without --detail, kernels, launches...) leaves out the
     warnings about how it was estimated (the JSON of a view that has the split keeps them)."""
-    from traceanalyzer.classify.comm import TRANSFER_WARNING
+    from traceanalyzer.api import TRANSFER_WARNING
 
     for w in warnings:
         if shows_transfer or not w.startswith(TRANSFER_WARNING):

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer.commands.common import (
-    CacheOpt, QuietOpt, WorkersOpt, err_console, format_opt, out_console, output_opt, print_warnings, step_range_opt, traces_arg,
+    CacheOpt, QuietOpt, WorkersOpt, analyse_paths, format_opt, out_console, output_opt, print_warnings, step_range_opt, traces_arg,
 )
 from traceanalyzer.outputs import Outputs
 
@@ -37,19 +37,16 @@ def critical_path(
     quiet: QuietOpt = False,
 ) -> None:
     """The critical path of each step: the chain of host work, launches, kernels and waits that sets its length."""
-    from traceanalyzer.classify.critical_path import critical_path as compute
+    from traceanalyzer.api import critical_path as compute
     from traceanalyzer.render import critpath as render
 
     outputs = Outputs(paths)
     if output is not None:
         outputs.check(output)
-    from traceanalyzer.engine import Options, analyse
-
     # each rank file parsed and classified by a worker, its events kept: the graph needs them all
-    analysis = analyse(paths, Options(step_name=None if whole_trace else step_range, keep="events", cache=cache),
-                       workers=workers, quiet=quiet, console=err_console)
+    analysis = analyse_paths(paths, None if whole_trace else step_range, keep="events", cache=cache, workers=workers, quiet=quiet)
     try:
-        cp = compute(analysis.trace, step, rank, analysis=analysis, host_gaps=host_gaps, infer_waits=infer_waits)
+        cp = compute(analysis, step, rank, host_gaps=host_gaps, infer_waits=infer_waits)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--step'" if "step" in str(exc).split(" in ")[0] else "'--rank'") from None
     if format is CpFormat.table:

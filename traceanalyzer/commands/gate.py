@@ -8,8 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.batch.gate import LAST_GOOD, gate_check, parse_threshold
-from traceanalyzer.batch.store import Store
+from traceanalyzer.api import LAST_GOOD, gate_of, parse_threshold, read_store
 from traceanalyzer.commands.common import StoreOpt, format_opt, output_opt, parsed_by, print_store_warnings
 from traceanalyzer.errors import GateFailed
 from traceanalyzer.outputs import Outputs
@@ -37,8 +36,8 @@ def gate(
     for o in (output, junit):
         if o is not None:
             outputs.check(o)
-    st = Store(store)
-    results = gate_check(st, baseline, threshold, job)
+    st = read_store(store)
+    results = gate_of(st, baseline, threshold, job)
     print_store_warnings(st)  # the damaged files skipped (an error above is one line on its own)
     failed = [r for r in results if not r.passed]
     from traceanalyzer.render import gate as render

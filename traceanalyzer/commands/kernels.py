@@ -11,8 +11,7 @@ from traceanalyzer.commands.common import (
     AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, OutputOpt, QuietOpt, StepRangeOpt, TableFormat, WholeTraceOpt,
     WorkersOpt, binary_output_check, choices, comm_patterns, config_opt, format_opt, out_console, print_warnings, regex, traces_arg,
 )
-from traceanalyzer.classify.kernelstats import SORT_KEYS
-from traceanalyzer.classify.roofline import ELEMENT_BYTES
+from traceanalyzer.api import ELEMENT_BYTES, SORT_KEYS
 from traceanalyzer.outputs import Outputs
 
 
@@ -33,13 +32,12 @@ DEFAULT_TOP = 20
 
 def _run(what: str, paths, name, rank, step, sort, top, precision, format, output, step_range, whole_trace, recompute_range,
          comm_kernel, config, cache, workers, engine, address, quiet) -> None:
-    from traceanalyzer.api import analysis_with_tables, kernels as kernel_verb, ops as op_verb
-    from traceanalyzer.classify.tables import check_filters
+    from traceanalyzer.api import analysis_with_tables, check_table_filters, kernels as kernel_verb, ops as op_verb
     from traceanalyzer.render import kerneltable as render
 
     sort = Sort(sort).value
     precision = None if precision is None else Precision(precision).value
-    check_filters(name, sort, precision, top)
+    check_table_filters(name, sort, precision, top)
     binary_output_check(format, output)
     patterns = comm_patterns(comm_kernel, config)
     outputs = Outputs([*paths, config])

@@ -12,7 +12,7 @@ import typer
 from traceanalyzer.commands.user_annotations import FrameFormat
 from traceanalyzer.commands.common import (
     share,
-    AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, comm_patterns, err_console, out_console, print_warnings,
+    AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, out_console, print_warnings,
     config_opt, format_opt, output_opt, step_range_opt, traces_arg,
 )
 from traceanalyzer.outputs import Outputs
@@ -23,10 +23,6 @@ class View(str, Enum):
     queue = "queue"
     kernels = "kernels"
     queue_series = "queue-series"
-
-
-#: what each view is in the engine's optional tables
-_EXTRAS = {View.steps: ("launches", "queue"), View.queue: ("queue",), View.kernels: ("launch_rows",), View.queue_series: ("queue_series",)}
 
 
 #: the table's columns (json and csv have every column)
@@ -66,31 +62,16 @@ def launches(
     quiet: QuietOpt = False,
 ) -> None:
     """Kernel launch latency (launch call -> GPU start), kernels per step, launch-bound steps, queue length per stream."""
-    from traceanalyzer import api as lm
-    from traceanalyzer.engine import Options, analyse
+    from traceanalyzer.api import LAUNCH_EXTRAS, launch_views
     from traceanalyzer.render import frames
 
     patterns = comm_patterns(comm_kernel, config)
     outputs = Outputs([*paths, config])
     if output is not None:
         outputs.check(output)
-    opts = Options(step_name=None if whole_trace else step_range, comm_kernels=tuple(patterns), extras=_EXTRAS[view])
-    analysis = analyse(paths, opts, engine=engine.value, workers=workers, address=address, quiet=quiet, console=err_console)
-    shown: dict = {}
-    notes: list[dict] = []
-    if view is View.steps:
-        shown["steps"] = lm.launches(analysis, threshold=threshold)
-        from traceanalyzer.reconcile.findings import profiler_notes
-
-        notes = profiler_notes(analysis, shown["steps"])
-        if format is not FrameFormat.csv:
-            shown["queue"] = lm.queue_length(analysis)
-    elif view is View.queue:
-        shown["queue"] = lm.queue_length(analysis)
-    elif view is View.kernels:
-        shown["kernels"] = lm.launches(analysis, by="kernel")
-    else:
-        shown["queue_series"] = lm.queue_length(analysis, series=True)
+    analysis = analyse_paths(paths, None if whole_trace else step_range, comm_kernels=patterns, extras=LAUNCH_EXTRAS[view.name],
+                             engine=engine, workers=workers, address=address, quiet=quiet)
+    shown, notes = launch_views(analysis, view.name, threshold, queue=format is not FrameFormat.csv)
     if format is FrameFormat.json:
         with outputs.stream(output) as fh:
             fh.write(frames.json_bytes("launches", shown, view=view.value, launch_bound_threshold=threshold,

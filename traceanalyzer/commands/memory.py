@@ -11,7 +11,7 @@ import typer
 from traceanalyzer.commands.common import (
     QuietOpt, WorkersOpt, config_opt, format_opt, non_negative_number, output_opt, print_warnings, step_range_opt, traces_arg,
 )
-from traceanalyzer.model.memory import DEFAULT_RESERVE_GIB, GIB
+from traceanalyzer.api import DEFAULT_RESERVE_GIB, GIB
 from traceanalyzer.outputs import Outputs
 
 
@@ -34,7 +34,7 @@ def memory(
     quiet: QuietOpt = False,
 ) -> None:
     """Memory per GPU by component (weights, gradients, optimizer, activations) and whether it fits; with a trace, the measured peak beside it."""
-    from traceanalyzer.reconcile.footprint import memory as memory_verb
+    from traceanalyzer.api import memory as memory_verb
 
     outputs = Outputs([*(paths or []), config, megatron_args])
     if output is not None:

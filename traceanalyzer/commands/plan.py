@@ -9,10 +9,9 @@ import typer
 
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.predictions import Format, emit
-from traceanalyzer.errors import ConfigError
-from traceanalyzer.model.runplan import PLAN_CONVENTIONS, parse_count, parse_range, plan_run, trace_measurement
+from traceanalyzer.api import PLAN_CONVENTIONS, check_plan_mfu, parse_count, parse_range
 from traceanalyzer.commands.common import (
-    CacheOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, analyse_paths, choices, config_opt, format_opt, job_opt, non_negative_number,
+    CacheOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, choices, err_console, config_opt, format_opt, job_opt, non_negative_number,
     parsed_by, positive_number, store_opt, trace_opt,
 )
 
@@ -29,19 +28,13 @@ def _pue(ctx, param, value):
 PlanConvention = choices("PlanConvention", PLAN_CONVENTIONS)
 
 
-def _mfu(text: str) -> None:
-    lo, hi = parse_range(text, "--mfu", percent_ok=True)
-    if hi > 1:
-        raise ConfigError(f"--mfu {text!r}: a fraction of the peak (≤ 1, or a percentage)")
-
-
 def plan(
     tokens: Annotated[str, typer.Option("--tokens", metavar="COUNT", callback=parsed_by(lambda t: parse_count(t, "--tokens")), help="Training tokens: 15T, 300B, 1.5e13.")],
     config: Annotated[Optional[Path], config_opt("Run configuration (TOML): model size, GPU, GPU count.")] = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch arguments or a training log that prints them.")] = None,
     trace: Annotated[Optional[list[Path]], trace_opt("Trace of the run (measured throughput and step-time spread; needs -c); repeatable.")] = None,
     tflops: Annotated[Optional[str], typer.Option("--tflops", metavar="TFLOPS", callback=parsed_by(lambda t: parse_range(t, "--tflops")), help="Sustained TFLOP/s per GPU under the convention; a range such as 145-155 is allowed.")] = None,
-    mfu: Annotated[Optional[str], typer.Option("--mfu", metavar="FRACTION", callback=parsed_by(_mfu), help="Model FLOPs utilisation, e.g. 0.4 or 38-43%, of the GPU's dense peak.")] = None,
+    mfu: Annotated[Optional[str], typer.Option("--mfu", metavar="FRACTION", callback=parsed_by(check_plan_mfu), help="Model FLOPs utilisation, e.g. 0.4 or 38-43%, of the GPU's dense peak.")] = None,
     params: Annotated[Optional[str], typer.Option("--params", metavar="COUNT", callback=parsed_by(lambda t: parse_count(t, "--params")), help="Parameter count (e.g. 405B), instead of the configuration's.")] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, metavar="N", help="GPUs of the planned run (default: the configuration's).")] = None,
     gpu: Annotated[Optional[str], typer.Option("--gpu", metavar="NAME", help="GPU model for the peak (with --mfu), e.g. 'H100 SXM'.")] = None,
@@ -66,32 +59,12 @@ def plan(
         outputs.check(output)
     from traceanalyzer.render.planning import plan_sections
 
-    cfg = None
-    if config is not None or megatron_args is not None:
-        from traceanalyzer.model import load_config
+    from traceanalyzer.api import plan_parts
 
-        cfg = load_config(config, megatron_args)
-    margins = {}
-    for m in margin or []:
-        name, sep, val = m.partition("=")
-        if not sep or not val:
-            raise ConfigError(f"--margin {m!r}: expected NAME=LOW-HIGH, e.g. jitter=5-10%")
-        margins[name.strip()] = val.strip()
-    measured = None
-    if trace:
-        if cfg is None:
-            raise ConfigError("--trace needs the run configuration (-c) for the FLOPs of one step")
-        an = analyse_paths(list(trace), step_range, cache=cache, workers=workers, quiet=quiet)
-        measured = trace_measurement(cfg, an.steps, getattr(convention, 'value', convention), "hardware" if hardware_flops else "model", params)
-    run_steps = None
-    if store is not None:
-        from traceanalyzer.batch.trend import trend_frame
-
-        run_steps = (trend_frame(store, "step_time", job=job)["value"] / 1e3).to_list()  # ms -> s
-    p = plan_run(tokens, cfg, params=params, gpus=gpus, convention=getattr(convention, 'value', convention), flops="hardware" if hardware_flops else "model",
-                 tflops=tflops, mfu=mfu, gpu=gpu, measured=measured, price_per_gpu_hour=price_per_gpu_hour,
-                 gpu_power_w=gpu_power_w, pue=pue, margins=margins,
-                 run_step_times=run_steps)
+    p = plan_parts(tokens, config, megatron_args, trace=trace, convention=getattr(convention, "value", convention),
+                   hardware_flops=hardware_flops, params=params, store=store, job=job, margin=margin, step_range=step_range,
+                   cache=cache, workers=workers, quiet=quiet, console=err_console, gpus=gpus, tflops=tflops, mfu=mfu, gpu=gpu,
+                   price_per_gpu_hour=price_per_gpu_hour, gpu_power_w=gpu_power_w, pue=pue)
     emit(plan_sections(p), format, {"schema": "traceanalyzer.plan", "schema_version": 1, "plan": p}, output, outputs)
 
 

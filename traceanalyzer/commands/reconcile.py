@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from traceanalyzer.commands.common import (
-    AllRowsOpt, CacheOpt, CommKernelOpt, ConfigOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, analyse_paths, choices, comm_patterns, config_opt,
+    AllRowsOpt, CacheOpt, CommKernelOpt, ConfigOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, choices, comm_patterns, config_opt, err_console,
     format_opt, print_warnings, step_name, trace_arg,
 )
 from traceanalyzer.commands.common import require_config
+from traceanalyzer.api import (
+    CONVENTIONS, HFU_CONVENTIONS, analysis_with_tables, compare_waterfalls, public, reconcile_parts, time_comparison,
+)
 from traceanalyzer.errors import ConfigError
-from traceanalyzer.model import load_config
-from traceanalyzer.model.config import CONVENTIONS
-from traceanalyzer.model.flops import HFU_CONVENTIONS
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.reconcile import compare as compare_waterfalls
 from traceanalyzer.render.predictions import (
     Format, emit, time_comparison_sections, trace_comparison_sections, waterfall_sections,
 )
@@ -27,30 +26,12 @@ Convention = choices("Convention", CONVENTIONS)
 HfuConvention = choices("HfuConvention", HFU_CONVENTIONS)
 
 
-def _public(d: dict[str, Any]) -> dict[str, Any]:
-    """Drop the exact fractions (kept for tests and the sum checks) from a JSON document."""
-    return {k: v for k, v in d.items() if k != "exact"}
-
-
 def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path], convention, step_range: str,
                hfu="forward", workers: Optional[int] = None, quiet: bool = False, comm_kernel: list[str] | None = None,
                baseline: list[Path] | None = None, cache: bool = False):
-    convention = getattr(convention, "value", convention)
-    hfu = getattr(hfu, "value", hfu)
-    cfg = load_config(config, megatron_args)
-    patterns = comm_patterns(comm_kernel, config, megatron_args)
-    analysis = analyse_paths([path], step_range, keep="events", cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
-    base = None
-    if baseline:
-        import polars as pl
-
-        from traceanalyzer.baselines import read_nccl_tests
-
-        base = pl.concat([read_nccl_tests(f) for f in baseline], how="diagonal_relaxed")
-    from traceanalyzer.api import waterfall_of
-
-    wf = waterfall_of(analysis, cfg, convention=convention, hfu=hfu, baseline=base)
-    return wf, [*analysis.warnings, *wf["warnings"]]
+    return reconcile_parts(path, config, megatron_args, convention=getattr(convention, "value", convention), step_range=step_range,
+                           hfu=getattr(hfu, "value", hfu), workers=workers, quiet=quiet, comm_kernels=comm_kernel, baseline=baseline,
+                           cache=cache, console=err_console)
 
 
 def reconcile(
@@ -75,7 +56,7 @@ def reconcile(
     if output is not None:
         outputs.check(output)
     wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu, workers, quiet, comm_kernel, baseline, cache)
-    emit(waterfall_sections(wf, all_rows), format, {"schema": "traceanalyzer.reconcile", "schema_version": 1, **_public(wf)}, output, outputs)
+    emit(waterfall_sections(wf, all_rows), format, {"schema": "traceanalyzer.reconcile", "schema_version": 1, **public(wf)}, output, outputs)
     print_warnings(warnings, shows_transfer=False)
 
 
@@ -107,7 +88,6 @@ def compare(
     if output is not None:
         outputs.check(output)
     if ca is None:
-        from traceanalyzer.api import analysis_with_tables, time_comparison
         from traceanalyzer.render.kerneltable import kernel_diff_sections
 
         patterns = tuple(comm_patterns(comm_kernel))
@@ -117,7 +97,7 @@ def compare(
         cmp_t, diff = time_comparison(an_a, an_b)
         emit(time_comparison_sections(cmp_t, all_rows) + kernel_diff_sections(diff), format,
              {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "time",
-              "comparison": {**_public(cmp_t), "kernels": _public(diff)}}, output, outputs)
+              "comparison": {**public(cmp_t), "kernels": public(diff)}}, output, outputs)
         print_warnings([*an_a.warnings, *an_b.warnings], shows_transfer=False)
         return
     if whole_trace:
@@ -127,7 +107,7 @@ def compare(
     cmp = compare_waterfalls(wa, wb)
     sections = waterfall_sections(wa, all_rows) + waterfall_sections(wb, all_rows) + trace_comparison_sections(cmp, all_rows)
     emit(sections, format, {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "waterfall",
-                            "a": _public(wa), "b": _public(wb), "comparison": _public(cmp)}, output, outputs)
+                            "a": public(wa), "b": public(wb), "comparison": public(cmp)}, output, outputs)
     print_warnings(list(dict.fromkeys([*warn_a, *warn_b])), shows_transfer=False)
 
 

@@ -66,7 +66,7 @@ def report(
     ranks: RanksOpt = RankView.auto,
 ) -> None:
     """Write a report to attach to a ticket: headline, plots, top kernels and collectives, how to reproduce."""
-    from traceanalyzer.report import document as report_model
+    from traceanalyzer.api import read_baseline, report_document, write_report
 
     if output is None and format is not ReportFormat.json:
         raise typer.BadParameter(f"--format {format.value} writes files: give the report file with -o", param_hint="'-o'")
@@ -74,31 +74,17 @@ def report(
     outputs = Outputs([*paths, config, *(baseline or [])])
     if output is not None:
         outputs.check(output)
-    base = None
-    if baseline:
-        import polars as pl
-
-        from traceanalyzer.baselines import read_nccl_tests
-
-        base = pl.concat([read_nccl_tests(f) for f in baseline])
+    base = read_baseline(baseline)
     steps = step_name(step_range, whole_trace)
     analysis = analyse_paths(paths, steps, keep="report", cache=cache, workers=workers, engine=engine, address=address, quiet=quiet,
                              comm_kernels=patterns, extras=("launches",))
     trace = analysis.trace
     if rank is not None and rank not in trace.ranks:
         raise typer.BadParameter(f"no rank {rank} in the trace (it has {len(trace.ranks)}: {trace.ranks[:16]})", param_hint="'--rank'")
-    from traceanalyzer.engine import Options, with_rank_gpu
-
-    shown = rank if rank is not None else report_model.default_rank(analysis)
-    if shown is not None:  # the timeline's rank: its GPU work again (the workers kept only tables)
-        analysis = with_rank_gpu(analysis, shown, Options(step_name=steps, comm_kernels=tuple(patterns)))
-    m = report_model.build(
-        analysis, rank=rank, config=config, step_range=step_range, top=top, baseline=base,
-        command=_command(paths, config, format, embed, output, rank, step_range, top, baseline, whole_trace) + ([] if ranks is RankView.auto else ["--ranks", ranks.value]),
-        ranks=ranks.value,
-    )
-    from traceanalyzer.api import write_report
-
+    command = _command(paths, config, format, embed, output, rank, step_range, top, baseline, whole_trace)
+    m, analysis = report_document(analysis, rank=rank, config=config, step_range=step_range, step_name=steps, comm_kernels=patterns,
+                                  top=top, baseline=base, command=command + ([] if ranks is RankView.auto else ["--ranks", ranks.value]),
+                                  ranks=ranks.value)
     write_report(m, output, format.value, outputs, embed=embed)
     print_warnings([*analysis.warnings, *m["notes"]])
 

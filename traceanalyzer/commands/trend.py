@@ -9,8 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from traceanalyzer.batch.store import Store
-from traceanalyzer.batch.trend import METRICS, plot_trend, trend_frame
+from traceanalyzer.api import METRICS, plot_trend, read_store, trend_of
 from traceanalyzer.commands.common import (
     JobOpt, StoreOpt, choices, format_opt, iso_date, out_console, output_opt, parsed_by, print_store_warnings,
 )
@@ -43,8 +42,8 @@ def trend(
     for o in (output, plot):
         if o is not None:
             outputs.check(o)
-    st = Store(store)
-    frame = trend_frame(st, metric_name, since, job)
+    st = read_store(store)
+    frame = trend_of(st, metric_name, since, job)
     print_store_warnings(st)  # the damaged files skipped (an error above is one line on its own)
     unit = METRICS[metric_name][1]
     if format is TrendFormat.table:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer.commands.common import (
-    AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, comm_patterns, err_console, out_console, print_warnings,
+    AddressOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, out_console, print_warnings,
     config_opt, format_opt, output_opt, step_range_opt, traces_arg,
 )
 from traceanalyzer.outputs import Outputs
@@ -53,24 +53,17 @@ def annotations(
     quiet: QuietOpt = False,
 ) -> None:
     """GPU time under each NVTX / record_function range, split into compute / recompute / exposed comm / other / idle."""
-    from traceanalyzer.classify import annotation_ranges as ann
-    from traceanalyzer.engine import Options, analyse
+    from traceanalyzer.api import annotations as annotation_verb, check_range_regex, load_config
     from traceanalyzer.render import frames
 
-    ann.check_regex(name)
+    check_range_regex(name)
     patterns = comm_patterns(comm_kernel, config)
     outputs = Outputs([*paths, config])
     if output is not None:
         outputs.check(output)
-    cfg = None
-    if config is not None:
-        from traceanalyzer.model import load_config
-
-        cfg = load_config(config)
-    opts = Options(step_name=None if whole_trace else step_range, comm_kernels=tuple(patterns), extras=("annotations",))
-    analysis = analyse(paths, opts, engine=engine.value, workers=workers, address=address, quiet=quiet, console=err_console)
-    from traceanalyzer.api import annotations as annotation_verb
-
+    cfg = None if config is None else load_config(config)
+    analysis = analyse_paths(paths, None if whole_trace else step_range, comm_kernels=patterns, extras=("annotations",),
+                             engine=engine, workers=workers, address=address, quiet=quiet)
     df = annotation_verb(analysis, name=name, level=level, source=source.value, by=by.value, config=cfg)
     if format is FrameFormat.json:
         with outputs.stream(output) as fh:

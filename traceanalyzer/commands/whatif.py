@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from traceanalyzer.commands.common import (
-    AllRowsOpt, CommKernelOpt, QuietOpt, WorkersOpt, analyse_paths, comm_patterns, config_opt, format_opt, non_negative_number, output_opt,
+    AllRowsOpt, CommKernelOpt, QuietOpt, WorkersOpt, config_opt, err_console, format_opt, non_negative_number, output_opt,
     positive_number, print_warnings, step_range_opt,
 )
 from traceanalyzer.commands.common import require_config
-from traceanalyzer.errors import ConfigError
-from traceanalyzer.model import load_config
-from traceanalyzer.model.config import CONVENTIONS
-from traceanalyzer.model.validate import check_positive
+from traceanalyzer.api import CONVENTIONS
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.predictions import Format, emit
 
@@ -45,56 +42,19 @@ def whatif(
     all_rows: AllRowsOpt = False,
 ) -> None:
     """What would another layout reach? Each measured term re-derived for the new layout; --search ranks them all."""
-    from traceanalyzer.model.whatif import anchor_from_analysis, anchor_from_config, apply_sets, project
-    from traceanalyzer.render.whatif import search_sections, whatif_sections
+    from traceanalyzer.api import check_whatif_options, whatif_parts
 
-    if convention is not None and convention not in CONVENTIONS:
-        raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
-    check_positive("--capacity-gb", capacity_gb)
-    if reserve_gb is not None and reserve_gb < 0:
-        raise ConfigError(f"--reserve-gb {reserve_gb} must not be negative")
+    check_whatif_options(convention, capacity_gb, reserve_gb)
     if not set_ and not search:
         raise typer.BadParameter("give the change with --set KEY=VALUE, or --search", param_hint="'--set'")
     require_config(config, megatron_args)
     outputs = Outputs([trace, config, megatron_args, *(baseline or [])])
     if output is not None:
         outputs.check(output)
-    cfg = load_config(config, megatron_args)
-    new = apply_sets(cfg, set_ or [])  # checks every --set before the trace is read
-    base = None
-    if baseline:
-        import polars as pl
-
-        from traceanalyzer.baselines import read_nccl_tests
-
-        base = pl.concat([read_nccl_tests(f) for f in baseline], how="diagonal_relaxed")
-    warnings: list[str] = []
-    if trace is not None:
-        patterns = comm_patterns(comm_kernel, config, megatron_args)
-        analysis = analyse_paths([trace], step_range, keep="events", workers=workers, quiet=quiet, comm_kernels=patterns)
-        warnings += analysis.warnings
-        anchor = anchor_from_analysis(analysis, cfg, convention=convention, baseline=base)
-    else:
-        anchor = anchor_from_config(cfg, convention=convention, baseline=base)
-        warnings.append("no trace given: the anchor is the analytic model of the configuration"
-                        + (" with the compute time its [reported] throughput implies" if anchor.source == "reported" else
-                           " at the peak (give [reported] or a trace to anchor it)"))
-    warnings += list(anchor.notes)
-    doc: dict[str, Any]
-    if search:
-        from traceanalyzer.api import search_parts
-
-        found = search_parts(cfg, None, set_ or [], None, top, capacity_gb, reserve_gb, base, convention, anchor=anchor, warnings=warnings)
-        df, warnings, doc = found["frame"], found["warnings"], found["document"]
-        sections = search_sections(df, top or df.height, found["title"], found["notes"], bound=found["bound"])
-    else:
-        res = project(anchor, new, capacity_gib=capacity_gb, reserve_gib=reserve_gb)
-        if res["predicted"]["memory"] is None:
-            warnings.append("the memory model cannot size this configuration: memory per GPU is not predicted")
-        sections = whatif_sections(res, all_rows)
-        doc = {"schema": "traceanalyzer.whatif", "schema_version": 1, **res}
-    warnings = list(dict.fromkeys(warnings))
-    doc["warnings"] = warnings
+    sections, doc, warnings = whatif_parts(
+        trace, config, megatron_args, sets=set_, search=search, top=top, capacity_gb=capacity_gb, reserve_gb=reserve_gb,
+        baseline=baseline, convention=convention, step_range=step_range, comm_kernels=comm_kernel, workers=workers, quiet=quiet,
+        all_rows=all_rows, console=err_console)
     emit(sections, format, doc, output, outputs)
     print_warnings(warnings, shows_transfer=False)
 
