@@ -207,3 +207,18 @@ def test_the_optional_table_registry():
     for name, target in ta._API.items():
         module, attr = target.split(":")
         assert hasattr(importlib.import_module(module), attr), name
+
+
+def test_the_vocabularies_the_api_re_exports():
+    """The option vocabularies ``traceanalyzer.api`` re-exports for the command line (named in
+    strings, loaded on first use) are the defining modules' own objects; other names are not
+    there."""
+    import importlib
+
+    from traceanalyzer import api
+
+    for name, module in api._VOCABULARY.items():
+        assert getattr(api, name) is getattr(importlib.import_module(module), name), name
+    assert api.LAST_GOOD == "last-good" and "total" in api.SORT_KEYS
+    with pytest.raises(AttributeError, match="no attribute 'NOPE'"):
+        api.NOPE  # noqa: B018
