@@ -71,7 +71,7 @@ def test_host_projection_and_buckets_by_hand():
 
 @needs_shared()
 def test_gpu_ranges_match_hta_user_annotation_breakdown():
-    df = annotations(load(ANNOT), by="name")
+    df = annotations(load(ANNOT), per="name")
     assert set(df["source"]) == {"gpu"}
     got = {r["name"]: r for r in df.iter_rows(named=True)}
     for name, us in HTA_GPU_SUM_US.items():
@@ -154,7 +154,7 @@ def test_nsys_nvtx_ranges_hold_the_gpu_work_launched_inside_them():
     import sqlite3
 
     nsys = TRACES / "nsys" / "nsys-ai__h100_2gpu_1s.sqlite"
-    df = annotations(nsys, by="rank")
+    df = annotations(nsys, per="rank")
     assert set(df["source"]) == {"host"}
     with sqlite3.connect(nsys) as db:
         want = db.execute(_SQL_NVTX_WORK).fetchall()

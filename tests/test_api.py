@@ -52,7 +52,7 @@ def test_breakdown_by_step_and_rank(dlrm):
     assert dict(zip(df["rank"].to_list(), df["duration_ns"].to_list())) == DURATIONS
     buckets = df.select(pl.sum_horizontal("compute_ns", "recompute_ns", "exposed_comm_ns", "other_ns", "idle_ns")).to_series()
     assert buckets.to_list() == df["duration_ns"].to_list()
-    per_rank = ta.breakdown(dlrm, by="rank")
+    per_rank = ta.breakdown(dlrm, per="rank")
     assert per_rank["steps"].to_list() == [1] * 8 and per_rank["duration_ns"].to_list() == [DURATIONS[r] for r in range(8)]
     # a path gives the same frame as the analysis of its loaded trace
     assert ta.breakdown(DLRM).equals(ta.breakdown(ta.load(DLRM)))
@@ -218,7 +218,7 @@ def test_cli_ranks_option():
 
 
 def test_bad_arguments_are_typed_errors(dlrm):
-    for call in (lambda: ta.breakdown(dlrm, by="kernel"), lambda: ta.comm(dlrm, by="x"), lambda: ta.idle(dlrm, per="job"),
+    for call in (lambda: ta.breakdown(dlrm, per="kernel"), lambda: ta.comm(dlrm, by="x"), lambda: ta.idle(dlrm, per="job"),
                  lambda: ta.stragglers(dlrm, tolerance=-1), lambda: ta.rank_summary(dlrm, top=0),
                  lambda: ta.report(dlrm, ranks="some"), lambda: ta.analyze(42), lambda: ta.analyze(DLRM, workers=0)):
         with pytest.raises(InvalidArgument) as exc:
@@ -263,3 +263,17 @@ def test_comm_spread_by_hand(dlrm):
     r = run_cli("breakdown", DLRM, "--ranks", "summary", "--detail", "-q")
     line = next(x for x in r.stdout.splitlines() if "all_to_all" in x)
     assert [c.strip() for c in line.split("│")[3:9]] == ["8", "40", "0.335", "4.951", "9.389", "1"]
+
+
+def test_one_name_for_the_rows_of_a_table_per_and_its_older_name_by(dlrm):
+    # comm, idle and stragglers took per=; breakdown, launches and annotations took by= for the
+    # same idea (what one row is). per= everywhere now; by= still works and gives the same table
+    per_rank = ta.breakdown(dlrm, per="rank")
+    assert per_rank["steps"].to_list() == [1] * 8  # the fixture: 8 ranks of one step each
+    assert ta.breakdown(dlrm, by="rank").equals(per_rank)
+    assert ta.breakdown(dlrm, per="rank", by="rank").equals(per_rank)
+    with pytest.raises(InvalidArgument, match="by is the older name of per"):
+        ta.breakdown(dlrm, per="rank", by="step")
+    assert ta.launches(dlrm, by="kernel").equals(ta.launches(dlrm, per="kernel"))
+    with pytest.raises(InvalidArgument, match="per"):
+        ta.launches(dlrm, per="rank")

@@ -53,7 +53,7 @@ def test_launches_of_an_analysis_use_its_own_options(whole):
     assert per_step["kernels"].to_list() == KERNELS_PER_RANK
     # the same numbers as a path analysed with the same option
     assert per_step.equals(ta.launches(DLRM, step_range=None))
-    kernels = ta.launches(whole, by="kernel")
+    kernels = ta.launches(whole, per="kernel")
     assert kernels["step"].unique().to_list() == [0]
     counts = kernels.filter(pl.col("kind") == "kernel").group_by("rank").len().sort("rank")["len"].to_list()
     assert counts == per_step["launched"].to_list() or sum(counts) <= sum(per_step["launched"].to_list())
@@ -128,7 +128,7 @@ def test_whatif_takes_a_configuration_file_and_a_trace():
 
 
 BAD_CALLS = {
-    "by": lambda a: ta.launches(a, by="rank"),
+    "per": lambda a: ta.launches(a, per="rank"),
     "threshold": lambda a: ta.launches(a, threshold=2),
     "sort": lambda a: ta.kernels(a, sort="speed"),
     "name": lambda a: ta.ops(a, name="(unclosed"),

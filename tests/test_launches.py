@@ -155,7 +155,7 @@ def test_step_table_counts_and_engine_path(queue_trace):
     per_step = dict(in_windows(g.select("rank", "start_ns"), a.windows).group_by("step").len().iter_rows())
     assert dict(zip(df["step"], df["kernels"])) == per_step
     assert (df["launch_latency_p50_ns"] >= df["launch_delay_p50_ns"]).all()
-    rows = launches(queue_trace, by="kernel")
+    rows = launches(queue_trace, per="kernel")
     assert rows.height == 6875  # every GPU item with a launch record (graph launches included)
     assert rows.filter(pl.col("step").is_not_null()).group_by("step").len().sort("step")["len"].to_list() == df["launched"].to_list()
     q = queue_length(queue_trace)

@@ -372,17 +372,19 @@ def select(source: Source, *, ranks: Iterable[int] | None = None, steps: Iterabl
 # the partition and its causes
 
 
-def breakdown(source: Source, step_range: str | None = DEFAULT_STEP, *, by: Literal["step", "rank"] = "step") -> pl.DataFrame:
+def breakdown(source: Source, step_range: str | None = DEFAULT_STEP, *, per: Literal["step", "rank"] = "step",
+              by: str | None = None) -> pl.DataFrame:
     """The exact partition of GPU time: per (rank, step), or per rank summed over its steps.
 
     Parameters:
         source: as in :func:`analyze`.
         step_range: as in :func:`analyze` (ignored when ``source`` is an analysis).
-        by: ``"step"``: one row per (rank, step); ``"rank"``: one row per rank, summed over
+        per: ``"step"``: one row per (rank, step); ``"rank"``: one row per rank, summed over
             its steps, with the number of steps.
+        by: the older name of ``per``.
 
     Returns:
-        ``by="step"``: ``rank``, ``step``, ``start_ns`` (step start on the job's time base),
+        ``per="step"``: ``rank``, ``step``, ``start_ns`` (step start on the job's time base),
         ``duration_ns``, ``compute_ns``, ``recompute_ns``, ``exposed_comm_ns``, ``other_ns``,
         ``idle_ns`` (Int64 ns; the five buckets sum exactly to ``duration_ns``),
         ``overlapped_comm_ns`` (communication hidden under compute; not part of the sum),
@@ -390,11 +392,11 @@ def breakdown(source: Source, step_range: str | None = DEFAULT_STEP, *, by: Lite
         (sum = ``idle_ns``), ``exposed_comm_<dim>_ns`` for ``tp``, ``dp``, ``pp``, ``cp``,
         ``ep``, ``unknown``, ``concurrent`` (sum = ``exposed_comm_ns``), and every ``*_ns``
         column again as ``*_us`` (Float64 µs). Sorted by rank and start.
-        ``by="rank"``: ``rank``, ``steps`` (UInt32) and every field above summed over the
+        ``per="rank"``: ``rank``, ``steps`` (UInt32) and every field above summed over the
         rank's steps, as ``*_ns`` and ``*_us``.
 
     Raises:
-        InvalidArgument: ``by`` is not ``"step"`` or ``"rank"``.
+        InvalidArgument: ``per`` is not ``"step"`` or ``"rank"``.
         InputNotFound, InvalidTrace, NoGpuActivity: as in :func:`analyze`.
 
     Example:
@@ -402,12 +404,13 @@ def breakdown(source: Source, step_range: str | None = DEFAULT_STEP, *, by: Lite
         >>> df = ta.breakdown("fixtures/kineto/dlrm-v100-8rank")
         >>> df.select("rank", "duration_ns", "exposed_comm_ns").row(1)
         (1, 19901000, 11056000)
-        >>> ta.breakdown("fixtures/kineto/dlrm-v100-8rank", by="rank")["steps"].to_list()
+        >>> ta.breakdown("fixtures/kineto/dlrm-v100-8rank", per="rank")["steps"].to_list()
         [1, 1, 1, 1, 1, 1, 1, 1]
     """
-    _choice("by", by, ("step", "rank"))
+    per = _renamed("per", per, "by", by)
+    _choice("per", per, ("step", "rank"))
     a = _analysis(source, step_range)
-    return a.steps if by == "step" else a.totals()
+    return a.steps if per == "step" else a.totals()
 
 
 def rank_summary(source: Source, *, top: int = 3) -> pl.DataFrame:
@@ -949,7 +952,7 @@ def ops(
 def launches(
     source: Source,
     *,
-    by: Literal["step", "kernel"] = "step",
+    per: Literal["step", "kernel"] = "step",
     threshold: float = 0.10,
     step_range: str | None = DEFAULT_STEP,
     comm_kernels: list[str] | None = None,
@@ -963,11 +966,11 @@ def launches(
         A trace file, a directory of rank files, a list of files, a loaded
         :class:`~traceanalyzer.schema.Trace`, or an :class:`~traceanalyzer.classify.Analysis`
         (given the launch table with the options it was made with: its steps stay its steps).
-    by:
+    per:
         ``"step"``: one row per (rank, step); ``"kernel"``: one row per launched GPU item
-        (kernel, memcpy, memset) that has a launch record.
+        (kernel, memcpy, memset) that has a launch record. ``by`` is its older name.
     threshold:
-        With ``by="step"``: the share of the step (0 to 1) the GPU must sit idle waiting for a
+        With ``per="step"``: the share of the step (0 to 1) the GPU must sit idle waiting for a
         launch call that had not begun yet for the step to count as launch-bound.
     step_range:
         As in :func:`analyze` (``step_name`` is its older name). Ignored for an analysis.
@@ -979,11 +982,11 @@ def launches(
     Returns
     -------
     polars.DataFrame
-        ``by="step"``: ``rank, step, kernels, memcpy, memset, launched,
+        ``per="step"``: ``rank, step, kernels, memcpy, memset, launched,
         launch_latency_{mean,p50,p99,max}_ns, launch_delay_p50_ns, launch_cpu_p50_ns,
         launch_cpu_ns, gpu_work_p50_ns, duration_ns, idle_ns, idle_host_bound_ns,
         host_bound_share, launch_bound`` (percentiles: nearest rank).
-        ``by="kernel"``: ``rank, step, pid, stream, kind, name, cls, correlation, launch_name,
+        ``per="kernel"``: ``rank, step, pid, stream, kind, name, cls, correlation, launch_name,
         launch_ns, launch_end_ns, start_ns, end_ns, launch_latency_ns, launch_delay_ns, cpu_ns,
         gpu_ns`` (``step`` null outside every step window). Integer nanoseconds on the trace's
         clock; ``launch_latency_ns`` = GPU start − launch call start, ``launch_delay_ns`` = GPU
@@ -992,7 +995,7 @@ def launches(
     Raises
     ------
     InvalidArgument
-        ``by`` is not ``"step"`` or ``"kernel"``, or ``threshold`` is not between 0 and 1.
+        ``per`` is not ``"step"`` or ``"kernel"``, or ``threshold`` is not between 0 and 1.
 
     Example
     -------
@@ -1004,20 +1007,21 @@ def launches(
     >>> per_step = ta.launches("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz")
     >>> per_step.select("step", "kernels", "launched", "launch_latency_p50_ns", "launch_bound", "cpu_bound").rows()
     [(15, 637, 0, None, False, False), (16, 406, 354, 27148331, False, False), (17, 459, 483, 22017999, False, False)]
-    >>> ta.launches("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz", by="kernel").height
+    >>> ta.launches("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz", per="kernel").height
     2685
     """
     from traceanalyzer.classify.launches import with_launch_bound
 
-    _choice("by", by, ("step", "kernel"))
+    per = _renamed("per", per, "by", engine_kw.pop("by", None))
+    _choice("per", per, ("step", "kernel"))
     if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 <= threshold <= 1:
         raise InvalidArgument(f"threshold must be a share between 0 and 1, got {threshold!r}")
-    table = "launches" if by == "step" else "launch_rows"
+    table = "launches" if per == "step" else "launch_rows"
     a = _with_optional(source, (table,), _step_alias(step_range, engine_kw), {"comm_kernels": comm_kernels, **engine_kw})
     df = a.extras.get(table)
     if df is None:
         return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64})
-    return with_launch_bound(df, threshold) if by == "step" else df
+    return with_launch_bound(df, threshold) if per == "step" else df
 
 
 def queue_length(
@@ -1073,7 +1077,7 @@ def annotations(
     name: str | None = None,
     level: int | None = None,
     source: Literal["auto", "gpu", "host"] = "auto",
-    by: Literal["step", "rank", "name"] = "step",
+    per: Literal["step", "rank", "name"] = "step",
     config: PathLike | Any | None = None,
     step_range: str | None = DEFAULT_STEP,
     comm_kernels: list[str] | None = None,
@@ -1096,10 +1100,10 @@ def annotations(
         ``"host"``: host ranges (``record_function``, NVTX) projected onto the GPU through the
         launches made inside them; ``"auto"`` (default): ``gpu`` for ranks that have GPU-side
         ranges, else ``host``.
-    by:
+    per:
         ``"step"`` (default): one row per (rank, step, source, name, level); ``"rank"``: summed
         over steps (``steps`` column: how many); ``"name"``: summed over ranks and steps
-        (``ranks`` column).
+        (``ranks`` column). ``by`` is its older name.
     config:
         Run configuration (a TOML path, or a :class:`~traceanalyzer.model.RunConfig`): adds
         ``model_flops`` (per GPU) and ``mfu`` columns (for a range that covers part of a step, MFU is
@@ -1125,7 +1129,7 @@ def annotations(
     Raises
     ------
     InvalidArgument
-        A bad ``name`` regex, ``level``, ``source`` or ``by``.
+        A bad ``name`` regex, ``level``, ``source`` or ``per``.
     ConfigError
         ``config`` is missing or invalid.
 
@@ -1138,9 +1142,9 @@ def annotations(
 
     >>> import traceanalyzer as ta
     >>> mi300x = "fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz"
-    >>> ta.annotations(mi300x, name="Optimizer", by="name").select("name", "count", "duration_ns", "outside_ns").rows()
+    >>> ta.annotations(mi300x, name="Optimizer", per="name").select("name", "count", "duration_ns", "outside_ns").rows()
     [('Optimizer.step#SGD.step', 3, 0, 90762)]
-    >>> df = ta.annotations(mi300x, name="Optimizer", by="name", step_range=None)
+    >>> df = ta.annotations(mi300x, name="Optimizer", per="name", step_range=None)
     >>> df.select("name", "count", "duration_ns", "compute_ns", "idle_ns").rows()
     [('Optimizer.step#SGD.step', 3, 90761, 90756, 5)]
     """
@@ -1148,7 +1152,8 @@ def annotations(
 
     _regex("name", name, polars=True)
     _choice("source", source, ann.SOURCES)
-    _choice("by", by, ("step", "rank", "name"))
+    per = _renamed("per", per, "by", engine_kw.pop("by", None))
+    _choice("per", per, ("step", "rank", "name"))
     if level is not None and (not isinstance(level, int) or isinstance(level, bool) or level < 0):
         raise InvalidArgument(f"level must be a nesting level (0, 1, ...), got {level!r}")
     a = _with_optional(trace, ("annotations",), _step_alias(step_range, engine_kw), {"comm_kernels": comm_kernels, **engine_kw})
@@ -1159,8 +1164,8 @@ def annotations(
     if config is not None:
         flops, peak = _model_flops_and_peak(config, a)
         table = ann.with_mfu(table, a.steps, flops, peak)
-    out = ann.select(table, name=name, level=level, source=source, by=by)
-    if peak is not None and by != "step":
+    out = ann.select(table, name=name, level=level, source=source, by=per)
+    if peak is not None and per != "step":
         out = ann.add_mfu(out, peak)
     return out
 
@@ -2260,6 +2265,20 @@ def _check_patterns(recompute_range: str | None, comm_kernels: Iterable[str] | N
 # shared by the verbs
 
 
+def _renamed(name: str, value: Any, older: str, older_value: Any) -> Any:
+    """The argument ``name``, or its older name ``older`` where that was given; both, with
+    different values, is refused."""
+    if older_value is None:
+        return value
+    if value != _DEFAULTS[name] and value != older_value:
+        raise InvalidArgument(f"{name}={value!r} and {older}={older_value!r}: {older} is the older name of {name}; give one")
+    return older_value
+
+
+#: the defaults of the arguments that have an older name
+_DEFAULTS = {"per": "step"}
+
+
 def _step_alias(step_range: str | None, kw: dict) -> str | None:
     """``step_range``, or ``step_name`` (its older name) popped from ``kw``."""
     if "step_name" in kw:
@@ -2516,7 +2535,7 @@ def launch_views(analysis: Analysis, view: str, threshold: float = 0.10, *, queu
     elif view == "queue":
         shown["queue"] = queue_length(analysis)
     elif view == "kernels":
-        shown["kernels"] = launches(analysis, by="kernel")
+        shown["kernels"] = launches(analysis, per="kernel")
     else:
         shown["queue_series"] = queue_length(analysis, series=True)
     return shown, notes
