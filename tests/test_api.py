@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 import traceanalyzer as ta
-from tests.conftest import DLRM, TRACES, needs_shared, run_cli
+from tests.conftest import DLRM, ROOT, TRACES, needs_shared, run_cli
 from traceanalyzer.classify import rankspread
 from traceanalyzer.classify.stragglers import straggler_steps, stragglers
 from traceanalyzer.errors import InvalidArgument, TraceAnalyzerError
@@ -277,3 +277,15 @@ def test_one_name_for_the_rows_of_a_table_per_and_its_older_name_by(dlrm):
     assert ta.launches(dlrm, by="kernel").equals(ta.launches(dlrm, per="kernel"))
     with pytest.raises(InvalidArgument, match="per"):
         ta.launches(dlrm, per="rank")
+
+
+def test_memory_kept_free_is_named_in_the_unit_it_is_reserve_gib():
+    # the value was always GiB (2^30 B); reserve_gb stays as its older name
+    cfg = ROOT / "docs" / "examples" / "issue1031-70b.toml"
+    new, old = ta.memory(config=cfg, reserve_gib=6), ta.memory(config=cfg, reserve_gb=6)
+    assert new.fit.equals(old.fit)
+    four = ta.memory(config=cfg)
+    # 2 GiB more kept free: the headroom shrinks by exactly 2 GiB
+    assert four.fit["headroom_bytes"].item() - new.fit["headroom_bytes"].item() == 2 * 2**30
+    with pytest.raises(InvalidArgument, match="reserve_gb is the older name of reserve_gib"):
+        ta.memory(config=cfg, reserve_gib=6, reserve_gb=8)

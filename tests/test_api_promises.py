@@ -138,7 +138,7 @@ BAD_CALLS = {
     "comm_kernels": lambda a: ta.analyze(DLRM, comm_kernels=["(?<=x)y"]),
     "source": lambda a: ta.annotations(a, source="disk"),
     "level": lambda a: ta.annotations(a, level=-1),
-    "reserve_gb": lambda a: ta.memory(a, reserve_gb=-1),
+    "reserve_gib": lambda a: ta.memory(a, reserve_gib=-1),
     "step": lambda a: ta.critical_path(a, step=99),
     "rank": lambda a: ta.critical_path(a, rank=42),
     "tables": lambda a: __import__("traceanalyzer.engine", fromlist=["with_tables"]).with_tables(a, "nope"),

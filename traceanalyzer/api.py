@@ -1301,13 +1301,14 @@ def memory(
     config: PathLike | Any | None = None,
     *,
     megatron_args: PathLike | None = None,
-    reserve_gb: float = 4.0,
+    reserve_gib: float = 4.0,
     step_range: str | None = DEFAULT_STEP,
     gpu_only: bool = True,
     cache: bool | PathLike = False,
     workers: int | None = None,
     quiet: bool = True,
     trace: Source | None = None,
+    reserve_gb: float | None = None,
 ) -> Any:
     """Memory per GPU: the analytic prediction for a run configuration, and what a trace measured.
 
@@ -1324,7 +1325,7 @@ def memory(
         None (and no ``megatron_args``): measurement only.
     megatron_args:
         Megatron-LM launch script, arguments or training log (with or instead of ``config``).
-    reserve_gb:
+    reserve_gib:
         GiB (2^30 bytes) kept free for what the model does not count (CUDA context, NCCL and
         cuBLAS buffers, fragmentation); the verdict is ``total + reserve <= device memory``.
     step_range:
@@ -1341,6 +1342,8 @@ def memory(
         the job).
     trace:
         The older name of ``source``.
+    reserve_gb:
+        The older name of ``reserve_gib`` (the value was always GiB).
 
     Returns
     -------
@@ -1355,7 +1358,7 @@ def memory(
     Raises
     ------
     traceanalyzer.errors.InvalidArgument
-        A bad ``reserve_gb``, ``workers`` or ``source``, or nothing to do.
+        A bad ``reserve_gib``, ``workers`` or ``source``, or nothing to do.
     traceanalyzer.errors.ConfigError
         A bad configuration value (exit code 7 on the command line), naming it.
     traceanalyzer.errors.NoGpuActivity
@@ -1367,7 +1370,7 @@ def memory(
 
     >>> import polars as pl
     >>> import traceanalyzer as ta
-    >>> r = ta.memory(config="docs/examples/issue1031-70b.toml", reserve_gb=4)
+    >>> r = ta.memory(config="docs/examples/issue1031-70b.toml", reserve_gib=4)
     >>> r.fit.select("stage", "fits").row(0)
     (0, True)
     >>> round(r.predicted.filter(pl.col("component") == "optimizer_states")["gib"].item(), 2)
@@ -1381,8 +1384,9 @@ def memory(
     from traceanalyzer.schema import Trace
 
     source = trace if source is None else source  # ``trace``: its older name
-    if not isinstance(reserve_gb, (int, float)) or isinstance(reserve_gb, bool) or not 0 <= reserve_gb < float("inf"):
-        raise InvalidArgument(f"reserve_gb must be a finite number of GiB, zero or more, got {reserve_gb!r}")
+    reserve = _renamed("reserve_gib", reserve_gib, "reserve_gb", reserve_gb, 4.0)
+    if not isinstance(reserve, (int, float)) or isinstance(reserve, bool) or not 0 <= reserve < float("inf"):
+        raise InvalidArgument(f"reserve_gib must be a finite number of GiB, zero or more, got {reserve!r}")
     if source is None and config is None and megatron_args is None:
         raise InvalidArgument("nothing to do: give a trace (source), a run configuration (config) or both")
     if isinstance(source, Analysis):
@@ -1393,7 +1397,7 @@ def memory(
 
     check_workers(workers)
     return footprint(source, _config(config) if config is not None and megatron_args is None else config,
-                     megatron_args=megatron_args, reserve_gb=reserve_gb, step_range=step_range, gpu_only=gpu_only,
+                     megatron_args=megatron_args, reserve_gb=reserve, step_range=step_range, gpu_only=gpu_only,
                      cache=_cache_arg(cache), workers=workers, quiet=quiet)
 
 
@@ -1580,10 +1584,12 @@ def search_layouts(
     *,
     source: Source | None = None,
     top: int = 10,
-    capacity_gb: float | None = None,
-    reserve_gb: float | None = None,
+    capacity_gib: float | None = None,
+    reserve_gib: float | None = None,
     baseline: PathLike | Iterable[PathLike] | pl.DataFrame | None = None,
     convention: str | None = None,
+    capacity_gb: float | None = None,
+    reserve_gb: float | None = None,
 ) -> pl.DataFrame:
     """Rank every valid layout of a run's model on the same GPUs and global batch by predicted TFLOP/s/GPU.
 
@@ -1596,11 +1602,12 @@ def search_layouts(
         source: the anchor run's trace (as in :func:`whatif`); without it the analytic model.
         top: size the memory of layouts in order of predicted TFLOP/s until this many fit (0:
             all); the others keep ``fits`` null.
-        capacity_gb: memory of one GPU in GiB (default: ``[hardware] memory_gb``, else the GPU
+        capacity_gib: memory of one GPU in GiB (default: ``[hardware] memory_gb``, else the GPU
             table's).
-        reserve_gb: memory kept free per GPU in GiB (default 4).
+        reserve_gib: memory kept free per GPU in GiB (default 4).
         baseline: nccl-tests output (file(s) or a frame).
         convention: FLOPs convention (default: the reported one, else the configuration's).
+        capacity_gb, reserve_gb: the older names of ``capacity_gib`` and ``reserve_gib``.
 
     Returns:
         One row per layout: the knobs (``tp pp vp cp ep dp micro_batch recompute
@@ -1612,7 +1619,7 @@ def search_layouts(
     Raises:
         SetUsageError: a malformed ``KEY=VALUE`` or an unknown key.
         ConfigError: a bad value or an inconsistent layout.
-        InvalidArgument: a bad ``top``, ``capacity_gb``, ``reserve_gb`` or ``convention``.
+        InvalidArgument: a bad ``top``, ``capacity_gib``, ``reserve_gib`` or ``convention``.
 
     Example:
         >>> import polars as pl
@@ -1623,7 +1630,9 @@ def search_layouts(
         >>> s.head(2).select("rank", "tp", "pp", "vp", "dp", "micro_batch", "recompute", pl.col("tflops_per_gpu", "memory_gib").round(1), "fits").rows()
         [(1, 8, 2, 8, 8, 1, 'none', 529.0, 63.7, True), (2, 8, 2, 5, 8, 1, 'none', 524.1, 64.9, True)]
     """
-    found = search_parts(config, None, sets, source, top, capacity_gb, reserve_gb, baseline, convention)
+    capacity = _renamed("capacity_gib", capacity_gib, "capacity_gb", capacity_gb, None)
+    reserve = _renamed("reserve_gib", reserve_gib, "reserve_gb", reserve_gb, None)
+    found = search_parts(config, None, sets, source, top, capacity, reserve, baseline, convention)
     return found["frame"]
 
 
@@ -2265,18 +2274,14 @@ def _check_patterns(recompute_range: str | None, comm_kernels: Iterable[str] | N
 # shared by the verbs
 
 
-def _renamed(name: str, value: Any, older: str, older_value: Any) -> Any:
-    """The argument ``name``, or its older name ``older`` where that was given; both, with
-    different values, is refused."""
+def _renamed(name: str, value: Any, older: str, older_value: Any, default: Any = "step") -> Any:
+    """The argument ``name`` (whose default is ``default``), or its older name ``older`` where
+    that was given; both, with different values, is refused."""
     if older_value is None:
         return value
-    if value != _DEFAULTS[name] and value != older_value:
+    if value != default and value != older_value:
         raise InvalidArgument(f"{name}={value!r} and {older}={older_value!r}: {older} is the older name of {name}; give one")
     return older_value
-
-
-#: the defaults of the arguments that have an older name
-_DEFAULTS = {"per": "step"}
 
 
 def _step_alias(step_range: str | None, kw: dict) -> str | None:
