@@ -325,7 +325,7 @@ def test_whatif_reads_the_baseline_curve_by_scope():
 def test_reconcile_predictions_use_the_baseline(mi300x):
     from traceanalyzer.model.commcurve import with_baseline
     from traceanalyzer.model.parallel import comm_volumes
-    from traceanalyzer.reconcile import waterfall
+    from traceanalyzer.reconciliation import waterfall
 
     analysis, _ = mi300x
     cfg = load_config(ISSUE)

@@ -602,7 +602,7 @@ def compare(a: Source, b: Source) -> pl.DataFrame:
         >>> d.row(0)
         ('exposed_comm_dp', 1.58, 11.056, 9.476)
     """
-    from traceanalyzer.reconcile import compare_time
+    from traceanalyzer.reconciliation import compare_time
 
     res = compare_time(_analysis(a), _analysis(b))
     return pl.DataFrame(
@@ -1341,7 +1341,7 @@ def memory(
     ``r.fit`` the largest measured peak beside the predicted total.
     """
     from traceanalyzer.classify import Analysis
-    from traceanalyzer.reconcile.footprint import memory as footprint
+    from traceanalyzer.reconciliation.footprint import memory as footprint
     from traceanalyzer.schema import Trace
 
     source = trace if source is None else source  # ``trace``: its older name
@@ -1899,7 +1899,7 @@ def waterfall_of(analysis: Analysis, config: Any, *, convention: str | None = No
                  baseline: pl.DataFrame | None = None) -> dict[str, Any]:
     """The waterfall of an analysis (holding its events) against a run configuration, with the
     overlapped communication attached (what ``reconcile`` and ``compare --config`` show)."""
-    from traceanalyzer.reconcile import attach_overlapped, waterfall
+    from traceanalyzer.reconciliation import attach_overlapped, waterfall
 
     step_name = analysis.options.step_name if analysis.options is not None else DEFAULT_STEP
     wf = waterfall(analysis, config, convention=convention, step_name=step_name, hfu=hfu, baseline=baseline)
@@ -1928,8 +1928,8 @@ def time_comparison(a: Analysis, b: Analysis) -> tuple[dict[str, Any], dict[str,
     per-kernel rows; the kernel diff must sum exactly to the bucket differences
     (InvariantViolation naming both runs otherwise)."""
     from traceanalyzer.errors import InvariantViolation
-    from traceanalyzer.reconcile import compare_time
-    from traceanalyzer.reconcile.kerneldiff import bucket_gaps, kernel_diff
+    from traceanalyzer.reconciliation import compare_time
+    from traceanalyzer.reconciliation.kerneldiff import bucket_gaps, kernel_diff
 
     cmp_t = compare_time(a, b)
     diff = kernel_diff(a, b)
@@ -1981,7 +1981,7 @@ def collective_busbw(analysis: Analysis, baseline: pl.DataFrame | None = None, g
     """(per instance, summary, exposed split): each collective's achieved bus bandwidth against
     ``baseline`` (an nccl-tests frame; None: the hardware table), for the device ``gpu``
     (default: the trace's)."""
-    from traceanalyzer.reconcile.busbw import achieved_busbw, busbw_summary, exposed_split
+    from traceanalyzer.reconciliation.busbw import achieved_busbw, busbw_summary, exposed_split
 
     dev = gpu or next(iter(analysis.trace.meta["device_name"].drop_nulls().to_list()), None)
     per = achieved_busbw(analysis.collectives, baseline=baseline, gpu=dev)
@@ -2333,7 +2333,7 @@ def _model_flops_and_peak(config: PathLike | Any, analysis: Analysis) -> tuple[f
     """(model FLOPs per GPU per step, peak TFLOP/s per GPU) of a run configuration, as
     ``reconcile`` computes them."""
     from traceanalyzer.model import step_flops
-    from traceanalyzer.reconcile.waterfall import _peak
+    from traceanalyzer.reconciliation.waterfall import _peak
 
     cfg = _config(config)
     gpus = cfg.num_gpus

@@ -51,7 +51,7 @@ def breakdown(
                              extras=("launches",) if format in (TableFormat.json, TableFormat.table) else ())
     found = None
     if format in (TableFormat.json, TableFormat.table):
-        from traceanalyzer.reconcile.findings import findings, run_config
+        from traceanalyzer.reconciliation.findings import findings, run_config
 
         found = findings(analysis, run_config(config))
     if format is TableFormat.json:

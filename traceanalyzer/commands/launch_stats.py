@@ -80,7 +80,7 @@ def launches(
     notes: list[dict] = []
     if view is View.steps:
         shown["steps"] = lm.launches(analysis, threshold=threshold)
-        from traceanalyzer.reconcile.findings import profiler_notes
+        from traceanalyzer.reconciliation.findings import profiler_notes
 
         notes = profiler_notes(analysis, shown["steps"])
         if format is not FrameFormat.csv:

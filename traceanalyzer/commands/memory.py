@@ -34,7 +34,7 @@ def memory(
     quiet: QuietOpt = False,
 ) -> None:
     """Memory per GPU by component (weights, gradients, optimizer, activations) and whether it fits; with a trace, the measured peak beside it."""
-    from traceanalyzer.reconcile.footprint import memory as memory_verb
+    from traceanalyzer.reconciliation.footprint import memory as memory_verb
 
     outputs = Outputs([*(paths or []), config, megatron_args])
     if output is not None:

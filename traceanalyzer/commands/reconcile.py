@@ -17,7 +17,7 @@ from traceanalyzer.model import load_config
 from traceanalyzer.model.config import CONVENTIONS
 from traceanalyzer.model.flops import HFU_CONVENTIONS
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.reconcile import compare as compare_waterfalls
+from traceanalyzer.reconciliation import compare as compare_waterfalls
 from traceanalyzer.render.predictions import (
     Format, emit, time_comparison_sections, trace_comparison_sections, waterfall_sections,
 )

@@ -12,7 +12,7 @@ Public surface (everything else is internal):
   anchors and :func:`~traceanalyzer.model.whatif.project` (``whatif``);
   :func:`~traceanalyzer.model.search.search_layouts` (``search``) — imported from their modules
 
-Nothing here prints or reads a trace; the reconciler (``traceanalyzer.reconcile``) puts these
+Nothing here prints or reads a trace; the reconciler (``traceanalyzer.reconciliation``) puts these
 predictions beside measured time buckets.
 """
 

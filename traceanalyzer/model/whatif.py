@@ -269,15 +269,15 @@ _IDLE_BUBBLE = "idle_bubble"
 def anchor_from_analysis(analysis: Any, cfg: RunConfig, *, convention: str | None = None, baseline: Any = None) -> Anchor:
     """The measured per-GPU step of a trace (an :class:`~traceanalyzer.classify.Analysis`) as an anchor.
 
-    Every bucket of the exact partition (:func:`traceanalyzer.reconcile.loss_columns`) is
+    Every bucket of the exact partition (:func:`traceanalyzer.reconciliation.loss_columns`) is
     divided by the number of (rank, step) rows: the mean per-GPU step. The compute bucket is split
     into GEMM families by the configuration's FLOPs of each (when the trace recorded shapes, its
     matmul FLOPs are checked against the configuration's first,
-    :func:`traceanalyzer.reconcile.gemm_check`, and a disagreement is noted); with a pipeline, the last stage's
+    :func:`traceanalyzer.reconciliation.gemm_check`, and a disagreement is noted); with a pipeline, the last stage's
     extra work (:func:`pipeline_imbalance`) is taken out of the bubble idle (the other stages
     wait for it there), at most all of it.
     """
-    from traceanalyzer.reconcile.buckets import loss_columns  # noqa: PLC0415
+    from traceanalyzer.reconciliation.buckets import loss_columns  # noqa: PLC0415
 
     steps = analysis.steps
     n = steps.height
@@ -330,7 +330,7 @@ def anchor_from_analysis(analysis: Any, cfg: RunConfig, *, convention: str | Non
     gemm = None
     events = getattr(analysis.trace, "events", None)
     if events is not None and events.height:
-        from traceanalyzer.reconcile.gemm import gemm_check  # noqa: PLC0415
+        from traceanalyzer.reconciliation.gemm import gemm_check  # noqa: PLC0415
 
         try:
             gemm = gemm_check(analysis.trace, cfg, conv)

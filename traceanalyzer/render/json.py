@@ -90,7 +90,7 @@ def _cross_rank(analysis: Analysis) -> list[dict]:
 
 
 def document(analysis: Analysis, findings: list[dict] | None = None) -> dict:
-    """The breakdown document; ``findings``: :func:`traceanalyzer.reconcile.findings.findings`
+    """The breakdown document; ``findings``: :func:`traceanalyzer.reconciliation.findings.findings`
     of the same analysis, computed by the caller (a renderer computes nothing); none when not given."""
     findings = findings or []
     meta = {r["rank"]: r for r in analysis.trace.meta.iter_rows(named=True)}

@@ -1,6 +1,6 @@
 """Renderers of the memory estimate and the measured memory: sections for tables / markdown,
 a JSON document, a CSV table. Formatting only: every number comes from
-:func:`traceanalyzer.reconcile.footprint.memory`."""
+:func:`traceanalyzer.reconciliation.footprint.memory`."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def breakdown_table(analysis: Analysis) -> Table:
 
 def print_breakdown(analysis: Analysis, console: Console, summary=None, findings: list[dict] | None = None) -> None:
     """One row per rank, or with ``summary`` (``classify.rankspread.rank_spread``) the ranks' distribution;
-    ``findings`` (:func:`traceanalyzer.reconcile.findings.findings`) first."""
+    ``findings`` (:func:`traceanalyzer.reconciliation.findings.findings`) first."""
     if findings:
         console.print(findings_list(findings))
     elif findings is not None:

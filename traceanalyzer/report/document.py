@@ -6,7 +6,7 @@ Markdown and plot renderers only format what is in it; ``--format json`` writes 
 
 All arithmetic starts from the classifier's integer nanoseconds; times in the model are
 milliseconds (``*_ms``) or microseconds (``*_us``) as floats, shares are percentages (``pct``).
-The optional ``waterfall`` section comes from the reconciler (``traceanalyzer.reconcile``, issue 5)
+The optional ``waterfall`` section comes from the reconciler (``traceanalyzer.reconciliation``)
 when it is installed and a run configuration is given: see :func:`waterfall_section`.
 """
 
@@ -139,7 +139,7 @@ def build(
 
     wf, wf_notes = waterfall_section(analysis, config)
     notes.extend(wf_notes)
-    from traceanalyzer.reconcile.findings import findings, run_config  # noqa: PLC0415
+    from traceanalyzer.reconciliation.findings import findings, run_config  # noqa: PLC0415
 
     found = findings(analysis, run_config(config))
     headline = _headline(totals, ranks, slowest, wf)
@@ -523,11 +523,11 @@ def _causes(analysis: Analysis, totals: pl.DataFrame, top: int) -> dict[str, Any
 def _collective_efficiency(analysis: Analysis, baseline: pl.DataFrame | None, top: int) -> dict[str, Any] | None:
     """Achieved bus bandwidth per collective type and group against the cluster's nccl-tests
     baseline (or the hardware table), and the exposed communication split into wait, link speed
-    and below the reference (:mod:`traceanalyzer.reconcile.busbw`). None without a collective
+    and below the reference (:mod:`traceanalyzer.reconciliation.busbw`). None without a collective
     that carries a byte count."""
     if analysis.collectives is None or not analysis.collectives.height:
         return None
-    from traceanalyzer.reconcile.busbw import achieved_busbw, busbw_summary, exposed_split
+    from traceanalyzer.reconciliation.busbw import achieved_busbw, busbw_summary, exposed_split
 
     names = analysis.trace.meta.get_column("device_name").drop_nulls()
     per = achieved_busbw(analysis.collectives, baseline=baseline, gpu=names[0] if names.len() else None)
@@ -573,7 +573,7 @@ def _file_info(path: Path, role: str) -> dict[str, Any]:
 def waterfall_section(analysis: Analysis, config: Path | None) -> tuple[dict[str, Any] | None, list[str]]:
     """The ``waterfall`` section, from the reconciler when it is installed and a config is given.
 
-    Calls ``traceanalyzer.reconcile.waterfall(analysis, load_config(config))``; its dict holds
+    Calls ``traceanalyzer.reconciliation.waterfall(analysis, load_config(config))``; its dict holds
     ``achieved_tflops``, ``peak_tflops``, ``mfu``, ``hfu``, ``convention`` and ``terms`` (each
     ``{term, tflops, ...}``, ``achieved`` first; peak = achieved + sum of the loss terms).
     :func:`normalize_waterfall` maps that to the section documented in ``docs/report-schema.md``.
@@ -584,7 +584,7 @@ def waterfall_section(analysis: Analysis, config: Path | None) -> tuple[dict[str
     if not config.is_file():
         raise ConfigError("no such run configuration file", config)
     from traceanalyzer.model import load_config  # noqa: PLC0415 (model and reconciler load lazily)
-    from traceanalyzer.reconcile import waterfall  # noqa: PLC0415
+    from traceanalyzer.reconciliation import waterfall  # noqa: PLC0415
 
     result = waterfall(analysis, load_config(config, None))
     wf = normalize_waterfall(result)
