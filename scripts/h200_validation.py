@@ -21,8 +21,9 @@ sys.path.insert(0, str(ROOT))
 from traceanalyzer import api  # noqa: E402
 from traceanalyzer.model import load_config  # noqa: E402
 from traceanalyzer.model.memory import estimate_memory  # noqa: E402
-from traceanalyzer.model.whatif import anchor_from_analysis, apply_sets, project  # noqa: E402
+from traceanalyzer.model.whatif import apply_sets, project  # noqa: E402
 from traceanalyzer.reconciliation import waterfall  # noqa: E402
+from traceanalyzer.reconciliation.anchor import anchor_from_analysis  # noqa: E402
 
 CFG = ROOT / "fixtures" / "configs"
 PEAK = 989.4  # H200 dense bf16 TFLOP/s (the tool's table)

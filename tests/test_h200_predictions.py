@@ -267,7 +267,7 @@ MORE = {json.loads(line)["variant"]: json.loads(line)
 @pytest.fixture(scope="module")
 def base_anchor():
     from traceanalyzer import api  # noqa: PLC0415
-    from traceanalyzer.model.whatif import anchor_from_analysis  # noqa: PLC0415
+    from traceanalyzer.reconciliation.anchor import anchor_from_analysis  # noqa: PLC0415
 
     return anchor_from_analysis(api.analyze(trace_of("base"), workers=1), _cfg("base"))
 
@@ -320,7 +320,7 @@ def test_seq_length_moves_attention_by_its_flops_and_memory(base_anchor):
 
 def test_host_bound_target_is_said():
     from traceanalyzer import api  # noqa: PLC0415
-    from traceanalyzer.model.whatif import anchor_from_analysis  # noqa: PLC0415
+    from traceanalyzer.reconciliation.anchor import anchor_from_analysis  # noqa: PLC0415
 
     anchor = anchor_from_analysis(api.analyze(trace_of("small"), workers=1), _cfg("small"))
     res = _predict(anchor, ["micro_batch=1", "global_batch=1"])
@@ -352,7 +352,7 @@ def test_memory_of_the_other_shapes_against_their_allocator(run, sets, phase):
 
 def test_small_gemms_are_said_to_be_extrapolated():
     from traceanalyzer import api  # noqa: PLC0415
-    from traceanalyzer.model.whatif import anchor_from_analysis  # noqa: PLC0415
+    from traceanalyzer.reconciliation.anchor import anchor_from_analysis  # noqa: PLC0415
 
     anchor = anchor_from_analysis(api.analyze(trace_of("small"), workers=1), _cfg("small"))
     # the median GEMM of the small model: fc1 / fc2 at 4096 tokens, 2·4096·768·3072 FLOPs

@@ -16,9 +16,8 @@ from traceanalyzer.model.config import (
 )
 from traceanalyzer.model.flops import step_flops
 from traceanalyzer.model.search import enumerate_layouts, search_layouts
-from traceanalyzer.model.whatif import (
-    SetUsageError, anchor_from_analysis, anchor_from_config, apply_sets, project, whatif,
-)
+from traceanalyzer.model.whatif import SetUsageError, anchor_from_config, apply_sets, project
+from traceanalyzer.reconciliation.anchor import anchor_from_analysis, whatif
 from traceanalyzer.errors import ConfigError
 
 from conftest import FIXTURES, ROOT, SHARED, run_cli

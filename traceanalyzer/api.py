@@ -1426,7 +1426,7 @@ def whatif(
     [('anchor', 'reported', 8, 'full', 2.9, 296.5, 16.0, True), ('predicted', 'reported', 4, 'selective', 2.0, 431.8, 50.6, True)]
     """
     from traceanalyzer.model.config import CONVENTIONS
-    from traceanalyzer.model.whatif import whatif as predict_layout
+    from traceanalyzer.reconciliation.anchor import whatif as predict_layout
 
     if convention is not None:
         _choice("convention", convention, CONVENTIONS)
@@ -2115,7 +2115,8 @@ def search_parts(config, megatron_args, sets, source, top, capacity_gb, reserve_
     from traceanalyzer.model import load_config
     from traceanalyzer.model.config import CONVENTIONS
     from traceanalyzer.model.search import KNOBS, search_layouts as rank_layouts
-    from traceanalyzer.model.whatif import _parse_one, anchor_from_analysis, anchor_from_config, apply_sets
+    from traceanalyzer.model.whatif import _parse_one, anchor_from_config, apply_sets
+    from traceanalyzer.reconciliation.anchor import anchor_from_analysis
 
     if convention is not None:
         _choice("convention", convention, tuple(CONVENTIONS))

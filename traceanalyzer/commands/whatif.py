@@ -45,7 +45,8 @@ def whatif(
     all_rows: AllRowsOpt = False,
 ) -> None:
     """What would another layout reach? Each measured term re-derived for the new layout; --search ranks them all."""
-    from traceanalyzer.model.whatif import anchor_from_analysis, anchor_from_config, apply_sets, project
+    from traceanalyzer.model.whatif import anchor_from_config, apply_sets, project
+    from traceanalyzer.reconciliation.anchor import anchor_from_analysis
     from traceanalyzer.render.whatif import search_sections, whatif_sections
 
     if convention is not None and convention not in CONVENTIONS:
