@@ -65,12 +65,13 @@ def breakdown(
             console = out_console(None if output is None else fh, 120 if output is None else 160)
             from traceanalyzer.classify.rankspread import comm_spread, rank_spread, summarise_ranks
             from traceanalyzer.classify.stragglers import stragglers
+            from traceanalyzer.report.document import host_verdict
 
             summary = rank_spread(analysis.steps) if summarise_ranks(len(analysis.trace.ranks), ranks.value) else None
             print_breakdown(analysis, console, summary, found)
             if detail:
                 comm = comm_spread(analysis.comm) if summary is not None and analysis.comm is not None and analysis.comm.height else None
-                print_detail(analysis, console, summary, stragglers(analysis.steps), comm)
+                print_detail(analysis, console, summary, stragglers(analysis.steps), comm, host_verdict(analysis))
     print_warnings(analysis.warnings, shows_transfer=detail or format is TableFormat.json)
 
 

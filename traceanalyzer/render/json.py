@@ -6,11 +6,16 @@ Field names are a contract: keys are only ever added, never renamed or removed, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import orjson
 import polars as pl
 
 from traceanalyzer._version import __version__
-from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, HOST_FIELDS, IDLE_FIELDS, Analysis
+from traceanalyzer.buckets import COMM_DIM_FIELDS, FIELDS, HOST_FIELDS, IDLE_FIELDS
+
+if TYPE_CHECKING:
+    from traceanalyzer.classify import Analysis
 
 SCHEMA = "traceanalyzer.breakdown"  # traceanalyzer/schemas/breakdown.schema.json
 SCHEMA_VERSION = 1

@@ -22,10 +22,11 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer._version import __version__
-from traceanalyzer.classify import BUCKETS, Analysis
+from traceanalyzer.buckets import BUCKET_LABELS, BUCKETS, HOST_FIELDS, IDLE_FIELDS
+from traceanalyzer.classify import Analysis
 from traceanalyzer.classify.kernels import exposed_by_kernel as kernel_exposure
 from traceanalyzer.classify.kernels import exposed_rows, in_windows, kernel_rows
-from traceanalyzer.classify.partition import BUCKET_LABELS, segment_frame
+from traceanalyzer.classify.partition import segment_frame
 from traceanalyzer.classify.rankspread import rank_spread, summarise_ranks
 from traceanalyzer.classify.stragglers import DEFAULT_TOLERANCE
 from traceanalyzer.classify.stragglers import stragglers as stragglers_by_rank
@@ -161,7 +162,7 @@ def build(
         "buckets": [{"key": b, "label": LABELS[b]} for b in BUCKETS],
         "headline": headline,
         "findings": found,
-        "host_verdict": _host_verdict(analysis),
+        "host_verdict": host_verdict(analysis),
         "ranks": ranks,
         "rank_summary": _rank_summary(steps, top) if summarise_ranks(len(ranks), ranks_mode) else None,
         "stragglers": _stragglers(steps, top),
@@ -326,9 +327,10 @@ def _stragglers(steps: pl.DataFrame, top: int) -> dict[str, Any]:
     }
 
 
-def _host_verdict(analysis: Analysis) -> list[dict[str, Any]]:
+def host_verdict(analysis: Analysis) -> list[dict[str, Any]]:
     """Per rank: is the step CPU-bound (:func:`traceanalyzer.classify.launches.verdict`); empty
-    when the launch table was not computed."""
+    when the launch table was not computed. The report's ``host_verdict`` section, and the rows
+    of the terminal's verdict table (:func:`traceanalyzer.render.table.verdict_table`)."""
     if "launches" not in analysis.extras:
         return []
     from traceanalyzer.classify.launches import verdict, with_launch_bound
@@ -337,8 +339,6 @@ def _host_verdict(analysis: Analysis) -> list[dict[str, Any]]:
 
 
 def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:
-    from traceanalyzer.classify import HOST_FIELDS
-
     cols = [*BUCKETS, "overlapped_comm"]
     host = [f for f in ["idle_host_bound", *HOST_FIELDS] if f"{f}_ns" in steps.columns]
     return (
@@ -448,8 +448,6 @@ def _kernels(analysis: Analysis, top: int) -> dict[str, Any] | None:
 def _causes(analysis: Analysis, totals: pl.DataFrame, top: int) -> dict[str, Any]:
     """The causes behind the buckets, zero rows left out: idle by cause, exposed communication
     by parallelism dimension with its wait and transfer, the recomputed ops, the stragglers."""
-    from traceanalyzer.classify import IDLE_FIELDS
-
     n = int(totals.get_column("steps").sum())
     idle_total = int(totals.get_column("idle_ns").sum())
     idle = []
@@ -458,8 +456,6 @@ def _causes(analysis: Analysis, totals: pl.DataFrame, top: int) -> dict[str, Any
         if v:
             idle.append({"cause": f.removeprefix("idle_"), "ms": v / n / _MS, "pct_of_idle": 100 * v / idle_total})
     idle.sort(key=lambda r: -r["ms"])
-    from traceanalyzer.classify import HOST_FIELDS
-
     host_total = int(totals.get_column("idle_host_bound_ns").sum()) if "idle_host_bound_ns" in totals.columns else 0
     host_bound = []
     for f in HOST_FIELDS:  # host-bound idle by what the launching host thread was doing (sum = host_bound)
