@@ -10,7 +10,9 @@ Modules, one idea each:
   configuration);
 * :mod:`.buckets` — :func:`loss_columns` (the measured buckets the others read).
 * :mod:`.busbw` — :func:`~.busbw.achieved_busbw` (each collective of an analysis against the
-  cluster's nccl-tests baseline or the hardware table).
+  cluster's nccl-tests baseline or the hardware table);
+* :mod:`.anchor` — :func:`~.anchor.anchor_from_analysis` (the measured step of an analysis as
+  the what-if model's anchor) and the ``whatif`` function that takes an analysis.
 
 Nothing here prints; renderers live in :mod:`traceanalyzer.render.predictions`.
 """
