@@ -21,8 +21,9 @@ sys.path.insert(0, str(ROOT))
 from traceanalyzer import api  # noqa: E402
 from traceanalyzer.model import load_config  # noqa: E402
 from traceanalyzer.model.memory import estimate_memory  # noqa: E402
-from traceanalyzer.model.whatif import anchor_from_analysis, apply_sets, project  # noqa: E402
-from traceanalyzer.reconcile import waterfall  # noqa: E402
+from traceanalyzer.model.whatif import apply_sets, project  # noqa: E402
+from traceanalyzer.reconciliation import waterfall  # noqa: E402
+from traceanalyzer.reconciliation.anchor import anchor_from_analysis  # noqa: E402
 
 CFG = ROOT / "fixtures" / "configs"
 PEAK = 989.4  # H200 dense bf16 TFLOP/s (the tool's table)
@@ -71,7 +72,7 @@ def main() -> None:
         mem = f"{t['peak_mem_bytes'] / 2**30:.2f} GiB" if t.get("peak_mem_bytes") else "—"
         trace = where[run] / "rank0.pt.trace.json.gz"
         if cfg is None:  # a recipe the configuration cannot describe (recompute of the MLP only)
-            from traceanalyzer.reconcile.gemm import trace_flops  # noqa: PLC0415
+            from traceanalyzer.reconciliation.gemm import trace_flops  # noqa: PLC0415
 
             tf = trace_flops(api.load(trace))["executed_per_step"] if trace.exists() else None
             print(f"| `{run}` | {c['b']} × {c['s']} | {t['step_s_median'] * 1e3:.1f} ms | — | — | — | "

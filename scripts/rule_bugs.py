@@ -28,7 +28,7 @@ BUGS = [
         .when(pl.col("n_compute") > 0)
         .then(pl.lit("compute"))''',
      ["tests/test_rules.py::test_rule_compute_wins_over_recompute"]),
-    ("MFU from hardware FLOPs", "traceanalyzer/reconcile/waterfall.py",
+    ("MFU from hardware FLOPs", "traceanalyzer/reconciliation/waterfall.py",
      "F = Fraction(fl.model / gpus)", "F = Fraction(fl.hardware / gpus)",
      ["tests/test_rules.py::test_rule_mfu_is_from_model_flops_not_hardware_flops"]),
     ("model FLOPs count recompute", "traceanalyzer/model/flops.py",

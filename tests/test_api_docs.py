@@ -107,3 +107,25 @@ def test_report_verb_survives_its_subpackage():
             "print(callable(ta.report), ta.report.__module__, document.__name__)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.stdout.split() == ["True", "traceanalyzer.api", "traceanalyzer.report.document"], r.stderr
+
+
+def test_every_verb_survives_importing_every_module():
+    """After every module of the package is imported, each verb of the registry is still the API's
+    function: ``ta.reconcile`` is the verb, whose subpackage is ``traceanalyzer.reconciliation``
+    (no module is named ``reconcile``, so no import can take the verb for a module or the other way
+    round). The only subpackages named like a verb are ``batch`` and ``report``, kept off the
+    package's attributes by its module type."""
+    code = (
+        "import importlib, pkgutil, traceanalyzer as ta\n"
+        "mods = [m.name for m in pkgutil.walk_packages(ta.__path__, 'traceanalyzer.') if m.name != 'traceanalyzer.__main__']\n"
+        "for m in mods: importlib.import_module(m)\n"
+        "import traceanalyzer.api as api\n"
+        "wrong = [n for n in ta._API if n not in ('Trace', 'Analysis') and getattr(ta, n) is not getattr(api, n)]\n"
+        "top = sorted({m.split('.')[1] for m in mods} & set(ta._API))\n"
+        "print(len(mods), ta.reconcile.__module__, ta.reconcile.__name__, wrong, top)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    n, module, name, *rest = r.stdout.strip().split(maxsplit=3)
+    assert int(n) > 100 and (module, name) == ("traceanalyzer.api", "reconcile")
+    assert rest == ["[] ['batch', 'report']"], r.stdout

@@ -19,7 +19,7 @@ import pytest
 
 import traceanalyzer as ta
 from traceanalyzer.baselines import read_nccl_tests
-from traceanalyzer.reconcile.busbw import achieved_busbw, busbw_summary, exposed_split
+from traceanalyzer.reconciliation.busbw import achieved_busbw, busbw_summary, exposed_split
 
 from conftest import DLRM, FIXTURES, TRACES, needs_shared, run_cli
 

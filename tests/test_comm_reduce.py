@@ -16,7 +16,7 @@ from polars.testing import assert_frame_equal
 
 import traceanalyzer as ta
 from traceanalyzer.classify import comm
-from traceanalyzer.reconcile.busbw import achieved_busbw
+from traceanalyzer.reconciliation.busbw import achieved_busbw
 from traceanalyzer.classify.comm import TEXT_COLS, match_instances, summary
 from traceanalyzer.render import json as json_render
 from traceanalyzer.report import document as report_document

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 import traceanalyzer as ta
-from traceanalyzer.reconcile import compare_time
+from traceanalyzer.reconciliation import compare_time
 
 from conftest import TRACES, needs_shared, run_cli
 

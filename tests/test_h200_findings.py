@@ -12,7 +12,7 @@ import json
 import pytest
 
 import traceanalyzer as ta
-from traceanalyzer.reconcile.findings import MAX_FINDINGS, findings, run_config
+from traceanalyzer.reconciliation.findings import MAX_FINDINGS, findings, run_config
 
 from conftest import ROOT, TRACES, run_cli
 

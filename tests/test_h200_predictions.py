@@ -54,7 +54,7 @@ def test_attention_flops_follow_torch_flop_counter_by_hand():
 # --------------------------------------------------------------------------- executed FLOPs
 @pytest.mark.parametrize("run", RUNS)
 def test_trace_flops_equal_flop_counter(run):
-    from traceanalyzer.reconcile.gemm import trace_flops  # noqa: PLC0415
+    from traceanalyzer.reconciliation.gemm import trace_flops  # noqa: PLC0415
 
     t = TRUTH[run]
     tf = trace_flops(_load(run))
@@ -69,7 +69,7 @@ def test_trace_flops_equal_flop_counter(run):
 def test_recompute_early_stop_is_not_counted():
     """Non-reentrant checkpointing stops the recomputation inside fc2's addmm (recorded, no kernel):
     72 of the 144 fc2 addmm calls in the trace launched nothing, and FlopCounterMode did not count them."""
-    from traceanalyzer.reconcile.gemm import matmul_flops  # noqa: PLC0415
+    from traceanalyzer.reconciliation.gemm import matmul_flops  # noqa: PLC0415
 
     mf = matmul_flops(_load("recompute"))
     t = TRUTH["recompute"]["flops_by_op"]
@@ -82,7 +82,7 @@ def test_recompute_early_stop_is_not_counted():
 def test_reconcile_json_reports_trace_flops_and_checks_attention(run):
     from traceanalyzer import api  # noqa: PLC0415
     from traceanalyzer.model import load_config  # noqa: PLC0415
-    from traceanalyzer.reconcile import waterfall  # noqa: PLC0415
+    from traceanalyzer.reconciliation import waterfall  # noqa: PLC0415
 
     cfg = load_config(CONFIGS / f"h200_{run}.toml")
     wf = waterfall(api.analyze(trace_of(run), workers=1), cfg)
@@ -99,7 +99,7 @@ def test_attention_check_flags_a_wrong_sequence_length():
 
     from traceanalyzer import api  # noqa: PLC0415
     from traceanalyzer.model import load_config  # noqa: PLC0415
-    from traceanalyzer.reconcile.gemm import gemm_check  # noqa: PLC0415
+    from traceanalyzer.reconciliation.gemm import gemm_check  # noqa: PLC0415
 
     cfg = load_config(CONFIGS / "h200_base.toml")
     tr = _load("base")
@@ -243,7 +243,7 @@ def test_memory_prediction_against_the_allocator(run):
 
 @pytest.mark.parametrize("run", ["base", "recompute"])
 def test_memory_command_compares_with_the_trace(run):
-    from traceanalyzer.reconcile.footprint import memory  # noqa: PLC0415
+    from traceanalyzer.reconciliation.footprint import memory  # noqa: PLC0415
 
     r = memory(trace_of(run), CONFIGS / f"h200_{run}.toml", workers=1)
     measured = r.fit.item(0, "measured_peak_allocated")
@@ -267,7 +267,7 @@ MORE = {json.loads(line)["variant"]: json.loads(line)
 @pytest.fixture(scope="module")
 def base_anchor():
     from traceanalyzer import api  # noqa: PLC0415
-    from traceanalyzer.model.whatif import anchor_from_analysis  # noqa: PLC0415
+    from traceanalyzer.reconciliation.anchor import anchor_from_analysis  # noqa: PLC0415
 
     return anchor_from_analysis(api.analyze(trace_of("base"), workers=1), _cfg("base"))
 
@@ -320,7 +320,7 @@ def test_seq_length_moves_attention_by_its_flops_and_memory(base_anchor):
 
 def test_host_bound_target_is_said():
     from traceanalyzer import api  # noqa: PLC0415
-    from traceanalyzer.model.whatif import anchor_from_analysis  # noqa: PLC0415
+    from traceanalyzer.reconciliation.anchor import anchor_from_analysis  # noqa: PLC0415
 
     anchor = anchor_from_analysis(api.analyze(trace_of("small"), workers=1), _cfg("small"))
     res = _predict(anchor, ["micro_batch=1", "global_batch=1"])
@@ -352,7 +352,7 @@ def test_memory_of_the_other_shapes_against_their_allocator(run, sets, phase):
 
 def test_small_gemms_are_said_to_be_extrapolated():
     from traceanalyzer import api  # noqa: PLC0415
-    from traceanalyzer.model.whatif import anchor_from_analysis  # noqa: PLC0415
+    from traceanalyzer.reconciliation.anchor import anchor_from_analysis  # noqa: PLC0415
 
     anchor = anchor_from_analysis(api.analyze(trace_of("small"), workers=1), _cfg("small"))
     # the median GEMM of the small model: fc1 / fc2 at 4096 tokens, 2·4096·768·3072 FLOPs

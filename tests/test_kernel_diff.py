@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 
 from traceanalyzer.api import analysis_with_tables
-from traceanalyzer.reconcile import compare_time
-from traceanalyzer.reconcile.kerneldiff import bucket_gaps, kernel_diff
+from traceanalyzer.reconciliation import compare_time
+from traceanalyzer.reconciliation.kerneldiff import bucket_gaps, kernel_diff
 
 from conftest import DEMO, TRACES, needs_shared, run_cli
 

@@ -20,7 +20,7 @@ from traceanalyzer.classify.allocations import REBUILT, RECORDED, allocation_tim
 from traceanalyzer.model.memory import COMPONENTS, GIB
 from traceanalyzer.parsers import load
 from traceanalyzer.parsers.kineto_memory import read_memory_events
-from traceanalyzer.reconcile.footprint import memory
+from traceanalyzer.reconciliation.footprint import memory
 
 LEGACY = FIXTURES / "kineto" / "v100_resnet50_legacy2021.json.gz"
 HTA_MEMORY = TRACES / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
@@ -231,7 +231,7 @@ def test_nsys_cuda_memory_usage_events_are_driver_allocations_per_rank(tmp_path)
 def test_memory_verb_docstring_example_runs(monkeypatch):
     import doctest
 
-    from traceanalyzer.reconcile import footprint
+    from traceanalyzer.reconciliation import footprint
 
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     finder = doctest.DocTestFinder()

@@ -12,7 +12,7 @@ import pytest
 import traceanalyzer as ta
 from traceanalyzer.model import load_config
 from traceanalyzer.model.config import BatchConfig, HardwareConfig, ModelConfig, RunConfig
-from traceanalyzer.reconcile import compare, gemm_check, loss_columns, matmul_flops, waterfall
+from traceanalyzer.reconciliation import compare, gemm_check, loss_columns, matmul_flops, waterfall
 
 ROOT = Path(__file__).resolve().parents[1]
 from conftest import SHARED  # noqa: E402

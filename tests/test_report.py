@@ -365,7 +365,7 @@ def test_markdown_caps_long_tables():
 
 def test_waterfall_from_the_reconciler_feeds_headline_plot_and_tables():
     from traceanalyzer.model import load_config
-    from traceanalyzer.reconcile import waterfall
+    from traceanalyzer.reconciliation import waterfall
 
     cfg = ROOT / "docs" / "examples" / "traces" / "mi300x-resnet18-ckpt.toml"
     m = _model(DEMO, config=cfg)

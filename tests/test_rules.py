@@ -21,7 +21,7 @@ from traceanalyzer.api import critical_path
 from traceanalyzer.classify.shapes import op_cost
 from traceanalyzer.model import load_config
 from traceanalyzer.model.flops import step_flops
-from traceanalyzer.reconcile import waterfall
+from traceanalyzer.reconciliation import waterfall
 
 from conftest import DEMO, ROOT
 

@@ -16,9 +16,8 @@ from traceanalyzer.model.config import (
 )
 from traceanalyzer.model.flops import step_flops
 from traceanalyzer.model.search import enumerate_layouts, search_layouts
-from traceanalyzer.model.whatif import (
-    SetUsageError, anchor_from_analysis, anchor_from_config, apply_sets, project, whatif,
-)
+from traceanalyzer.model.whatif import SetUsageError, anchor_from_config, apply_sets, project
+from traceanalyzer.reconciliation.anchor import anchor_from_analysis, whatif
 from traceanalyzer.errors import ConfigError
 
 from conftest import FIXTURES, ROOT, SHARED, run_cli
@@ -325,7 +324,7 @@ def test_whatif_reads_the_baseline_curve_by_scope():
 def test_reconcile_predictions_use_the_baseline(mi300x):
     from traceanalyzer.model.commcurve import with_baseline
     from traceanalyzer.model.parallel import comm_volumes
-    from traceanalyzer.reconcile import waterfall
+    from traceanalyzer.reconciliation import waterfall
 
     analysis, _ = mi300x
     cfg = load_config(ISSUE)

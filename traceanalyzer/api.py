@@ -636,7 +636,7 @@ def compare(a: Source, b: Source) -> pl.DataFrame:
         >>> d.row(0)
         ('exposed_comm_dp', 1.58, 11.056, 9.476)
     """
-    from traceanalyzer.reconcile import compare_time
+    from traceanalyzer.reconciliation import compare_time
 
     res = compare_time(_analysis(a), _analysis(b))
     return pl.DataFrame(
@@ -1380,7 +1380,7 @@ def memory(
     ``r.fit`` the largest measured peak beside the predicted total.
     """
     from traceanalyzer.classify import Analysis
-    from traceanalyzer.reconcile.footprint import memory as footprint
+    from traceanalyzer.reconciliation.footprint import memory as footprint
     from traceanalyzer.schema import Trace
 
     source = trace if source is None else source  # ``trace``: its older name
@@ -1466,7 +1466,7 @@ def whatif(
     [('anchor', 'reported', 8, 'full', 2.9, 296.5, 16.0, True), ('predicted', 'reported', 4, 'selective', 2.0, 431.8, 50.6, True)]
     """
     from traceanalyzer.model.config import CONVENTIONS
-    from traceanalyzer.model.whatif import whatif as predict_layout
+    from traceanalyzer.reconciliation.anchor import whatif as predict_layout
 
     if convention is not None:
         _choice("convention", convention, CONVENTIONS)
@@ -1958,7 +1958,7 @@ def waterfall_of(analysis: Analysis, config: Any, *, convention: str | None = No
                  baseline: pl.DataFrame | None = None) -> dict[str, Any]:
     """The waterfall of an analysis (holding its events) against a run configuration, with the
     overlapped communication attached (what ``reconcile`` and ``compare --config`` show)."""
-    from traceanalyzer.reconcile import attach_overlapped, waterfall
+    from traceanalyzer.reconciliation import attach_overlapped, waterfall
 
     step_name = analysis.options.step_name if analysis.options is not None else DEFAULT_STEP
     wf = waterfall(analysis, config, convention=convention, step_name=step_name, hfu=hfu, baseline=baseline)
@@ -1987,8 +1987,8 @@ def time_comparison(a: Analysis, b: Analysis) -> tuple[dict[str, Any], dict[str,
     per-kernel rows; the kernel diff must sum exactly to the bucket differences
     (InvariantViolation naming both runs otherwise)."""
     from traceanalyzer.errors import InvariantViolation
-    from traceanalyzer.reconcile import compare_time
-    from traceanalyzer.reconcile.kerneldiff import bucket_gaps, kernel_diff
+    from traceanalyzer.reconciliation import compare_time
+    from traceanalyzer.reconciliation.kerneldiff import bucket_gaps, kernel_diff
 
     cmp_t = compare_time(a, b)
     diff = kernel_diff(a, b)
@@ -2040,7 +2040,7 @@ def collective_busbw(analysis: Analysis, baseline: pl.DataFrame | None = None, g
     """(per instance, summary, exposed split): each collective's achieved bus bandwidth against
     ``baseline`` (an nccl-tests frame; None: the hardware table), for the device ``gpu``
     (default: the trace's)."""
-    from traceanalyzer.reconcile.busbw import achieved_busbw, busbw_summary, exposed_split
+    from traceanalyzer.reconciliation.busbw import achieved_busbw, busbw_summary, exposed_split
 
     dev = gpu or next(iter(analysis.trace.meta["device_name"].drop_nulls().to_list()), None)
     per = achieved_busbw(analysis.collectives, baseline=baseline, gpu=dev)
@@ -2174,7 +2174,8 @@ def search_parts(config, megatron_args, sets, source, top, capacity_gb, reserve_
     from traceanalyzer.model import load_config
     from traceanalyzer.model.config import CONVENTIONS
     from traceanalyzer.model.search import KNOBS, search_layouts as rank_layouts
-    from traceanalyzer.model.whatif import _parse_one, anchor_from_analysis, anchor_from_config, apply_sets
+    from traceanalyzer.model.whatif import _parse_one, anchor_from_config, apply_sets
+    from traceanalyzer.reconciliation.anchor import anchor_from_analysis
 
     if convention is not None:
         _choice("convention", convention, tuple(CONVENTIONS))
@@ -2402,7 +2403,7 @@ def _model_flops_and_peak(config: PathLike | Any, analysis: Analysis) -> tuple[f
     """(model FLOPs per GPU per step, peak TFLOP/s per GPU) of a run configuration, as
     ``reconcile`` computes them."""
     from traceanalyzer.model import step_flops
-    from traceanalyzer.reconcile.waterfall import _peak
+    from traceanalyzer.reconciliation.waterfall import _peak
 
     cfg = _config(config)
     gpus = cfg.num_gpus
@@ -2488,9 +2489,9 @@ def breakdown_view(analysis: Analysis, config: PathLike | None = None, *, ranks:
                    table: bool = True) -> dict[str, Any]:
     """What ``breakdown`` shows beside the partition: ``findings`` (the profiler findings, with
     the run configuration's), and for the table ``summary`` (the ranks' distribution, when
-    ``ranks`` asks for it), ``stragglers`` and ``comm`` (the spread of communication; with
-    ``detail``)."""
-    from traceanalyzer.reconcile.findings import findings, run_config
+    ``ranks`` asks for it), ``stragglers``, ``comm`` (the spread of communication) and
+    ``host_verdict`` (the host / launch verdict rows; with ``detail``)."""
+    from traceanalyzer.reconciliation.findings import findings, run_config
 
     view: dict[str, Any] = {"findings": findings(analysis, run_config(config))}
     if table:
@@ -2503,6 +2504,9 @@ def breakdown_view(analysis: Analysis, config: PathLike | None = None, *, ranks:
             view["stragglers"] = find_stragglers(analysis.steps)
             view["comm"] = (comm_spread(analysis.comm) if summary is not None and analysis.comm is not None and analysis.comm.height
                             else None)
+            from traceanalyzer.report.document import host_verdict
+
+            view["host_verdict"] = host_verdict(analysis)
     return view
 
 
@@ -2531,7 +2535,7 @@ def launch_views(analysis: Analysis, view: str, threshold: float = 0.10, *, queu
     shown: dict[str, pl.DataFrame] = {}
     notes: list[dict] = []
     if view == "steps":
-        from traceanalyzer.reconcile.findings import profiler_notes
+        from traceanalyzer.reconciliation.findings import profiler_notes
 
         shown["steps"] = launches(analysis, threshold=threshold)
         notes = profiler_notes(analysis, shown["steps"])
@@ -2577,7 +2581,7 @@ def reconcile_parts(trace: PathLike, config: PathLike | None, megatron_args: Pat
 
 def compare_waterfalls(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """The gap between two waterfalls, split exactly into their terms."""
-    from traceanalyzer.reconcile import compare
+    from traceanalyzer.reconciliation import compare
 
     return compare(a, b)
 
@@ -2691,7 +2695,8 @@ def whatif_parts(trace: PathLike | None, config: PathLike | None, megatron_args:
     """(the sections, the document, the warnings) of ``whatif``: the layout changed by ``sets``
     predicted from the anchor (``trace`` measured, else the configuration's analytic model), or
     with ``search`` every layout ranked; ``all_rows``: the sections keep the terms that are zero."""
-    from traceanalyzer.model.whatif import anchor_from_analysis, anchor_from_config, apply_sets, project
+    from traceanalyzer.model.whatif import anchor_from_config, apply_sets, project
+    from traceanalyzer.reconciliation.anchor import anchor_from_analysis
     from traceanalyzer.render.whatif import search_sections, whatif_sections
 
     cfg = load_config(config, megatron_args)

@@ -137,6 +137,8 @@ def bandwidths(gpu: str | None, intra_override: float | None = None, inter_overr
 
 
 # --------------------------------------------------------------------------- device memory
+#: bytes in a GiB, the unit every memory size is shown in
+GIB = 2**30
 #: Device memory per GPU key, GiB (2**30 bytes), the nominal size of the part. A size written in
 #: the device name ("A100-SXM4-40GB", "V100-SXM2-16GB") wins over this table.
 MEMORY_GIB: dict[str, float] = {

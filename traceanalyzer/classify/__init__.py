@@ -12,18 +12,11 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.classify import comm, idle
-from traceanalyzer.classify.partition import BUCKETS, FIELDS
+# the names of the buckets and their causes (the ground's vocabulary), re-exported for the classifiers' readers
+from traceanalyzer.buckets import BUCKETS, COMM_DIM_FIELDS, FIELDS, HOST_FIELDS, IDLE_FIELDS
 from traceanalyzer.schema import Trace
 
 __all__ = ["Analysis", "BUCKETS", "FIELDS", "IDLE_FIELDS", "HOST_FIELDS", "COMM_DIM_FIELDS"]
-
-#: idle split by cause (``idle_<cause>_ns/_us`` columns of ``Analysis.steps``; sum = idle)
-IDLE_FIELDS = [f"idle_{c}" for c in idle.CAUSES]
-#: host-bound idle split by what the launching host thread did (``idle_host_<cause>_ns/_us``; sum = idle_host_bound)
-HOST_FIELDS = [f"idle_host_{c}" for c in idle.HOST_CAUSES]
-#: exposed communication by parallelism dimension (``exposed_comm_<dim>_ns/_us``; sum = exposed_comm)
-COMM_DIM_FIELDS = [f"exposed_comm_{d.lower()}" for d in [*comm.DIMENSIONS, comm.CONCURRENT]]
 
 
 @dataclass

@@ -42,6 +42,7 @@ from __future__ import annotations
 import orjson
 import polars as pl
 
+from traceanalyzer.buckets import COMM_CONCURRENT, COMM_DIMENSIONS
 from traceanalyzer.classify.intervals import segments
 from traceanalyzer.classify.labels import CLASSES, library_expr
 from traceanalyzer.classify.recompute import THREAD, host_tree
@@ -49,8 +50,8 @@ from traceanalyzer.classify.recompute import THREAD, host_tree
 DEFAULT_BUS_BW_GBPS = 100.0
 #: how the warnings about collectives' wait/transfer split begin (a view that does not show the split leaves them out)
 TRANSFER_WARNING = "collective wait/transfer for"
-DIMENSIONS = ["TP", "DP", "PP", "CP", "EP", "unknown"]
-CONCURRENT = "concurrent"
+DIMENSIONS = COMM_DIMENSIONS
+CONCURRENT = COMM_CONCURRENT
 
 _TYPE_RULES = [  # (regex on a lower-cased name, type); first match wins
     (r"reduce_?scatter|reducescatter", "reduce_scatter"),

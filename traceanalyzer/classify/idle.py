@@ -36,11 +36,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.buckets import HOST_CAUSES  # noqa: F401 - the vocabulary, re-exported
+from traceanalyzer.buckets import IDLE_CAUSES as CAUSES
 from traceanalyzer.classify.intervals import segments
-
-CAUSES = ["host_bound", "sync", "bubble", "other"]
-#: what the host thread did during host-bound idle (``idle_host_<cause>_ns``; sum = idle_host_bound_ns)
-HOST_CAUSES = ["dataloader", "optimizer", "ops", "untraced"]
 DATALOADER_RANGE = r"^enumerate\(DataLoader\)#.*__next__"
 OPTIMIZER_RANGE = r"^Optimizer\.(step|zero_grad)#"
 SYNC_RUNTIME = r"(?i)^(cuda|hip)(Stream|Device|Event|Ctx)Synchronize|^cu(Stream|Ctx|Event)Synchronize|^hipStreamWaitEvent_sync"

@@ -28,7 +28,7 @@ ROW_SCHEMA = {
 THREAD = ["rank", "pid", "tid"]
 
 
-def _launching_op(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.LazyFrame:
+def launching_op(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.LazyFrame:
     """``gpu`` with ``external_id`` naming the host op that launched each piece of work.
 
     Kineto gives a kernel the External id of the innermost op on the stack at launch, except in
@@ -107,7 +107,7 @@ def op_stat_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame)
         precision_of_type(pl.col("input_type")).alias("input_precision"),
     )
     k = (
-        _launching_op(events, gpu)
+        launching_op(events, gpu)
         .filter(pl.col("external_id").is_not_null())
         .select("rank", "external_id", "cls", "start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("kdur"), "name")
     )

@@ -16,21 +16,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.buckets import BUCKET_LABELS, BUCKETS, FIELDS  # noqa: F401 - the vocabulary, re-exported
 from traceanalyzer.classify.intervals import segments
 from traceanalyzer.classify.labels import CLASSES
 from traceanalyzer.errors import InvariantViolation
-
-BUCKETS = ["compute", "recompute", "exposed_comm", "other", "idle"]
-#: how every output names the buckets (and overlapped communication, reported beside them)
-BUCKET_LABELS = {
-    "compute": "compute",
-    "recompute": "recompute",
-    "exposed_comm": "exposed comm",
-    "other": "other",
-    "idle": "idle",
-    "overlapped_comm": "overlapped comm",
-}
-FIELDS = ["duration", *BUCKETS[:3], "overlapped_comm", *BUCKETS[3:]]
 
 
 def segment_frame(labelled: pl.DataFrame, windows: pl.DataFrame) -> pl.LazyFrame:

@@ -23,7 +23,7 @@ Formulas (a multiply-add is 2 FLOPs; the usual convention of MLPerf and TraceLen
   cuDNN's ``aten::_cudnn_attention_forward/backward`` and flash-attn's own
   ``flash_attn::_flash_attn_forward/backward`` (``[B, L, H, D]``). These ops nest (SDPA calls
   ``_scaled_dot_product_cudnn_attention``, which calls ``_cudnn_attention_forward``): a caller
-  counts one op per call (:func:`traceanalyzer.reconcile.gemm.attention_flops` the outermost,
+  counts one op per call (:func:`traceanalyzer.reconciliation.gemm.attention_flops` the outermost,
   the op table the one that launched the kernels);
 * convolutions: the output size depends on stride and padding, which Kineto records as
   scalars without values, so they get no formula (``None``), and neither do elementwise or

@@ -65,7 +65,7 @@ def breakdown(
             console = out_console(None if output is None else fh, 120 if output is None else 160)
             print_breakdown(analysis, console, view["summary"], view["findings"])
             if detail:
-                print_detail(analysis, console, view["summary"], view["stragglers"], view["comm"])
+                print_detail(analysis, console, view["summary"], view["stragglers"], view["comm"], view["host_verdict"])
     print_warnings(analysis.warnings, shows_transfer=detail or format is TableFormat.json)
 
 

@@ -8,11 +8,13 @@ Public surface (everything else is internal):
 * :data:`GPUS`, :func:`detect_gpu`, :func:`peak_tflops` (``hardware``)
 * :func:`bubble_fraction`, :func:`comm_volumes` (``parallel``)
 * :func:`predict`, :func:`compare_predictions` (``predict``)
-* :func:`~traceanalyzer.model.whatif.whatif`, :func:`~traceanalyzer.model.whatif.apply_sets`,
-  anchors and :func:`~traceanalyzer.model.whatif.project` (``whatif``);
+* :func:`~traceanalyzer.model.whatif.apply_sets`, :class:`~traceanalyzer.model.whatif.Anchor`,
+  :func:`~traceanalyzer.model.whatif.anchor_from_config` and
+  :func:`~traceanalyzer.model.whatif.project` (``whatif``); the anchor of a trace is the
+  reconciler's (:func:`traceanalyzer.reconciliation.anchor.anchor_from_analysis`);
   :func:`~traceanalyzer.model.search.search_layouts` (``search``) — imported from their modules
 
-Nothing here prints or reads a trace; the reconciler (``traceanalyzer.reconcile``) puts these
+Nothing here prints or reads a trace; the reconciler (``traceanalyzer.reconciliation``) puts these
 predictions beside measured time buckets.
 """
 

@@ -76,6 +76,7 @@ from fractions import Fraction
 from typing import Any
 
 from traceanalyzer.errors import ConfigError
+from traceanalyzer.hardware import GIB
 from traceanalyzer.model.config import RunConfig
 from traceanalyzer.model.params import layer_params
 from traceanalyzer.model.hardware import memory_bytes
@@ -107,7 +108,6 @@ PHASES = {
 #: Default headroom for what the model does not count (CUDA context, NCCL buffers, cuBLAS
 #: workspace, allocator fragmentation), GiB.
 DEFAULT_RESERVE_GIB = 4.0
-GIB = 2**30
 GRANULARITIES = ("none", "selective", "full", "mlp")
 
 
@@ -191,6 +191,11 @@ class MemoryEstimate:
     @property
     def total_bytes(self) -> float:
         return float(sum(self.components.values()))
+
+    @property
+    def component_notes(self) -> dict[str, str]:
+        """What each component is (:data:`COMPONENT_NOTES`), in :data:`COMPONENTS` order."""
+        return {k: COMPONENT_NOTES[k] for k in COMPONENTS}
 
     def _capacity(self, capacity_bytes: float | None) -> float:
         cap = capacity_bytes if capacity_bytes is not None else self.capacity_bytes

@@ -124,7 +124,7 @@ def search_layouts(anchor: Anchor, *, base: RunConfig | None = None, fixed: dict
     Parameters
     ----------
     anchor:
-        The run the predictions start from (:func:`traceanalyzer.model.whatif.anchor_from_analysis`
+        The run the predictions start from (:func:`traceanalyzer.reconciliation.anchor.anchor_from_analysis`
         for a trace, :func:`~traceanalyzer.model.whatif.anchor_from_config` without one). The GPU
         count, global batch and model stay those of ``anchor.cfg``.
     base:

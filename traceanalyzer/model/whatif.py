@@ -1,16 +1,20 @@
-"""Trace-anchored what-if: a measured (or published) step, re-derived term by term for another layout.
+"""The what-if model: a measured (or published) step, re-derived term by term for another layout.
 
 Public surface:
 
 * :func:`apply_sets` — ``["pp=2", "recompute=selective", ...]`` -> a new, validated
   :class:`~traceanalyzer.model.config.RunConfig` (a bad key is a usage error, exit 2; a bad value
   or an impossible layout a configuration error, exit 7; both name the key);
-* :func:`anchor_from_analysis` / :func:`anchor_from_config` -> :class:`Anchor` (the measured or
-  published per-GPU step split into terms, seconds per step);
+* :func:`anchor_from_config` -> :class:`Anchor` (the published or analytic per-GPU step split
+  into terms, seconds per step);
 * :func:`project` — an anchor and a new configuration -> a plain dict (every term before and
   after, the rule that moved it, step time, TFLOP/s/GPU, MFU, memory);
-* :func:`whatif` — the Python verb: a polars frame, one row for the anchor and one for the
-  predicted layout.
+* :func:`result_frame` — a :func:`project` result as a polars frame, one row for the anchor and
+  one for the predicted layout.
+
+The model takes numbers and configurations, never a trace: the anchor of a measured run
+(:func:`traceanalyzer.reconciliation.anchor.anchor_from_analysis`) and the Python verb that
+takes an analysis (:func:`traceanalyzer.reconciliation.anchor.whatif`) are the reconciler's.
 
 An anchor is the per-GPU step of one run, split into terms (seconds per optimizer step, mean over
 ranks and steps)::
@@ -207,7 +211,7 @@ class Anchor:
     peak_tflops: float
     notes: tuple[str, ...] = ()
     baseline: Any = field(default=None, compare=False)
-    #: the trace's compute kernels by family (:func:`traceanalyzer.model.shapescale.kernel_families`):
+    #: the trace's compute kernels by family (:func:`traceanalyzer.reconciliation.anchor.kernel_families`):
     #: when set, the compute terms are ``compute_<family>`` and move by their drivers
     kernels: dict[str, Any] | None = field(default=None, compare=False)
 
@@ -216,7 +220,7 @@ class Anchor:
         return sum(self.terms.values())
 
 
-def _is_transformer(cfg: RunConfig) -> bool:
+def is_transformer(cfg: RunConfig) -> bool:
     return cfg.model.fwd_flops_per_sample is None
 
 
@@ -224,12 +228,12 @@ def _family_flops(cfg: RunConfig, conv: str) -> dict[str, float]:
     """Model FLOPs per GPU per step by family, and the recompute FLOPs per GPU."""
     fl = step_flops(cfg, conv)
     g = cfg.need(cfg.num_gpus, "[hardware] num_gpus", "the FLOPs per GPU")
-    if not _is_transformer(cfg):
+    if not is_transformer(cfg):
         return {"compute": fl.model / g, "recompute": fl.recompute / g}
     return {**{f: getattr(fl, f) / g for f in FAMILIES}, "recompute": fl.recompute / g}
 
 
-def _split_compute(cfg: RunConfig, conv: str, compute_s: float) -> dict[str, float]:
+def split_compute(cfg: RunConfig, conv: str, compute_s: float) -> dict[str, float]:
     ff = _family_flops(cfg, conv)
     fams = [k for k in ff if k != "recompute"]
     total = sum(ff[k] for k in fams)
@@ -248,7 +252,7 @@ def anchor_from_config(cfg: RunConfig, *, convention: str | None = None, baselin
     """
     p = predict(cfg, convention=convention, baseline=baseline, kernel_efficiency=kernel_efficiency)
     t = p["times_s"]
-    terms = _split_compute(cfg, p["convention"], t["compute_model"])
+    terms = split_compute(cfg, p["convention"], t["compute_model"])
     terms["recompute"] = t["recompute"]
     terms["pipeline_imbalance"] = t["pipeline_imbalance"]
     for d in DIMS:
@@ -263,90 +267,7 @@ def anchor_from_config(cfg: RunConfig, *, convention: str | None = None, baselin
                   tuple(p["warnings"]), baseline)
 
 
-_IDLE_BUBBLE = "idle_bubble"
-
-
-def anchor_from_analysis(analysis: Any, cfg: RunConfig, *, convention: str | None = None, baseline: Any = None) -> Anchor:
-    """The measured per-GPU step of a trace (an :class:`~traceanalyzer.classify.Analysis`) as an anchor.
-
-    Every bucket of the exact partition (:func:`traceanalyzer.reconcile.loss_columns`) is
-    divided by the number of (rank, step) rows: the mean per-GPU step. The compute bucket is split
-    into GEMM families by the configuration's FLOPs of each (when the trace recorded shapes, its
-    matmul FLOPs are checked against the configuration's first,
-    :func:`traceanalyzer.reconcile.gemm_check`, and a disagreement is noted); with a pipeline, the last stage's
-    extra work (:func:`pipeline_imbalance`) is taken out of the bubble idle (the other stages
-    wait for it there), at most all of it.
-    """
-    from traceanalyzer.reconcile.buckets import loss_columns  # noqa: PLC0415
-
-    steps = analysis.steps
-    n = steps.height
-    if n == 0 or int(steps["duration_ns"].sum()) <= 0:
-        raise ConfigError("the trace has no measured step to anchor a what-if on")
-    b = {k: v / n / 1e9 for k, v in loss_columns(steps).items()}
-    conv = convention or cfg.reported.convention or cfg.convention
-    kernels = None
-    if _is_transformer(cfg):
-        from traceanalyzer.model.shapescale import kernel_families  # noqa: PLC0415
-
-        kernels = kernel_families(analysis)
-        if kernels is not None and kernels["seconds"]["gemm"] <= 0:
-            kernels = None
-    if kernels is not None:  # the compute bucket split by the kernels' families, in their measured shares
-        fam = kernels["seconds"]
-        tot = sum(fam.values())
-        compute = b.pop("compute", 0.0)
-        terms = {f"compute_{f}": compute * v / tot for f, v in fam.items()}
-    else:
-        terms = _split_compute(cfg, conv, b.pop("compute", 0.0))
-    terms["recompute"] = b.pop("recompute", 0.0)
-    bubble = b.pop(_IDLE_BUBBLE, 0.0)
-    imb_t = 0.0
-    notes: list[str] = []
-    if _is_transformer(cfg) and cfg.parallel.pp > 1:
-        imb = pipeline_imbalance(step_flops(cfg, conv), cfg.parallel.pp)
-        want = (sum(v for k, v in terms.items() if k.startswith("compute")) + terms["recompute"]) * (imb - 1)
-        imb_t = min(want, bubble)
-        bubble -= imb_t
-        if imb_t < want:
-            notes.append(f"the trace's bubble idle ({1e3 * (bubble + imb_t):.3f} ms) is less than the modelled last-stage "
-                         f"imbalance ({1e3 * want:.3f} ms): all of it is counted as imbalance")
-    terms["pipeline_imbalance"] = imb_t
-    comm_other = 0.0
-    for k in list(b):
-        if k.startswith("exposed_comm"):
-            d = k[len("exposed_comm_"):] if k != "exposed_comm" else ""
-            if d in DIMS:
-                terms[f"exposed_comm_{d}"] = b.pop(k)
-            else:
-                comm_other += b.pop(k)
-    for d in DIMS:
-        terms.setdefault(f"exposed_comm_{d}", 0.0)
-    terms["exposed_comm_other"] = comm_other
-    terms["bubble"] = bubble
-    terms["other"] = b.pop("other", 0.0)
-    for k, v in b.items():  # idle causes (or one "idle")
-        terms[k if k.startswith("idle") else f"idle_{k}"] = v
-    gemm = None
-    events = getattr(analysis.trace, "events", None)
-    if events is not None and events.height:
-        from traceanalyzer.reconcile.gemm import gemm_check  # noqa: PLC0415
-
-        try:
-            gemm = gemm_check(analysis.trace, cfg, conv)
-        except ConfigError:
-            gemm = None
-    if gemm is not None and not gemm["ok"]:
-        notes.append(f"{gemm['verdict']}: the compute split by GEMM family follows the configuration and may be wrong")
-    src = ", ".join(str(s) for s in analysis.trace.sources[:2]) or "trace"
-    ranks = steps["rank"].n_unique()
-    peak = _peak(cfg)
-    shapes = f"; matmul FLOPs of its recorded shapes {gemm['ratio']:.2f}× the configuration's" if gemm else ""
-    return Anchor(cfg, terms, "trace", f"measured: {src} ({ranks} rank(s), {n // max(ranks, 1)} step(s) each{shapes})", conv, peak,
-                  tuple(notes), baseline, kernels)
-
-
-def _peak(cfg: RunConfig) -> float:
+def peak_of(cfg: RunConfig) -> float:
     hw = cfg.hardware
     return peak_tflops(hw.gpu, hw.precision, hw.peak_tflops)
 
@@ -355,7 +276,7 @@ def _peak(cfg: RunConfig) -> float:
 def _comm_model(cfg: RunConfig, baseline: Any) -> dict[str, dict[str, float]]:
     """Per dimension: modelled total and exposed time (s), exposed bytes, and a label."""
     out: dict[str, dict[str, float]] = {}
-    if not _is_transformer(cfg):
+    if not is_transformer(cfg):
         return out
     comms = comm_volumes(cfg)
     if baseline is not None:
@@ -374,7 +295,7 @@ def _comm_model(cfg: RunConfig, baseline: Any) -> dict[str, dict[str, float]]:
 
 def _launches(cfg: RunConfig) -> float:
     m = cfg.microbatches or 1
-    if not _is_transformer(cfg) or not cfg.model.layers:
+    if not is_transformer(cfg) or not cfg.model.layers:
         return float(m)
     return m * cfg.model.layers / cfg.parallel.pp
 
@@ -435,7 +356,7 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib
     else:
         add("recompute", r_new * sec_per_flop, f"{new.recompute.granularity} recompute FLOPs at the anchor's time per model FLOP")
     t_c_new = sum(r["predicted_s"] for r in rows)
-    imb_new = pipeline_imbalance(step_flops(new, conv), new.parallel.pp) if _is_transformer(new) else 1.0
+    imb_new = pipeline_imbalance(step_flops(new, conv), new.parallel.pp) if is_transformer(new) else 1.0
     add("pipeline_imbalance", t_c_new * (imb_new - 1), f"compute × (last stage / mean stage − 1) = {imb_new - 1:.4f}")
 
     cm_old, cm_new = _comm_model(old, anchor.baseline), _comm_model(new, anchor.baseline)
@@ -451,7 +372,7 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib
         key = f"exposed_comm_{d}"
         meas = a.get(key, 0.0)
         o, n_ = cm_old.get(d), cm_new.get(d)
-        if not _is_transformer(new):
+        if not is_transformer(new):
             if d == "dp" and meas > 0:
                 r_o, r_n = _dp_ring(old), _dp_ring(new)
                 bw = _scope_bw(old, "dp"), _scope_bw(new, "dp")
@@ -527,7 +448,7 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib
     for r in rows:
         r["delta_s"] = r["predicted_s"] - r["anchor_s"]
     peak = anchor.peak_tflops
-    new_peak = _peak(new) if (new.hardware.gpu, new.hardware.precision) != (old.hardware.gpu, old.hardware.precision) else peak
+    new_peak = peak_of(new) if (new.hardware.gpu, new.hardware.precision) != (old.hardware.gpu, old.hardware.precision) else peak
 
     def summary(cfg: RunConfig, step: float, model_gpu: float, rec_gpu: float, pk: float) -> dict[str, Any]:
         p = cfg.parallel
@@ -560,7 +481,7 @@ def project(anchor: Anchor, new: RunConfig, *, memory: bool = True, capacity_gib
             wf.append({"term": r["term"], "tflops": share})
     return {
         "anchor_source": anchor.source, "anchor": anchor.description,
-        "convention": conv if _is_transformer(old) else "per-sample", "peak_tflops": peak,
+        "convention": conv if is_transformer(old) else "per-sample", "peak_tflops": peak,
         "anchor_summary": s_old, "predicted": s_new, "terms": rows, "waterfall": wf,
         "host_bound": host_bound is not None, "notes": list(dict.fromkeys(notes)),
     }
@@ -595,21 +516,9 @@ def memory_summary(cfg: RunConfig, capacity_gib: float | None = None, reserve_gi
     return out
 
 
-# ------------------------------------------------------------------------------------ Python verb
-def whatif(cfg: RunConfig, sets: list[str] | dict[str, Any] | RunConfig, *, analysis: Any = None,
-           baseline: pl.DataFrame | None = None, convention: str | None = None) -> pl.DataFrame:
-    """Predict another layout of a run from its measured (or published) step.
-
-    The parameters, the result and an example are documented once, on the Python verb
-    :func:`traceanalyzer.whatif`; the rules that move each term are in :func:`project`."""
-    new = sets if isinstance(sets, RunConfig) else apply_sets(cfg, sets)
-    anchor = (anchor_from_analysis(analysis, cfg, convention=convention, baseline=baseline) if analysis is not None
-              else anchor_from_config(cfg, convention=convention, baseline=baseline))
-    return result_frame(project(anchor, new))
-
-
+# ------------------------------------------------------------------------------------ result
 def result_frame(res: dict[str, Any]) -> pl.DataFrame:
-    """The two-row frame of :func:`whatif` from a :func:`project` result."""
+    """The two-row frame of the what-if verb (:func:`traceanalyzer.whatif`) from a :func:`project` result."""
     recs = []
     for scen, s, col in (("anchor", res["anchor_summary"], "anchor_s"), ("predicted", res["predicted"], "predicted_s")):
         mem = s.get("memory") or {}

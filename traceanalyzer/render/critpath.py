@@ -3,12 +3,16 @@ comes from :func:`traceanalyzer.classify.critical_path.critical_path`."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
 from traceanalyzer._version import __version__
-from traceanalyzer.classify.critical_path import CP_BUCKETS, CriticalPath
-from traceanalyzer.classify.partition import BUCKET_LABELS
+from traceanalyzer.buckets import BUCKET_LABELS, CP_BUCKETS
+
+if TYPE_CHECKING:
+    from traceanalyzer.classify.critical_path import CriticalPath
 
 SCHEMA = "traceanalyzer.critical_path"  # traceanalyzer/schemas/critical_path.schema.json
 SCHEMA_VERSION = 1

@@ -6,11 +6,16 @@ Field names are a contract: keys are only ever added, never renamed or removed, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import orjson
 import polars as pl
 
 from traceanalyzer._version import __version__
-from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, HOST_FIELDS, IDLE_FIELDS, Analysis
+from traceanalyzer.buckets import COMM_DIM_FIELDS, FIELDS, HOST_FIELDS, IDLE_FIELDS
+
+if TYPE_CHECKING:
+    from traceanalyzer.classify import Analysis
 
 SCHEMA = "traceanalyzer.breakdown"  # traceanalyzer/schemas/breakdown.schema.json
 SCHEMA_VERSION = 1
@@ -90,7 +95,7 @@ def _cross_rank(analysis: Analysis) -> list[dict]:
 
 
 def document(analysis: Analysis, findings: list[dict] | None = None) -> dict:
-    """The breakdown document; ``findings``: :func:`traceanalyzer.reconcile.findings.findings`
+    """The breakdown document; ``findings``: :func:`traceanalyzer.reconciliation.findings.findings`
     of the same analysis, computed by the caller (a renderer computes nothing); none when not given."""
     findings = findings or []
     meta = {r["rank"]: r for r in analysis.trace.meta.iter_rows(named=True)}

@@ -1,7 +1,7 @@
 """Sections for ``traceanalyzer baseline``: nccl-tests health, topology, collective efficiency.
 
 Formatting only: every number comes from :mod:`traceanalyzer.baselines` and
-:mod:`traceanalyzer.reconcile.busbw` frames.
+:mod:`traceanalyzer.reconciliation.busbw` frames.
 """
 
 from __future__ import annotations

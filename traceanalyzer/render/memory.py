@@ -1,6 +1,6 @@
 """Renderers of the memory estimate and the measured memory: sections for tables / markdown,
 a JSON document, a CSV table. Formatting only: every number comes from
-:func:`traceanalyzer.reconcile.footprint.memory`."""
+:func:`traceanalyzer.reconciliation.footprint.memory`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.model.memory import GIB
+from traceanalyzer.hardware import GIB
 from traceanalyzer.render.predictions import Section, num, pct
 
 
@@ -21,13 +21,11 @@ def estimate_sections(est, fit_row: dict[str, Any] | None = None, title: str = "
     total = est.total_bytes
     p = len(est.stages)
     s = Section(f"{title} — pipeline stage {est.stage} of {p} (the most loaded)", ["component", "GiB", "share", "what"])
-    from traceanalyzer.model.memory import COMPONENT_NOTES, COMPONENTS
-
-    for k in COMPONENTS:
+    for k, what in est.component_notes.items():
         v = est.components[k]
         if v == 0:
             continue
-        s.rows.append([k.replace("_", " "), _gib(v), pct(v / total if total else 0.0), COMPONENT_NOTES[k]])
+        s.rows.append([k.replace("_", " "), _gib(v), pct(v / total if total else 0.0), what])
     s.rows.append(["= total", _gib(total), pct(1.0), f"{num(est.params / 1e9, 3)} B parameters on this GPU, ZeRO stage {est.zero_stage}"])
     if fit_row is not None and est.capacity_bytes is not None:
         s.rows.append(["device memory", _gib(est.capacity_bytes), "", ""])

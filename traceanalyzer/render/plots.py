@@ -15,17 +15,14 @@ from matplotlib.figure import Figure
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.patches import Patch
 
-from traceanalyzer.report.document import LABELS  # the bucket labels of the JSON, one source
+# the buckets' order, labels and colours: one source for the classifiers and every output
+from traceanalyzer.buckets import BUCKET_COLORS, BUCKET_LABELS as LABELS
+from traceanalyzer.buckets import BUCKETS as BUCKET_ORDER
 
-BUCKET_ORDER = ["compute", "recompute", "exposed_comm", "other", "idle"]
-#: Okabe & Ito (2008), "Color Universal Design": distinguishable with every common colour-vision deficiency
+#: the buckets' colours and those of the waterfall's other bars (Okabe & Ito (2008), "Color
+#: Universal Design": distinguishable with every common colour-vision deficiency)
 COLORS = {
-    "compute": "#0072B2",  # blue
-    "recompute": "#56B4E9",  # sky blue: a kind of compute
-    "exposed_comm": "#D55E00",  # vermillion: the loss that stands out
-    "other": "#CC79A7",  # reddish purple
-    "idle": "#999999",  # mid grey
-    "overlapped_comm": "#009E73",  # bluish green (not a bucket: shown beside the partition)
+    **BUCKET_COLORS,
     "achieved": "#009E73",
     "peak": "#555555",
     "kernel_efficiency": "#E69F00",  # orange

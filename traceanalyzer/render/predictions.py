@@ -1,7 +1,7 @@
 """Renderers of predictions (the analytic model) and reconciliations: terminal tables, markdown, JSON.
 
 Formatting only: every number comes from :func:`traceanalyzer.model.predict` /
-:func:`traceanalyzer.reconcile.waterfall` / ``compare`` dicts. Each renderer builds a list of
+:func:`traceanalyzer.reconciliation.waterfall` / ``compare`` dicts. Each renderer builds a list of
 :class:`Section` (title, column headers, rows of strings); :func:`render` turns them into rich
 tables (``table``) or GitHub markdown (``markdown``); ``json`` dumps the dict itself;
 :func:`emit` writes the result where the command was asked to. Warnings are not rendered here:

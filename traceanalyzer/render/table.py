@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from traceanalyzer.classify import BUCKETS, Analysis
-from traceanalyzer.classify.partition import BUCKET_LABELS as LABELS
+from traceanalyzer.buckets import BUCKET_LABELS as LABELS
+from traceanalyzer.buckets import BUCKETS
+
+if TYPE_CHECKING:
+    from traceanalyzer.classify import Analysis
 
 
 def breakdown_table(analysis: Analysis) -> Table:
@@ -54,7 +57,7 @@ def breakdown_table(analysis: Analysis) -> Table:
 
 def print_breakdown(analysis: Analysis, console: Console, summary=None, findings: list[dict] | None = None) -> None:
     """One row per rank, or with ``summary`` (``classify.rankspread.rank_spread``) the ranks' distribution;
-    ``findings`` (:func:`traceanalyzer.reconcile.findings.findings`) first."""
+    ``findings`` (:func:`traceanalyzer.reconciliation.findings.findings`) first."""
     if findings:
         console.print(findings_list(findings))
     elif findings is not None:
@@ -80,7 +83,7 @@ def findings_list(findings: list[dict]) -> Group:
 # --- cause sub-tables (breakdown --detail) -------------------------------------------------
 
 CAUSE_LABELS = {"idle_host_bound": "host-bound", "idle_sync": "sync wait", "idle_bubble": "PP bubble", "idle_other": "other"}
-#: host-bound idle by what the launching host thread was doing (classify.idle.HOST_CAUSES)
+#: host-bound idle by what the launching host thread was doing (traceanalyzer.buckets.HOST_CAUSES)
 HOST_LABELS = {"idle_host_dataloader": "data loader", "idle_host_optimizer": "optimizer", "idle_host_ops": "ops",
                "idle_host_untraced": "untraced"}
 
@@ -183,20 +186,16 @@ def cross_rank_table(analysis: Analysis) -> Table | None:
     return t
 
 
-def verdict_table(analysis: Analysis) -> Table | None:
-    """The host/launch verdict per rank (``classify.launches.verdict``), when the launches table was computed."""
-    if "launches" not in analysis.extras:
-        return None
-    from traceanalyzer.classify.launches import verdict, with_launch_bound
-
-    v = verdict(with_launch_bound(analysis.extras["launches"]))
-    if v.height == 0:
+def verdict_table(rows: list[dict[str, Any]] | None) -> Table | None:
+    """The host/launch verdict per rank: ``rows`` are the report model's ``host_verdict``
+    (:func:`traceanalyzer.report.document.host_verdict`); none when the launches table was not computed."""
+    if not rows:
         return None
     t = Table(title="Host and launches per rank: is the step CPU-bound? (GPU waits on the host >= 10% of the step and "
                     "host time per launched item > GPU time per item)", title_justify="left")
     for col in ("rank", "CPU-bound", "steps CPU-bound", "GPU waits %", "host µs/item", "GPU µs/item", "CUDA graphs"):
         t.add_column(col, justify="right")
-    for r in v.iter_rows(named=True):
+    for r in rows:
         us = lambda x: "-" if x is None else f"{x / 1000:.1f}"  # noqa: E731
         t.add_row(str(r["rank"]), "yes" if r["cpu_bound"] else "no", f"{r['cpu_bound_steps']} of {r['steps']}",
                   f"{100 * r['gpu_wait_share']:.1f}%", us(r["host_ns_per_kernel"]), us(r["gpu_ns_per_kernel"]),
@@ -204,13 +203,15 @@ def verdict_table(analysis: Analysis) -> Table | None:
     return t
 
 
-def print_detail(analysis: Analysis, console: Console, summary=None, stragglers=None, comm_summary=None) -> None:
-    """The cause sub-tables: idle by cause, communication, recompute, cross-rank; with
-    ``summary`` (the ranks' distribution, which holds the idle causes) no per-rank idle table,
-    and ``comm_summary`` (``classify.rankspread.comm_spread``) instead of one row per rank;
-    ``stragglers``: the multi-step straggler table's rows."""
+def print_detail(analysis: Analysis, console: Console, summary=None, stragglers=None, comm_summary=None,
+                 host_verdict: list[dict[str, Any]] | None = None) -> None:
+    """The cause sub-tables: idle by cause, host and launches, communication, recompute,
+    cross-rank; with ``summary`` (the ranks' distribution, which holds the idle causes) no
+    per-rank idle table, and ``comm_summary`` (``classify.rankspread.comm_spread``) instead of
+    one row per rank; ``stragglers``: the multi-step straggler table's rows; ``host_verdict``:
+    the per-rank host/launch verdict (:func:`traceanalyzer.report.document.host_verdict`)."""
     comm = comm_summary_table(comm_summary) if summary is not None else comm_table(analysis)
-    tables = (None if summary is not None else idle_table(analysis), verdict_table(analysis), comm, recompute_table(analysis),
+    tables = (None if summary is not None else idle_table(analysis), verdict_table(host_verdict), comm, recompute_table(analysis),
               cross_rank_table(analysis), None if stragglers is None else stragglers_table(stragglers))
     for table in tables:
         if table is not None:

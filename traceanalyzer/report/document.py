@@ -6,7 +6,7 @@ Markdown and plot renderers only format what is in it; ``--format json`` writes 
 
 All arithmetic starts from the classifier's integer nanoseconds; times in the model are
 milliseconds (``*_ms``) or microseconds (``*_us``) as floats, shares are percentages (``pct``).
-The optional ``waterfall`` section comes from the reconciler (``traceanalyzer.reconcile``, issue 5)
+The optional ``waterfall`` section comes from the reconciler (``traceanalyzer.reconciliation``)
 when it is installed and a run configuration is given: see :func:`waterfall_section`.
 """
 
@@ -22,10 +22,11 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer._version import __version__
-from traceanalyzer.classify import BUCKETS, Analysis
+from traceanalyzer.buckets import BUCKET_LABELS, BUCKETS, HOST_FIELDS, IDLE_FIELDS
+from traceanalyzer.classify import Analysis
 from traceanalyzer.classify.kernels import exposed_by_kernel as kernel_exposure
 from traceanalyzer.classify.kernels import exposed_rows, in_windows, kernel_rows
-from traceanalyzer.classify.partition import BUCKET_LABELS, segment_frame
+from traceanalyzer.classify.partition import segment_frame
 from traceanalyzer.classify.rankspread import rank_spread, summarise_ranks
 from traceanalyzer.classify.stragglers import DEFAULT_TOLERANCE
 from traceanalyzer.classify.stragglers import stragglers as stragglers_by_rank
@@ -139,7 +140,7 @@ def build(
 
     wf, wf_notes = waterfall_section(analysis, config)
     notes.extend(wf_notes)
-    from traceanalyzer.reconcile.findings import findings, run_config  # noqa: PLC0415
+    from traceanalyzer.reconciliation.findings import findings, run_config  # noqa: PLC0415
 
     found = findings(analysis, run_config(config))
     headline = _headline(totals, ranks, slowest, wf)
@@ -161,7 +162,7 @@ def build(
         "buckets": [{"key": b, "label": LABELS[b]} for b in BUCKETS],
         "headline": headline,
         "findings": found,
-        "host_verdict": _host_verdict(analysis),
+        "host_verdict": host_verdict(analysis),
         "ranks": ranks,
         "rank_summary": _rank_summary(steps, top) if summarise_ranks(len(ranks), ranks_mode) else None,
         "stragglers": _stragglers(steps, top),
@@ -326,9 +327,10 @@ def _stragglers(steps: pl.DataFrame, top: int) -> dict[str, Any]:
     }
 
 
-def _host_verdict(analysis: Analysis) -> list[dict[str, Any]]:
+def host_verdict(analysis: Analysis) -> list[dict[str, Any]]:
     """Per rank: is the step CPU-bound (:func:`traceanalyzer.classify.launches.verdict`); empty
-    when the launch table was not computed."""
+    when the launch table was not computed. The report's ``host_verdict`` section, and the rows
+    of the terminal's verdict table (:func:`traceanalyzer.render.table.verdict_table`)."""
     if "launches" not in analysis.extras:
         return []
     from traceanalyzer.classify.launches import verdict, with_launch_bound
@@ -337,8 +339,6 @@ def _host_verdict(analysis: Analysis) -> list[dict[str, Any]]:
 
 
 def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:
-    from traceanalyzer.classify import HOST_FIELDS
-
     cols = [*BUCKETS, "overlapped_comm"]
     host = [f for f in ["idle_host_bound", *HOST_FIELDS] if f"{f}_ns" in steps.columns]
     return (
@@ -448,8 +448,6 @@ def _kernels(analysis: Analysis, top: int) -> dict[str, Any] | None:
 def _causes(analysis: Analysis, totals: pl.DataFrame, top: int) -> dict[str, Any]:
     """The causes behind the buckets, zero rows left out: idle by cause, exposed communication
     by parallelism dimension with its wait and transfer, the recomputed ops, the stragglers."""
-    from traceanalyzer.classify import IDLE_FIELDS
-
     n = int(totals.get_column("steps").sum())
     idle_total = int(totals.get_column("idle_ns").sum())
     idle = []
@@ -458,8 +456,6 @@ def _causes(analysis: Analysis, totals: pl.DataFrame, top: int) -> dict[str, Any
         if v:
             idle.append({"cause": f.removeprefix("idle_"), "ms": v / n / _MS, "pct_of_idle": 100 * v / idle_total})
     idle.sort(key=lambda r: -r["ms"])
-    from traceanalyzer.classify import HOST_FIELDS
-
     host_total = int(totals.get_column("idle_host_bound_ns").sum()) if "idle_host_bound_ns" in totals.columns else 0
     host_bound = []
     for f in HOST_FIELDS:  # host-bound idle by what the launching host thread was doing (sum = host_bound)
@@ -523,11 +519,11 @@ def _causes(analysis: Analysis, totals: pl.DataFrame, top: int) -> dict[str, Any
 def _collective_efficiency(analysis: Analysis, baseline: pl.DataFrame | None, top: int) -> dict[str, Any] | None:
     """Achieved bus bandwidth per collective type and group against the cluster's nccl-tests
     baseline (or the hardware table), and the exposed communication split into wait, link speed
-    and below the reference (:mod:`traceanalyzer.reconcile.busbw`). None without a collective
+    and below the reference (:mod:`traceanalyzer.reconciliation.busbw`). None without a collective
     that carries a byte count."""
     if analysis.collectives is None or not analysis.collectives.height:
         return None
-    from traceanalyzer.reconcile.busbw import achieved_busbw, busbw_summary, exposed_split
+    from traceanalyzer.reconciliation.busbw import achieved_busbw, busbw_summary, exposed_split
 
     names = analysis.trace.meta.get_column("device_name").drop_nulls()
     per = achieved_busbw(analysis.collectives, baseline=baseline, gpu=names[0] if names.len() else None)
@@ -573,7 +569,7 @@ def _file_info(path: Path, role: str) -> dict[str, Any]:
 def waterfall_section(analysis: Analysis, config: Path | None) -> tuple[dict[str, Any] | None, list[str]]:
     """The ``waterfall`` section, from the reconciler when it is installed and a config is given.
 
-    Calls ``traceanalyzer.reconcile.waterfall(analysis, load_config(config))``; its dict holds
+    Calls ``traceanalyzer.reconciliation.waterfall(analysis, load_config(config))``; its dict holds
     ``achieved_tflops``, ``peak_tflops``, ``mfu``, ``hfu``, ``convention`` and ``terms`` (each
     ``{term, tflops, ...}``, ``achieved`` first; peak = achieved + sum of the loss terms).
     :func:`normalize_waterfall` maps that to the section documented in ``docs/report-schema.md``.
@@ -584,7 +580,7 @@ def waterfall_section(analysis: Analysis, config: Path | None) -> tuple[dict[str
     if not config.is_file():
         raise ConfigError("no such run configuration file", config)
     from traceanalyzer.model import load_config  # noqa: PLC0415 (model and reconciler load lazily)
-    from traceanalyzer.reconcile import waterfall  # noqa: PLC0415
+    from traceanalyzer.reconciliation import waterfall  # noqa: PLC0415
 
     result = waterfall(analysis, load_config(config, None))
     wf = normalize_waterfall(result)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import polars as pl
 
+from traceanalyzer.buckets import CP_BUCKETS
 from traceanalyzer.classify.critical_path import cpgraph, longest
 
 if TYPE_CHECKING:
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["critical_path", "CriticalPath", "CP_BUCKETS", "WAIT_SLACK_NS"]
 
-#: buckets of the path, in output order (sum = path length)
-CP_BUCKETS = ["compute", "recompute", "exposed_comm", "other", "idle", "host"]
 WAIT_SLACK_NS = cpgraph.WAIT_SLACK_NS
 _IDLE = ["kernel_gap", "launch_delay", "wait_gap"]
 

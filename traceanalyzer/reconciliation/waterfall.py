@@ -22,8 +22,8 @@ from traceanalyzer.model.flops import CONVENTION_NOTES, HFU_NOTES, step_flops
 from traceanalyzer.model.hardware import detect_gpu, peak_tflops
 from traceanalyzer.model.parallel import bubble_fraction, comm_volumes
 from traceanalyzer.model.predict import logged_convention
-from traceanalyzer.reconcile.buckets import loss_columns
-from traceanalyzer.reconcile.gemm import gemm_check, trace_flops
+from traceanalyzer.reconciliation.buckets import loss_columns
+from traceanalyzer.reconciliation.gemm import gemm_check, trace_flops
 from traceanalyzer.schema import Trace
 
 

@@ -51,7 +51,7 @@ def _recompute_cause(analysis, cfg) -> str:
 def _price(cfg, analysis, sets: list[str]) -> tuple[float | None, str | None, bool | None]:
     """(gain ms per step, note, fits) of ``sets`` through the what-if model, or (None, why, None)."""
     from traceanalyzer.errors import TraceAnalyzerError
-    from traceanalyzer.model.whatif import whatif
+    from traceanalyzer.reconciliation.anchor import whatif
 
     try:
         w = whatif(cfg, sets, analysis=analysis)

@@ -203,7 +203,7 @@ def memory(
     The 70B run of docs/examples (TP8 PP8 DP2, full recompute, 80 GB H100), from the repository root:
 
     >>> import polars as pl
-    >>> from traceanalyzer.reconcile.footprint import memory
+    >>> from traceanalyzer.reconciliation.footprint import memory
     >>> r = memory(config="docs/examples/issue1031-70b.toml", reserve_gb=4)
     >>> r.fit.select("stage", "fits").row(0)
     (0, True)

@@ -12,7 +12,7 @@ from typing import Any
 
 from traceanalyzer.classify import Analysis
 from traceanalyzer.errors import ConfigError
-from traceanalyzer.reconcile.buckets import loss_columns
+from traceanalyzer.reconciliation.buckets import loss_columns
 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

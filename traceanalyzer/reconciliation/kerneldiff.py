@@ -1,5 +1,5 @@
 """Kernel-level diff of two runs: which kernels appeared, disappeared or changed time / count,
-in the same units as :func:`~traceanalyzer.reconcile.compare.compare_time`.
+in the same units as :func:`~traceanalyzer.reconciliation.compare.compare_time`.
 
 Public surface: :func:`kernel_diff`.
 
