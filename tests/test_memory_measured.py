@@ -228,17 +228,16 @@ def test_nsys_cuda_memory_usage_events_are_driver_allocations_per_rank(tmp_path)
     assert r.timeline.filter(pl.col("rank") == 0).get_column("reserved").to_list() == [2**30, 2**30 + 2**29, 2**30, 2**30 + 2**20]
 
 
-def test_memory_verb_docstring_example_runs(monkeypatch):
-    import doctest
+def test_memory_kept_free_is_checked_before_anything_is_read():
+    # the reserve is refused by the reconciler itself too (the verb's checks aside): a negative
+    # or infinite reserve is a ConfigError naming it, and so is a call with nothing to do
+    from traceanalyzer.errors import ConfigError
 
-    from traceanalyzer.reconciliation import footprint
-
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    finder = doctest.DocTestFinder()
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    (test,) = [t for t in finder.find(footprint.memory, "memory", globs={}) if t.examples]
-    result = runner.run(test)
-    assert result.failed == 0 and result.attempted >= 4
+    for bad in (-1, float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match="must be a finite number of GiB, zero or more"):
+            memory(config=CONFIG_70B, reserve_gb=bad)
+    with pytest.raises(ConfigError, match="nothing to do"):
+        memory()
 
 
 def test_trace_with_nothing_to_measure_is_exit_5_unless_a_configuration_is_given():

@@ -149,69 +149,11 @@ def memory(
     workers: int | None = None,
     quiet: bool = True,
 ) -> MemoryResult:
-    """Memory per GPU: the analytic prediction for a run configuration, and what a trace measured.
-
-    Parameters
-    ----------
-    trace:
-        A trace file, a directory of rank files, a list of files, or a loaded
-        :class:`traceanalyzer.schema.Trace`. Its Kineto ``[memory]`` events (recorded with
-        ``torch.profiler.profile(profile_memory=True)``) give the allocated and reserved bytes
-        over time per rank; its memcpy/memset events the copy bandwidth. None: prediction only.
-    config:
-        A run configuration (TOML path or :class:`~traceanalyzer.model.config.RunConfig`).
-        None (and no ``megatron_args``): measurement only.
-    megatron_args:
-        Megatron-LM launch script, arguments or training log (with or instead of ``config``).
-    reserve_gb:
-        GiB (2^30 bytes) kept free for what the model does not count (CUDA context, NCCL and
-        cuBLAS buffers, fragmentation); the verdict is ``total + reserve <= device memory``.
-    step_range:
-        Name of the host range that marks a training step (for the step of the peak).
-    gpu_only:
-        Keep the GPU allocator only (not the host's ``[memory]`` events).
-    cache:
-        Use the parse cache (True, or a directory), as :func:`traceanalyzer.parsers.load`.
-    workers:
-        Rank files read in parallel processes (default: one process for a small job, all
-        cores for a large one; 1: in this process).
-    quiet:
-        No progress bar on standard error (``False``: the command line's bar, bytes read of
-        the job).
-
-    Returns
-    -------
-    MemoryResult
-        ``predicted`` (component, bytes, gib, share, what), ``fit`` (one row: most loaded stage,
-        total, device memory, reserve, headroom, fits, and the measured peaks beside them),
-        ``measured`` (per rank/device: peak_allocated, peak_allocated_ns, peak_step,
-        peak_reserved, peak_reserved_ns, source), ``timeline`` (rank, device, ts_ns, bytes,
-        allocated, reserved, source), ``copies`` (rank, kind, name, count, bytes, busy_ns,
-        gb_per_s). Bytes are bytes; times integer ns on the trace's time base.
-
-    Raises
-    ------
-    traceanalyzer.errors.ConfigError
-        A bad reserve or configuration value (exit code 7 on the command line), naming it.
-    traceanalyzer.errors.NoGpuActivity
-        A trace alone (no configuration) with neither GPU memory events nor copies (exit 5).
-    traceanalyzer.errors.InvalidArgument
-        ``workers`` is not a positive integer.
-
-    Example
-    -------
-    The 70B run of docs/examples (TP8 PP8 DP2, full recompute, 80 GB H100), from the repository root:
-
-    >>> import polars as pl
-    >>> from traceanalyzer.reconciliation.footprint import memory
-    >>> r = memory(config="docs/examples/issue1031-70b.toml", reserve_gb=4)
-    >>> r.fit.select("stage", "fits").row(0)
-    (0, True)
-    >>> round(r.predicted.filter(pl.col("component") == "optimizer_states")["gib"].item(), 2)
-    6.38
-
-    With a trace recorded with ``profile_memory=True``, ``r.measured`` holds the peaks and
-    ``r.fit`` the largest measured peak beside the predicted total.
+    """Memory per GPU: the analytic prediction for a run configuration, and what a trace
+    measured. :func:`traceanalyzer.api.memory` is the public verb and documents the arguments,
+    the result (:class:`MemoryResult`) and an example; here ``trace`` is a path, paths or a
+    loaded :class:`~traceanalyzer.schema.Trace` (the verb turns an analysis into one), and a bad
+    ``reserve_gb`` or nothing to do is a :class:`~traceanalyzer.errors.ConfigError`.
     """
     if not isinstance(reserve_gb, (int, float)) or isinstance(reserve_gb, bool) or not math.isfinite(reserve_gb) \
             or reserve_gb < 0:
