@@ -95,6 +95,8 @@ def idle_split(
             pl.col("launch_tid").forward_fill().shift(1).over("rank").alias("__prev_tid"),
         )
         .join(edges, on="rank", how="inner")
+        .collect()  # read by three queries below: computed once (polars does not share it across them)
+        .lazy()
     )
     inner = ordered.filter(pl.col("start_ns") > pl.coalesce("__prev_end", "__lo")).select(
         "rank", pl.coalesce("__prev_end", "__lo").alias("t0"), pl.col("start_ns").alias("t1"), pl.lit(False).alias("__last"),
@@ -124,7 +126,7 @@ def idle_split(
             tail.select("rank", pl.col("t0").alias("start_ns"), pl.col("t1").alias("end_ns"), "launch_tid"),
         ],
         how="vertical_relaxed",
-    ).with_columns(pl.lit("starve").alias("cls"))
+    ).with_columns(pl.lit("starve").alias("cls")).collect().lazy()  # read by the sweep and by host_split
     sync = ev.filter(
         ((pl.col("kind") == "runtime") & pl.col("name").str.contains(SYNC_RUNTIME))
         | ((pl.col("kind") == "cpu_op") & pl.col("name").is_in(SYNC_OPS))
@@ -139,7 +141,8 @@ def idle_split(
             .select("rank", pl.coalesce("launch_ns", "start_ns").alias("start_ns"), "end_ns", pl.lit("bubble").alias("cls"))
         )
         parts.append(pp)
-    seg = segments(pl.concat(parts, how="vertical_relaxed"), win, ["busy", "starve", "sync", "bubble"])
+    # materialised: the sweep reads its intervals twice (starts and ends)
+    seg = segments(pl.concat(parts, how="vertical_relaxed").collect().lazy(), win, ["busy", "starve", "sync", "bubble"])
     cause = (
         pl.when(pl.col("n_bubble") > 0)
         .then(pl.lit("bubble"))
