@@ -202,6 +202,19 @@ def host_split(events: pl.LazyFrame, host_seg: pl.LazyFrame, starve: pl.LazyFram
         .filter(pl.col("cls").is_not_null())
         .select(pl.col("__k").alias("key"), "start_ns", "end_ns", "cls")
     )
+    # only the ranges that overlap a host-bound segment of their key change the sweep inside those
+    # segments (the others add boundaries outside them and open and close outside them). A key's
+    # segments are disjoint, so a range [s, e) overlaps one exactly when the last segment that
+    # starts before e ends after s.
+    spans = held.lazy().select(pl.col("__k").alias("key"), pl.col("t0").alias("__t0"), pl.col("t1").alias("__t1")).sort("__t0")
+    host_iv = (
+        host_iv.filter(pl.col("end_ns") > pl.col("start_ns"))
+        .with_columns((pl.col("end_ns") - 1).alias("__q"))
+        .sort("__q")
+        .join_asof(spans, left_on="__q", right_on="__t0", by="key", strategy="backward", check_sortedness=False)
+        .filter(pl.col("__t1") > pl.col("start_ns"))
+        .select("key", "start_ns", "end_ns", "cls")
+    )
     sub = segments(
         host_iv,
         held.lazy().select(pl.col("__k").alias("key"), pl.col("__id").alias("step"), pl.col("t0").alias("wstart_ns"), pl.col("t1").alias("wend_ns")),
