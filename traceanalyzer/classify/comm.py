@@ -236,6 +236,9 @@ def collective_instances(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.Da
         tree.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
         .select(*THREAD, "pos", "correlation")
         .unique(["rank", "correlation"])
+        # the launches of communication kernels only: the lookups below are per launch, and the
+        # others (most of them) are never read
+        .join(k.select("rank", "correlation"), on=["rank", "correlation"], how="semi")
     )
     rpc_rows = ev.filter((pl.col("kind") == "cpu_op") & (pl.col("name") == "record_param_comms"))
     rp_tree = (

@@ -93,6 +93,8 @@ def idle_split(
             pl.col("launch_tid").forward_fill().shift(1).over("rank").alias("__prev_tid"),
         )
         .join(edges, on="rank", how="inner")
+        .collect()  # read by three queries below: computed once (polars does not share it across them)
+        .lazy()
     )
     inner = ordered.filter(pl.col("start_ns") > pl.coalesce("__prev_end", "__lo")).select(
         "rank", pl.coalesce("__prev_end", "__lo").alias("t0"), pl.col("start_ns").alias("t1"), pl.lit(False).alias("__last"),
@@ -122,7 +124,7 @@ def idle_split(
             tail.select("rank", pl.col("t0").alias("start_ns"), pl.col("t1").alias("end_ns"), "launch_tid"),
         ],
         how="vertical_relaxed",
-    ).with_columns(pl.lit("starve").alias("cls"))
+    ).with_columns(pl.lit("starve").alias("cls")).collect().lazy()  # read by the sweep and by host_split
     sync = ev.filter(
         ((pl.col("kind") == "runtime") & pl.col("name").str.contains(SYNC_RUNTIME))
         | ((pl.col("kind") == "cpu_op") & pl.col("name").is_in(SYNC_OPS))
@@ -137,7 +139,8 @@ def idle_split(
             .select("rank", pl.coalesce("launch_ns", "start_ns").alias("start_ns"), "end_ns", pl.lit("bubble").alias("cls"))
         )
         parts.append(pp)
-    seg = segments(pl.concat(parts, how="vertical_relaxed"), win, ["busy", "starve", "sync", "bubble"])
+    # materialised: the sweep reads its intervals twice (starts and ends)
+    seg = segments(pl.concat(parts, how="vertical_relaxed").collect().lazy(), win, ["busy", "starve", "sync", "bubble"])
     cause = (
         pl.when(pl.col("n_bubble") > 0)
         .then(pl.lit("bubble"))
@@ -196,6 +199,19 @@ def host_split(events: pl.LazyFrame, host_seg: pl.LazyFrame, starve: pl.LazyFram
         .with_columns(cls.alias("cls"))
         .filter(pl.col("cls").is_not_null())
         .select(pl.col("__k").alias("key"), "start_ns", "end_ns", "cls")
+    )
+    # only the ranges that overlap a host-bound segment of their key change the sweep inside those
+    # segments (the others add boundaries outside them and open and close outside them). A key's
+    # segments are disjoint, so a range [s, e) overlaps one exactly when the last segment that
+    # starts before e ends after s.
+    spans = held.lazy().select(pl.col("__k").alias("key"), pl.col("t0").alias("__t0"), pl.col("t1").alias("__t1")).sort("__t0")
+    host_iv = (
+        host_iv.filter(pl.col("end_ns") > pl.col("start_ns"))
+        .with_columns((pl.col("end_ns") - 1).alias("__q"))
+        .sort("__q")
+        .join_asof(spans, left_on="__q", right_on="__t0", by="key", strategy="backward", check_sortedness=False)
+        .filter(pl.col("__t1") > pl.col("start_ns"))
+        .select("key", "start_ns", "end_ns", "cls")
     )
     sub = segments(
         host_iv,

@@ -495,18 +495,31 @@ def _events_part(piece, path: Path, first: int) -> _Part:
     return part
 
 
-def _array_piece(buf: bytearray, cut: int) -> bytearray:
-    """``buf[:cut]`` (whole events separated by commas) as a JSON array."""
+def _array_end(buf: bytearray, cut: int) -> int:
+    """Where ``buf[:cut]`` (``[`` and whole events separated by commas) ends as a JSON array:
+    the index after its last event, where the ``]`` goes."""
     j = cut
     while j > 0 and buf[j - 1] in (32, 9, 10, 13):
         j -= 1
     if j > 0 and buf[j - 1] == 44:  # trailing ","
         j -= 1
-    piece = bytearray(b"[")
-    with memoryview(buf) as mv:
-        piece += mv[:j]
-    piece += b"]"
-    return piece
+    return j
+
+
+def _events_in_place(buf: bytearray, cut: int, path: Path, first: int) -> _Part:
+    """The part of ``buf[:cut]`` (``[`` and whole events) decoded where it lies: the byte after
+    the last event becomes ``]`` for the decode and gets its value back after it (no copy of
+    the chunk)."""
+    j = _array_end(buf, cut)
+    saved = buf[j]
+    buf[j] = 0x5D  # "]"
+    mv = memoryview(buf)
+    piece = mv[: j + 1]
+    part = _events_part(piece, path, first)
+    piece.release()  # buf grows and shrinks next: no view of it may remain
+    mv.release()
+    buf[j] = saved
+    return part
 
 
 def _parse_streaming(path: Path, progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, dict, list[str]]:
@@ -541,30 +554,35 @@ def _parse_blocks(path: Path, stream: inflate.Stream, blocks) -> tuple[pl.DataFr
         raise _Fallback
     head_keys = object_keys(head_text)
     check_keys(head_keys, path)
-    offset = arr + 1  # bytes of the file before buf[0]
-    del buf[: arr + 1]
+    # buf[0] is "[" from here on (the array's own, then the one put in place of the byte before
+    # each cut), so every chunk is decoded in place as a JSON array
+    offset = arr + 1  # bytes of the file before buf[1]
+    del buf[:arr]
     # 2. the events, a chunk at a time, cut before a line that opens an event
     parts: list[_Part] = []
     n_events = 0
     searched = 0
     for block in blocks:
         buf += block
-        if len(buf) < _CHUNK:
+        if len(buf) - 1 < _CHUNK:
             continue
         cut = _last_event_start(buf, max(0, searched - 64))
         searched = len(buf)
-        if cut <= 0:
+        if cut <= 1:
             continue
-        part = _events_part(_array_piece(buf, cut), path, n_events)
+        part = _events_in_place(buf, cut, path, n_events)
         parts.append(part)
         n_events += part.counts["n"]
-        offset += cut
-        del buf[:cut]
+        offset += cut - 1
+        del buf[: cut - 1]
+        buf[0] = 0x5B  # "["
         searched = 0
     # 3. the last events and the keys after the array (or a truncated end)
     total = stream.total
     kept = None
-    done = _tail(bytes(buf), path, n_events)
+    mv = memoryview(buf)
+    done = _tail(mv, path, n_events)
+    mv.release()
     if done is not None:
         part, rest_keys, rest = done
         if part is not None:
@@ -573,7 +591,7 @@ def _parse_blocks(path: Path, stream: inflate.Stream, blocks) -> tuple[pl.DataFr
         doc = {**{k: v for k, v in head.items() if k != "traceEvents"}, **rest}
     else:  # a truncated (or odd) end: today's recovery over the dicts of the last chunk
         prefix = b'{"traceEvents":['
-        last = prefix + bytes(buf)
+        last = prefix[:-1] + bytes(buf)  # buf starts with the "["
         del buf
         try:
             tail = orjson.loads(last)
@@ -605,12 +623,11 @@ def _parse_blocks(path: Path, stream: inflate.Stream, blocks) -> tuple[pl.DataFr
     return _finish(path, doc, parts, stream.cut, kept, total, stream.warnings)
 
 
-def _tail(rest: bytes, path: Path, first: int) -> tuple[_Part | None, list[str], dict] | None:
-    """The last events (``rest``: events, the array's ``]``, the keys after it, ``}``), the keys
+def _tail(piece: memoryview, path: Path, first: int) -> tuple[_Part | None, list[str], dict] | None:
+    """The last events (``piece``: ``[``, events, the array's ``]``, the keys after it, ``}``), the keys
     after the array as written (repetitions included, for :func:`check_keys`) and their values;
-    None when ``rest`` is not exactly that (a truncated or malformed end: the caller recovers).
+    None when ``piece`` is not exactly that (a truncated or malformed end: the caller recovers).
     Where the array ends is where ``msgspec`` reports trailing characters after skipping it."""
-    piece = memoryview(b"[" + rest)
     try:
         msgspec.json.decode(piece, type=msgspec.Raw)
         return None  # the array closes the input: no "}" after it

@@ -211,18 +211,22 @@ def decode_native(module, piece) -> tuple[pl.DataFrame, int, int] | None:
     cols, n = out
     series = [pl.Series(_ArrowColumn(c)) for c in cols]
     df = pl.DataFrame([s.alias(k) for s, k in zip(series, _NATIVE_COLUMNS)])
-    offsets, lengths, t_offsets, t_lengths = series[-4], series[-3], series[-2], series[-1]
     mv = memoryview(piece)
+    spans: dict[int, tuple] = {}
+
+    def gather(idx: list[int]) -> None:  # the spans of the shaped ops' rows, as Python ints at once
+        rows = pl.Series(idx, dtype=pl.UInt32)
+        spans.update(zip(idx, zip(*(s.gather(rows).to_list() for s in series[-4:]))))
 
     def dims(i: int) -> object:
-        at = offsets[i]
-        return None if at is None else _raw_dims(mv[at : at + lengths[i]])
+        at, length = spans[i][:2]
+        return None if at is None else _raw_dims(mv[at : at + length])
 
     def types(i: int) -> object:
-        at = t_offsets[i]
-        return None if at is None else _raw_dims(mv[at : at + t_lengths[i]])
+        at, length = spans[i][2:]
+        return None if at is None else _raw_dims(mv[at : at + length])
 
-    return df.with_columns(_input_dims(df, dims, types)), n, 0
+    return df.with_columns(_input_dims(df, dims, types, gather)), n, 0
 
 
 def _raw_dims(raw) -> object:
@@ -283,7 +287,7 @@ def _typed_dicts(rows: list, schema: dict) -> pl.DataFrame:
         return text.select(pl.col(k).cast(v, strict=False) for k, v in schema.items())
 
 
-def _input_dims(raw: pl.DataFrame, dims_of, types_of=None) -> list[pl.Series]:
+def _input_dims(raw: pl.DataFrame, dims_of, types_of=None, prepare=None) -> list[pl.Series]:
     """``Input Dims`` as compact JSON text, and the element type of the first tensor input
     (``Input type`` at the first position whose dims are a tensor's), for the shaped ops only
     (GEMM, conv, attention).
@@ -291,17 +295,13 @@ def _input_dims(raw: pl.DataFrame, dims_of, types_of=None) -> list[pl.Series]:
     Input Dims nests to varying depth (tensor lists), which no single polars dtype holds, so
     the few rows that need it are serialised with orjson, selected by a polars filter.
     """
-    idx = (
-        raw.select(
-            pl.arg_where(
-                pl.col("ph").is_in(["X", "x"])
-                & pl.col("name").str.contains(SHAPED_OPS)
-                & pl.col("cat").str.to_lowercase().is_in(["cpu_op", "operator"])
-            )
-        )
-        .to_series()
-        .to_list()
-    )
+    # the (case-insensitive) name pattern only over the host ops: over every row it cost 4x the rest
+    ops = raw.select(
+        pl.arg_where(pl.col("ph").is_in(["X", "x"]) & pl.col("cat").str.to_lowercase().is_in(["cpu_op", "operator"]))
+    ).to_series()
+    idx = ops.filter(raw.get_column("name").gather(ops).str.contains(SHAPED_OPS)).to_list()
+    if prepare is not None:  # ``prepare(idx)``: before ``dims_of`` / ``types_of`` are asked about those rows
+        prepare(idx)
     values: list[str | None] = [None] * raw.height
     kinds: list[str | None] = [None] * raw.height
     for i in idx:  # the shaped ops only
