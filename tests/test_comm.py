@@ -13,7 +13,7 @@ import pytest
 import traceanalyzer as ta
 from traceanalyzer.classify import comm
 
-from conftest import DEMO, DLRM, independent_steps
+from conftest import DEMO, DLRM, TRACES, independent_steps, needs_shared
 
 
 def _raw(rank):
@@ -185,3 +185,24 @@ def test_seq_arg_aligns_instances_even_when_ranks_saw_different_counts():
     assert c["bytes"].to_list() == [4000, 4000, 4000]
     # Seq 7 on one rank: 4000 B x 2(n-1)/n / 100 GB/s = 40 ns
     assert c["transfer_ns"][0] == 40
+
+
+@needs_shared()
+def test_collectives_starting_together_are_numbered_in_the_kernels_order():
+    # Without a Seq argument a collective's instance is its order among its rank and group's
+    # kernels by start. On this HTA trace three pairs of all-reduces on rank 0 start at the same
+    # nanosecond; their instances once changed from run to run (an unstable sort). The rule,
+    # counted here in plain Python over the table (which keeps the kernels' order): sort by
+    # (start, position), number from 1.
+    c = ta.analyze(TRACES / "hta" / "negative_queue_length_values_check" / "rank0.json.gz", workers=1).collectives
+    rows = list(zip(c["rank"].to_list(), c["pg_name"].cast(pl.String).to_list(), c["start_ns"].to_list(),
+                    range(c.height), c["instance"].to_list()))
+    groups: dict = {}
+    for rank, group, start, pos, inst in rows:
+        groups.setdefault((rank, group), []).append((start, pos, inst))
+    ties = 0
+    for members in groups.values():
+        members.sort()
+        assert [inst for _, _, inst in members] == list(range(1, len(members) + 1))
+        ties += sum(a[0] == b[0] for a, b in zip(members, members[1:]))
+    assert ties == 3 and c.height == 80

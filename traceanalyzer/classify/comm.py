@@ -320,7 +320,7 @@ def collective_instances(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.Da
     # step of each kernel: the window holding its start
     win = windows.lazy().select("rank", "step", "wstart_ns", "wend_ns").sort("wstart_ns")
     j = (
-        j.sort("start_ns")
+        j.sort("start_ns", "__k")  # ties in the kernel's order: the instance below is then the same on every run
         .join_asof(win, left_on="start_ns", right_on="wstart_ns", by="rank", strategy="backward", check_sortedness=False)
         .with_columns(pl.when(pl.col("start_ns") < pl.col("wend_ns")).then(pl.col("step")).alias("step"))
     )
