@@ -56,13 +56,13 @@ class JobProgress:
         self._lock = threading.Lock()
         self._bar = None
         self._task = None
-        big = sum(json_bytes(f) for f in files if f.is_file()) > SHOW_BYTES
-        if console is None:
+        big = not quiet and sum(json_bytes(f) for f in files if f.is_file()) > SHOW_BYTES
+        if console is None and big:  # rich (about 0.08 s to import) only where progress is shown
             from rich.console import Console
 
             console = Console(stderr=True, highlight=False)
         self.console = console
-        self.mode = "quiet" if quiet or not big else ("bar" if console.is_terminal else "lines")
+        self.mode = "bar" if big and console.is_terminal else ("lines" if big else "quiet")
         self._t0 = time.perf_counter()
         if self.mode == "bar":
             from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn,
