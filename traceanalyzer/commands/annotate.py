@@ -28,7 +28,7 @@ def annotate(
     """Write the trace with tracks per rank showing compute / recompute / exposed comm / other / idle (open it in Perfetto UI).
 
     Kineto input keeps its own events; Nsight Systems input (and --merge) is rebuilt from the parsed events."""
-    from traceanalyzer.api import check_annotate_output, write_annotated
+    from traceanalyzer.api.commandline import check_annotate_output, write_annotated
 
     patterns = comm_patterns(comm_kernel)
     outputs = Outputs(paths)

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.api import BINARIES
+from traceanalyzer.api.commandline import BINARIES
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.commands.common import (
     CacheOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, choices, err_console, config_opt, format_opt, positive_number,
@@ -48,7 +48,7 @@ def baseline(
     outputs = Outputs([*(files or []), topo, *(trace or [])])
     if output is not None:
         outputs.check(output)
-    from traceanalyzer.api import baseline_parts
+    from traceanalyzer.api.commandline import baseline_parts
 
     sections, doc, warnings = baseline_parts(
         files, topo=topo, trace=trace, config=config, gpu=gpu, nvlink_gbps=nvlink_gbps, net_gbps=net_gbps,

@@ -51,7 +51,7 @@ def breakdown(
                              extras=("launches",) if format in (TableFormat.json, TableFormat.table) else ())
     view = {"findings": None}
     if format in (TableFormat.json, TableFormat.table):
-        from traceanalyzer.api import breakdown_view
+        from traceanalyzer.api.commandline import breakdown_view
 
         view = breakdown_view(analysis, config, ranks=ranks.value, detail=detail, table=format is TableFormat.table)
     if format is TableFormat.json:

@@ -440,7 +440,7 @@ def analyse_paths(
 ):
     """:func:`traceanalyzer.api.analyse_files` with its progress on stderr (a bar on a terminal, a
     line per rank file otherwise, nothing with ``quiet``)."""
-    from traceanalyzer.api import analyse_files
+    from traceanalyzer.api.commandline import analyse_files
 
     return analyse_files(paths, step_name, recompute_pattern=recompute_pattern, bus_bw_gbps=bus_bw_gbps, cache=cache, keep=keep,
                          workers=workers, engine=Engine(engine).value, address=address, quiet=quiet, comm_kernels=comm_kernels,
@@ -459,7 +459,7 @@ CommKernelOpt = Annotated[
 def comm_patterns(cli: list[str] | None, config: Path | None = None, megatron_args: Path | None = None) -> list[str]:
     """The communication-kernel regexes of a command: ``--comm-kernel`` and the run
     configuration's ``[trace] comm_kernels``, each checked (exit 7 naming a bad one)."""
-    from traceanalyzer.api import comm_patterns as patterns
+    from traceanalyzer.api.commandline import comm_patterns as patterns
 
     return patterns(cli, config, megatron_args)
 
@@ -473,7 +473,7 @@ def print_warnings(warnings: list[str], *, shows_transfer: bool = True) -> None:
     """Each warning on a line of stderr; a view that does not show collectives' wait/transfer split
     (``shows_transfer=False``: breakdown without --detail, kernels, launches...) leaves out the
     warnings about how it was estimated (the JSON of a view that has the split keeps them)."""
-    from traceanalyzer.api import TRANSFER_WARNING
+    from traceanalyzer.api.commandline import TRANSFER_WARNING
 
     for w in warnings:
         if shows_transfer or not w.startswith(TRANSFER_WARNING):

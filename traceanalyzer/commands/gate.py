@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.api import LAST_GOOD, gate_of, parse_threshold, read_store
+from traceanalyzer.api.commandline import LAST_GOOD, gate_of, parse_threshold, read_store
 from traceanalyzer.commands.common import StoreOpt, format_opt, output_opt, parsed_by, print_store_warnings
 from traceanalyzer.errors import GateFailed
 from traceanalyzer.outputs import Outputs

@@ -11,7 +11,7 @@ from traceanalyzer.commands.common import (
     AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, OutputOpt, QuietOpt, StepRangeOpt, TableFormat, WholeTraceOpt,
     WorkersOpt, binary_output_check, choices, comm_patterns, config_opt, format_opt, out_console, print_warnings, regex, traces_arg,
 )
-from traceanalyzer.api import ELEMENT_BYTES, SORT_KEYS
+from traceanalyzer.api.commandline import ELEMENT_BYTES, SORT_KEYS
 from traceanalyzer.outputs import Outputs
 
 
@@ -32,7 +32,8 @@ DEFAULT_TOP = 20
 
 def _run(what: str, paths, name, rank, step, sort, top, precision, format, output, step_range, whole_trace, recompute_range,
          comm_kernel, config, cache, workers, engine, address, quiet) -> None:
-    from traceanalyzer.api import analysis_with_tables, check_table_filters, kernels as kernel_verb, ops as op_verb
+    from traceanalyzer.api import analysis_with_tables, kernels as kernel_verb, ops as op_verb
+    from traceanalyzer.api.commandline import check_table_filters
     from traceanalyzer.render import kerneltable as render
 
     sort = Sort(sort).value

@@ -62,7 +62,7 @@ def launches(
     quiet: QuietOpt = False,
 ) -> None:
     """Kernel launch latency (launch call -> GPU start), kernels per step, launch-bound steps, queue length per stream."""
-    from traceanalyzer.api import LAUNCH_EXTRAS, launch_views
+    from traceanalyzer.api.commandline import LAUNCH_EXTRAS, launch_views
     from traceanalyzer.render import frames
 
     patterns = comm_patterns(comm_kernel, config)

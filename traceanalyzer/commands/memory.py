@@ -11,7 +11,7 @@ import typer
 from traceanalyzer.commands.common import (
     QuietOpt, WorkersOpt, config_opt, format_opt, non_negative_number, output_opt, print_warnings, step_range_opt, traces_arg,
 )
-from traceanalyzer.api import DEFAULT_RESERVE_GIB, GIB
+from traceanalyzer.api.commandline import DEFAULT_RESERVE_GIB, GIB
 from traceanalyzer.outputs import Outputs
 
 

@@ -9,7 +9,7 @@ import typer
 
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.predictions import Format, emit
-from traceanalyzer.api import PLAN_CONVENTIONS, check_plan_mfu, parse_count, parse_range
+from traceanalyzer.api.commandline import PLAN_CONVENTIONS, check_plan_mfu, parse_count, parse_range
 from traceanalyzer.commands.common import (
     CacheOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, choices, err_console, config_opt, format_opt, job_opt, non_negative_number,
     parsed_by, positive_number, store_opt, trace_opt,
@@ -59,7 +59,7 @@ def plan(
         outputs.check(output)
     from traceanalyzer.render.planning import plan_sections
 
-    from traceanalyzer.api import plan_parts
+    from traceanalyzer.api.commandline import plan_parts
 
     p = plan_parts(tokens, config, megatron_args, trace=trace, convention=getattr(convention, "value", convention),
                    hardware_flops=hardware_flops, params=params, store=store, job=job, margin=margin, step_range=step_range,

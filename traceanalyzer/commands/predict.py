@@ -9,7 +9,7 @@ import typer
 
 from traceanalyzer.commands.common import AllRowsOpt, ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
 from traceanalyzer.commands.common import require_config
-from traceanalyzer.api import CONVENTIONS, HFU_CONVENTIONS
+from traceanalyzer.api.commandline import CONVENTIONS, HFU_CONVENTIONS
 from traceanalyzer.render.predictions import Format, emit
 from traceanalyzer.outputs import Outputs
 

@@ -12,9 +12,8 @@ from traceanalyzer.commands.common import (
     format_opt, print_warnings, step_name, trace_arg,
 )
 from traceanalyzer.commands.common import require_config
-from traceanalyzer.api import (
-    CONVENTIONS, HFU_CONVENTIONS, analysis_with_tables, compare_waterfalls, public, reconcile_parts, time_comparison,
-)
+from traceanalyzer.api import analysis_with_tables, public, time_comparison
+from traceanalyzer.api.commandline import CONVENTIONS, HFU_CONVENTIONS, compare_waterfalls, reconcile_parts
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.predictions import (

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from traceanalyzer.api import METRICS, plot_trend, read_store, trend_of
+from traceanalyzer.api.commandline import METRICS, plot_trend, read_store, trend_of
 from traceanalyzer.commands.common import (
     JobOpt, StoreOpt, choices, format_opt, iso_date, out_console, output_opt, parsed_by, print_store_warnings,
 )

@@ -53,7 +53,8 @@ def annotations(
     quiet: QuietOpt = False,
 ) -> None:
     """GPU time under each NVTX / record_function range, split into compute / recompute / exposed comm / other / idle."""
-    from traceanalyzer.api import annotations as annotation_verb, check_range_regex, load_config
+    from traceanalyzer.api import annotations as annotation_verb
+    from traceanalyzer.api.commandline import check_range_regex, load_config
     from traceanalyzer.render import frames
 
     check_range_regex(name)

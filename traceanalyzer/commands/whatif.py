@@ -12,7 +12,7 @@ from traceanalyzer.commands.common import (
     positive_number, print_warnings, step_range_opt,
 )
 from traceanalyzer.commands.common import require_config
-from traceanalyzer.api import CONVENTIONS
+from traceanalyzer.api.commandline import CONVENTIONS
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.predictions import Format, emit
 
@@ -42,7 +42,7 @@ def whatif(
     all_rows: AllRowsOpt = False,
 ) -> None:
     """What would another layout reach? Each measured term re-derived for the new layout; --search ranks them all."""
-    from traceanalyzer.api import check_whatif_options, whatif_parts
+    from traceanalyzer.api.commandline import check_whatif_options, whatif_parts
 
     check_whatif_options(convention, capacity_gb, reserve_gb)
     if not set_ and not search:

@@ -1,0 +1,425 @@
+"""What each command of the command line runs, beyond the public verbs of
+:mod:`traceanalyzer.api`: its options go to one of these functions, and what they give goes
+to a renderer. Errors are worded with the command's options (``--config``, ``--reserve-gb``);
+``console`` is where the progress of an analysis goes. The command modules import only this
+module, the verbs, the renderers and the ground (an import contract keeps it so).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+import polars as pl
+
+from traceanalyzer.api import (
+    DEFAULT_STEP, PathLike, _baseline, _baseline_tables, collective_busbw, launches, queue_length, search_parts, waterfall_of,
+)
+
+if TYPE_CHECKING:
+    from traceanalyzer.classify import Analysis
+
+#: the vocabularies the command line offers as choices and defaults, re-exported here (a command
+#: imports the API, never the package that defines them); each loads on first use, so that a
+#: command does not import every package to register its options
+_VOCABULARY: dict[str, str] = {
+    "BINARIES": "traceanalyzer.baselines",
+    "LAST_GOOD": "traceanalyzer.batch.gate",
+    "parse_threshold": "traceanalyzer.batch.gate",
+    "METRICS": "traceanalyzer.batch.trend",
+    "TRANSFER_WARNING": "traceanalyzer.classify.comm",
+    "SORT_KEYS": "traceanalyzer.classify.kernelstats",
+    "ELEMENT_BYTES": "traceanalyzer.classify.roofline",
+    "CONVENTIONS": "traceanalyzer.model.config",
+    "HFU_CONVENTIONS": "traceanalyzer.model.flops",
+    "DEFAULT_RESERVE_GIB": "traceanalyzer.model.memory",
+    "GIB": "traceanalyzer.model.memory",
+    "PLAN_CONVENTIONS": "traceanalyzer.model.runplan",
+    "parse_count": "traceanalyzer.model.runplan",
+    "parse_range": "traceanalyzer.model.runplan",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _VOCABULARY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# what each command runs: its options go to one of these, what they give to a renderer
+# (``console``: where the progress of an analysis goes; errors name the command's options)
+
+
+def analyse_files(
+    paths: Iterable[PathLike],
+    step_name: str | None = DEFAULT_STEP,
+    *,
+    recompute_pattern: str | None = None,
+    bus_bw_gbps: float | None = None,
+    cache: bool = False,
+    keep: str = "compact",
+    workers: int | None = None,
+    engine: str = "local",
+    address: str | None = None,
+    quiet: bool = False,
+    comm_kernels: Iterable[str] | None = None,
+    extras: tuple[str, ...] = (),
+    console: Any = None,
+) -> Analysis:
+    """Load and classify trace files on the engine (rank files in parallel), with progress on
+    ``console`` (a bar on a terminal, a line per rank file otherwise, nothing with ``quiet``).
+    ``keep``: what the caller needs beyond the compact tables (see
+    :data:`traceanalyzer.engine.KEEP`); ``extras``: optional per-rank tables
+    (:data:`traceanalyzer.engine.rank.EXTRAS`)."""
+    from traceanalyzer.engine import Options, analyse
+
+    opts = Options(step_name=step_name, recompute_pattern=recompute_pattern, keep=keep, cache=cache,
+                   comm_kernels=tuple(comm_kernels or ()), extras=tuple(extras))
+    if bus_bw_gbps is not None:
+        opts.bus_bw_gbps = bus_bw_gbps
+    return analyse([Path(p) for p in paths], opts, engine=engine, workers=workers, address=address, quiet=quiet, console=console)
+
+
+def load_config(config: PathLike | None = None, megatron_args: PathLike | None = None) -> Any:
+    """The run configuration (:class:`~traceanalyzer.model.RunConfig`) of a TOML file and/or
+    Megatron-LM arguments (ConfigError naming what is wrong)."""
+    from traceanalyzer.model import load_config as load
+
+    return load(config, megatron_args)
+
+
+def comm_patterns(patterns: Iterable[str] | None, config: PathLike | None = None, megatron_args: PathLike | None = None) -> list[str]:
+    """The communication-kernel regexes of a run: ``patterns`` (``--comm-kernel``) and the run
+    configuration's ``[trace] comm_kernels``, each checked (ConfigError naming a bad one)."""
+    from traceanalyzer.classify.labels import check_comm_pattern
+    from traceanalyzer.errors import ConfigError
+
+    out = list(patterns or [])
+    for p in out:
+        check_comm_pattern(p)
+    if config is not None or megatron_args is not None:
+        cfg = load_config(config, megatron_args)
+        for p in cfg.trace.comm_kernels:
+            try:
+                check_comm_pattern(p)
+            except ConfigError as exc:
+                raise ConfigError(exc.message.replace("--comm-kernel", "[trace] comm_kernels", 1), cfg.source) from None
+            if p not in out:
+                out.append(p)
+    return out
+
+
+def read_baseline(files: Iterable[PathLike] | None) -> pl.DataFrame | None:
+    """nccl-tests output files read and stacked; None without files."""
+    files = list(files or [])
+    return _baseline(files) if files else None
+
+
+def breakdown_view(analysis: Analysis, config: PathLike | None = None, *, ranks: str = "auto", detail: bool = False,
+                   table: bool = True) -> dict[str, Any]:
+    """What ``breakdown`` shows beside the partition: ``findings`` (the profiler findings, with
+    the run configuration's), and for the table ``summary`` (the ranks' distribution, when
+    ``ranks`` asks for it), ``stragglers``, ``comm`` (the spread of communication) and
+    ``host_verdict`` (the host / launch verdict rows; with ``detail``)."""
+    from traceanalyzer.reconciliation.findings import findings, run_config
+
+    view: dict[str, Any] = {"findings": findings(analysis, run_config(config))}
+    if table:
+        from traceanalyzer.classify.rankspread import comm_spread, rank_spread, summarise_ranks
+        from traceanalyzer.classify.stragglers import stragglers as find_stragglers
+
+        summary = rank_spread(analysis.steps) if summarise_ranks(len(analysis.trace.ranks), ranks) else None
+        view["summary"] = summary
+        if detail:
+            view["stragglers"] = find_stragglers(analysis.steps)
+            view["comm"] = (comm_spread(analysis.comm) if summary is not None and analysis.comm is not None and analysis.comm.height
+                            else None)
+            from traceanalyzer.report.document import host_verdict
+
+            view["host_verdict"] = host_verdict(analysis)
+    return view
+
+
+def check_table_filters(name: str | None, sort: str, precision: str | None, top: int | None) -> None:
+    """ConfigError for a bad ``--name`` regex, ``--sort`` key, ``--precision`` or ``--top``."""
+    from traceanalyzer.classify.tables import check_filters
+
+    check_filters(name, sort, precision, top)
+
+
+def check_range_regex(pattern: str | None) -> None:
+    """ConfigError unless ``pattern`` (``--name`` of ``annotations``) is a regex polars can use."""
+    from traceanalyzer.classify.annotation_ranges import check_regex
+
+    check_regex(pattern)
+
+
+#: the optional tables each view of ``launches`` needs
+LAUNCH_EXTRAS = {"steps": ("launches", "queue"), "queue": ("queue",), "kernels": ("launch_rows",), "queue_series": ("queue_series",)}
+
+
+def launch_views(analysis: Analysis, view: str, threshold: float = 0.10, *, queue: bool = True) -> tuple[dict[str, pl.DataFrame], list[dict]]:
+    """(the frames of a view of ``launches`` by name, the profiler's notes on its steps):
+    ``steps`` (with the ``queue`` summary unless ``queue=False``), ``queue``, ``kernels`` or
+    ``queue_series``."""
+    shown: dict[str, pl.DataFrame] = {}
+    notes: list[dict] = []
+    if view == "steps":
+        from traceanalyzer.reconciliation.findings import profiler_notes
+
+        shown["steps"] = launches(analysis, threshold=threshold)
+        notes = profiler_notes(analysis, shown["steps"])
+        if queue:
+            shown["queue"] = queue_length(analysis)
+    elif view == "queue":
+        shown["queue"] = queue_length(analysis)
+    elif view == "kernels":
+        shown["kernels"] = launches(analysis, per="kernel")
+    else:
+        shown["queue_series"] = queue_length(analysis, series=True)
+    return shown, notes
+
+
+def check_annotate_output(outputs: Any, output: Path, paths: Iterable[PathLike], merge: bool) -> None:
+    """OutputError unless ``output`` can take the annotated traces of ``paths`` (one file: one
+    rank file or ``merge``; else a directory)."""
+    from traceanalyzer.parsers import discover
+    from traceanalyzer.report.annotate import check_output
+
+    check_output(outputs, output, sum(len(discover(Path(p))) for p in paths), merge)
+
+
+def write_annotated(analysis: Analysis, output: Path, outputs: Any, merge: bool) -> list[Path]:
+    """Write the annotated traces of an analysis holding its events; the files written."""
+    from traceanalyzer.report.annotate import annotate as write
+
+    return write(analysis, output, outputs, merge)
+
+
+def reconcile_parts(trace: PathLike, config: PathLike | None, megatron_args: PathLike | None = None, *, convention: str | None = None,
+                  step_range: str | None = DEFAULT_STEP, hfu: str = "forward", workers: int | None = None, quiet: bool = False,
+                  comm_kernels: list[str] | None = None, baseline: Iterable[PathLike] | None = None, cache: bool = False,
+                  console: Any = None) -> tuple[dict[str, Any], list[str]]:
+    """(the waterfall, its warnings with the analysis'): ``reconcile`` of one trace."""
+    cfg = load_config(config, megatron_args)
+    patterns = comm_patterns(comm_kernels, config, megatron_args)
+    analysis = analyse_files([trace], step_range, keep="events", cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns,
+                             console=console)
+    wf = waterfall_of(analysis, cfg, convention=convention, hfu=hfu, baseline=read_baseline(baseline))
+    return wf, [*analysis.warnings, *wf["warnings"]]
+
+
+def compare_waterfalls(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """The gap between two waterfalls, split exactly into their terms."""
+    from traceanalyzer.reconciliation import compare
+
+    return compare(a, b)
+
+
+def plan_parts(tokens: float | str, config: PathLike | None = None, megatron_args: PathLike | None = None, *,
+             trace: Iterable[PathLike] | None = None, convention: str = "6nt", hardware_flops: bool = False,
+             params: float | str | None = None, store: PathLike | None = None, job: str | None = None,
+             margin: Iterable[str] | None = None, step_range: str | None = DEFAULT_STEP, cache: bool = False,
+             workers: int | None = None, quiet: bool = False, console: Any = None, **options: Any) -> dict[str, Any]:
+    """``plan`` with everything the command line gives: the throughput measured on ``trace``
+    (with the run configuration), the jitter margin from the step-time spread of a batch
+    ``store``'s runs, margins overridden as ``NAME=LOW-HIGH``; ``options``: as in :func:`plan`."""
+    from traceanalyzer.errors import ConfigError
+    from traceanalyzer.model.runplan import plan_run as run_plan, trace_measurement
+
+    cfg = None
+    if config is not None or megatron_args is not None:
+        cfg = load_config(config, megatron_args)
+    margins = {}
+    for m in margin or []:
+        name, sep, val = m.partition("=")
+        if not sep or not val:
+            raise ConfigError(f"--margin {m!r}: expected NAME=LOW-HIGH, e.g. jitter=5-10%")
+        margins[name.strip()] = val.strip()
+    flops = "hardware" if hardware_flops else "model"
+    measured = None
+    trace = list(trace or [])
+    if trace:
+        if cfg is None:
+            raise ConfigError("--trace needs the run configuration (-c) for the FLOPs of one step")
+        an = analyse_files(trace, step_range, cache=cache, workers=workers, quiet=quiet, console=console)
+        measured = trace_measurement(cfg, an.steps, convention, flops, params)
+    run_steps = None
+    if store is not None:
+        from traceanalyzer.batch.trend import trend_frame
+
+        run_steps = (trend_frame(store, "step_time", job=job)["value"] / 1e3).to_list()  # ms -> s
+    return run_plan(tokens, cfg, params=params, convention=convention, flops=flops, measured=measured, margins=margins,
+                    run_step_times=run_steps, **options)
+
+
+def check_plan_mfu(text: str) -> None:
+    """ConfigError unless ``text`` (``--mfu``) is a fraction of the peak or a range of them."""
+    from traceanalyzer.errors import ConfigError
+    from traceanalyzer.model.runplan import parse_range
+
+    _lo, hi = parse_range(text, "--mfu", percent_ok=True)
+    if hi > 1:
+        raise ConfigError(f"--mfu {text!r}: a fraction of the peak (≤ 1, or a percentage)")
+
+
+def baseline_parts(files: Iterable[PathLike] | None = None, *, topo: PathLike | None = None, trace: Iterable[PathLike] | None = None,
+                   config: PathLike | None = None, gpu: str | None = None, nvlink_gbps: float | None = None,
+                   net_gbps: float | None = None, collective: str | None = None, nranks: int | None = None,
+                   scope: str | None = None, all_sizes: bool = False, step_range: str | None = DEFAULT_STEP, cache: bool = False,
+                   workers: int | None = None, quiet: bool = False, console: Any = None) -> tuple[list, dict[str, Any], list[str]]:
+    """(the sections, the document, the warnings) of ``baseline``: the health of nccl-tests
+    files, a topology (with the TP groups of ``config``), and the collectives of ``trace``
+    against them; ``all_sizes``: the sections show messages below 1 MiB too."""
+    from traceanalyzer.errors import ConfigError
+    from traceanalyzer.render.linkhealth import efficiency_sections, exposed_split_section, health_sections, topology_sections
+
+    files, trace = list(files or []), list(trace or [])
+    if not files and topo is None and not trace:
+        raise ConfigError("give nccl-tests output files, --topo FILE and/or --trace (collectives against the hardware table)")
+    out, base, t = _baseline_tables(files, topo, config, gpu, nvlink_gbps, net_gbps, collective, nranks, scope)
+    sections: list = []
+    doc: dict[str, Any] = {"schema": "traceanalyzer.baseline", "schema_version": 1}
+    warnings: list[str] = []
+    if files:
+        sections += health_sections(out["health"], out["nccl_tests"], all_sizes)
+        doc["nccl_tests"] = {"summary": out["health"].to_dicts(), "rows": out["nccl_tests"].to_dicts()}
+    if t is not None:
+        pairs = t.gpu_links().group_by("link", "path", "rank").agg(pl.len().alias("pairs")).sort("rank", "link")
+        tp = out.get("tp_groups")
+        sections += topology_sections(t.devices, pairs, tp)
+        doc["topology"] = {"devices": t.devices.to_dicts(), "links": t.links.to_dicts(),
+                           "tp_groups": None if tp is None else tp.to_dicts()}
+    if trace:
+        an = analyse_files(trace, step_range, cache=cache, workers=workers, quiet=quiet, console=console)
+        per, summ_c, split = collective_busbw(an, base, gpu)
+        if not per.height:
+            warnings.append("no collective in the trace carries a byte count and a group size "
+                            "(record_param_comms / NCCL kernel args 'In msg nelems'): nothing to set against the baseline")
+        sections += efficiency_sections(summ_c, per)
+        if split.height:
+            sections.append(exposed_split_section(split))
+        doc["collectives"] = {"summary": summ_c.to_dicts(), "instances": per.to_dicts(), "exposed_split": split.to_dicts()}
+    return sections, doc, warnings
+
+
+def check_whatif_options(convention: str | None, capacity_gb: float | None, reserve_gb: float | None) -> None:
+    """ConfigError for a ``--convention``, ``--capacity-gb`` or ``--reserve-gb`` of ``whatif``
+    that cannot be."""
+    from traceanalyzer.errors import ConfigError
+    from traceanalyzer.model.config import CONVENTIONS
+    from traceanalyzer.model.validate import check_positive
+
+    if convention is not None and convention not in CONVENTIONS:
+        raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
+    check_positive("--capacity-gb", capacity_gb)
+    if reserve_gb is not None and reserve_gb < 0:
+        raise ConfigError(f"--reserve-gb {reserve_gb} must not be negative")
+
+
+def whatif_parts(trace: PathLike | None, config: PathLike | None, megatron_args: PathLike | None = None, *,
+                 sets: list[str] | None = None, search: bool = False, top: int = 10, capacity_gb: float | None = None,
+                 reserve_gb: float | None = None, baseline: Iterable[PathLike] | None = None, convention: str | None = None,
+                 step_range: str | None = DEFAULT_STEP, comm_kernels: list[str] | None = None, workers: int | None = None,
+                 quiet: bool = False, all_rows: bool = False, console: Any = None) -> tuple[list, dict[str, Any], list[str]]:
+    """(the sections, the document, the warnings) of ``whatif``: the layout changed by ``sets``
+    predicted from the anchor (``trace`` measured, else the configuration's analytic model), or
+    with ``search`` every layout ranked; ``all_rows``: the sections keep the terms that are zero."""
+    from traceanalyzer.model.whatif import anchor_from_config, apply_sets, project
+    from traceanalyzer.reconciliation.anchor import anchor_from_analysis
+    from traceanalyzer.render.whatif import search_sections, whatif_sections
+
+    cfg = load_config(config, megatron_args)
+    new = apply_sets(cfg, sets or [])  # checks every change before the trace is read
+    base = read_baseline(baseline)
+    warnings: list[str] = []
+    if trace is not None:
+        patterns = comm_patterns(comm_kernels, config, megatron_args)
+        analysis = analyse_files([trace], step_range, keep="events", workers=workers, quiet=quiet, comm_kernels=patterns,
+                                 console=console)
+        warnings += analysis.warnings
+        anchor = anchor_from_analysis(analysis, cfg, convention=convention, baseline=base)
+    else:
+        anchor = anchor_from_config(cfg, convention=convention, baseline=base)
+        warnings.append("no trace given: the anchor is the analytic model of the configuration"
+                        + (" with the compute time its [reported] throughput implies" if anchor.source == "reported" else
+                           " at the peak (give [reported] or a trace to anchor it)"))
+    warnings += list(anchor.notes)
+    doc: dict[str, Any]
+    if search:
+        found = search_parts(cfg, None, sets or [], None, top, capacity_gb, reserve_gb, base, convention, anchor=anchor,
+                             warnings=warnings)
+        df, warnings, doc = found["frame"], found["warnings"], found["document"]
+        sections = search_sections(df, top or df.height, found["title"], found["notes"], bound=found["bound"])
+    else:
+        res = project(anchor, new, capacity_gib=capacity_gb, reserve_gib=reserve_gb)
+        if res["predicted"]["memory"] is None:
+            warnings.append("the memory model cannot size this configuration: memory per GPU is not predicted")
+        sections = whatif_sections(res, all_rows)
+        doc = {"schema": "traceanalyzer.whatif", "schema_version": 1, **res}
+    warnings = list(dict.fromkeys(warnings))
+    doc["warnings"] = warnings
+    return sections, doc, warnings
+
+
+def report_document(analysis: Analysis, *, rank: int | None = None, config: PathLike | None = None,
+                    step_range: str = DEFAULT_STEP, step_name: str | None = DEFAULT_STEP, comm_kernels: Iterable[str] = (),
+                    top: int = 10, baseline: pl.DataFrame | None = None, command: list[str] | None = None,
+                    ranks: str = "auto") -> tuple[dict[str, Any], Analysis]:
+    """(the report model, the analysis it was built on) of an analysis kept for a report: the
+    timeline's rank (``rank``, else the slowest) given its GPU work again, classified with
+    ``step_name`` and ``comm_kernels`` as the analysis was."""
+    from traceanalyzer.engine import Options, with_rank_gpu
+    from traceanalyzer.report import document
+
+    shown = rank if rank is not None else document.default_rank(analysis)
+    if shown is not None:  # the timeline's rank: its GPU work again (the workers kept only tables)
+        analysis = with_rank_gpu(analysis, shown, Options(step_name=step_name, comm_kernels=tuple(comm_kernels)))
+    model = document.build(analysis, rank=rank, config=config, step_range=step_range, top=top, baseline=baseline,
+                           command=command, ranks=ranks)
+    return model, analysis
+
+
+def read_store(store: PathLike) -> Any:
+    """The batch store at ``store`` (:class:`~traceanalyzer.batch.store.Store`; its
+    ``warnings``: the damaged files a read skipped)."""
+    from traceanalyzer.batch.store import Store
+
+    return Store(store)
+
+
+def trend_of(store: Any, metric: str = "step_time", since: Any = None, job: str | None = None) -> pl.DataFrame:
+    """:func:`trend` of a store already open (:func:`read_store`)."""
+    from traceanalyzer.batch.trend import trend_frame
+
+    return trend_frame(store, metric, since, job)
+
+
+def plot_trend(frame: pl.DataFrame, metric: str, fh: Any) -> None:
+    """A PNG plot of a trend frame (:func:`trend`) written to ``fh``."""
+    from traceanalyzer.batch.trend import plot_trend as plot
+
+    plot(frame, metric, fh)
+
+
+def gate_of(store: Any, baseline: str, threshold: float, job: str | None = None) -> list:
+    """The verdict per job (``passed``, ``message``...) of :func:`gate` on a store already open
+    (:func:`read_store`), ``threshold`` a fraction."""
+    from traceanalyzer.batch.gate import gate_check
+
+    return gate_check(store, baseline, threshold, job)
+
+
+def run_batch(roots: list[Path], store: Path, **options: Any) -> Any:
+    """:func:`batch` with its progress reported through the callbacks of
+    :func:`traceanalyzer.batch.run_batch` (``on_plan``, ``on_done``, ``on_notice``); the summary
+    object (see :func:`batch_summary`)."""
+    from traceanalyzer.batch import run_batch as run
+
+    return run(roots, store, **options)
