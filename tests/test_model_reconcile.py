@@ -11,7 +11,7 @@ import pytest
 
 import traceanalyzer as ta
 from traceanalyzer.model import load_config
-from traceanalyzer.model.config import BatchConfig, HardwareConfig, ModelConfig, RunConfig
+from traceanalyzer.model.config import BatchConfig, HardwareConfig, ModelConfig, ParallelConfig, RecomputeConfig, RunConfig
 from traceanalyzer.reconcile import compare, gemm_check, loss_columns, matmul_flops, waterfall
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,3 +182,101 @@ def test_logged_step_time_is_cross_checked_with_the_trace():
     assert any("differs from the logged/reported 10 s" in w for w in wf["warnings"])
     same = waterfall(analysis(MI300X), replace(base, reported=replace(base.reported, step_time_s=wf["step_time_s"])))
     assert not any("differs from the logged" in w for w in same["warnings"])
+
+
+def _recompute(granularity):
+    return RunConfig(recompute=RecomputeConfig(granularity=granularity))
+
+
+def test_recompute_contradiction_threshold_and_sentences():
+    from traceanalyzer.reconcile.waterfall import recompute_contradiction
+
+    none = _recompute("none")
+    # no recompute configured: 1 % of the step recomputed (100 of 10,000 ns) is the threshold, said
+    # with one decimal; 99 ns (0.99 %) is below it
+    assert recompute_contradiction(none, 100, 10_000) == [
+        "the configuration has no recompute ([recompute] granularity = 'none') but the trace recomputes "
+        "1.0 % of the step: the FLOPs, the HFU and any what-if from it are off; set [recompute] granularity"]
+    assert recompute_contradiction(none, 99, 10_000) == []
+    assert recompute_contradiction(none, 0, 10_000) == []
+    # 1,250 of 10,000 ns = 12.5 %
+    assert "recomputes 12.5 % of the step" in recompute_contradiction(none, 1_250, 10_000)[0]
+    # recompute configured, none measured; any measured recompute, however little, is no contradiction
+    assert recompute_contradiction(_recompute("full"), 0, 10_000) == [
+        "the configuration recomputes ([recompute] granularity = 'full') but the trace shows no recomputed "
+        "kernel: check the configuration, or name the recompute ranges (--recompute-range)"]
+    assert recompute_contradiction(_recompute("selective"), 1, 10_000) == []
+    # no step time: nothing to compare
+    assert recompute_contradiction(none, 100, 0) == []
+    assert recompute_contradiction(_recompute("full"), 0, 0) == []
+
+
+def test_predictions_beside_each_loss_by_hand():
+    from traceanalyzer.reconcile.waterfall import _predictions
+
+    # 1e9 FLOPs per sample, full recompute: +1 forward on fwd + bwd = 3 forwards -> ratio 1/3.
+    # pp = 2 on 2 GPUs: dp = 2 / 2 = 1, m = global batch 4 / (micro 1 · dp 1) = 4 microbatches,
+    # bubble (p−1)/(v·m) = 1/4 of compute + recompute.
+    cfg = RunConfig(model=ModelConfig(fwd_flops_per_sample=1e9), batch=BatchConfig(global_batch=4),
+                    parallel=ParallelConfig(pp=2), recompute=RecomputeConfig(granularity="full"),
+                    hardware=HardwareConfig(num_gpus=2)).validate()
+    warnings = []
+    # one step: compute 3 ms, recompute 1.5 ms, bubble 0.6 ms
+    got = _predictions(cfg, cfg.convention, {"compute": 3_000_000, "recompute": 1_500_000, "idle_bubble": 600_000,
+                                             "exposed_comm": 400_000}, 1, warnings)
+    assert warnings == []
+    assert got["recompute"] == {"predicted": "1.000 ms (compute × 0.333, full recompute)",  # 3 ms / 3
+                                "measured": "1.500 ms (0.500 × compute)", "predicted_ms": pytest.approx(1.0)}
+    # bubble: (3 + 1.5) ms / 4 = 1.125 ms; measured 0.6 / 4.5 = 0.133
+    assert got["idle_bubble"] == {"predicted": "bubble 1.125 ms ((p−1)/(v·m) = 0.250 × compute+recompute)",
+                                  "measured": "0.600 ms = 0.133 × compute+recompute", "predicted_ms": pytest.approx(1.125)}
+    # no transformer shape: no communication model, so nothing beside exposed comm
+    assert set(got) == {"recompute", "idle_bubble"}
+    # two steps, no compute measured, idle not split by cause: the bubble stands beside "idle";
+    # 600,000 ns over 2 steps = 0.3 ms a step, no ratio to a zero compute
+    got = _predictions(cfg, cfg.convention, {"compute": 0, "idle": 600_000}, 2, warnings)
+    assert got["recompute"]["measured"] == "0.000 ms" and got["recompute"]["predicted_ms"] == 0
+    assert got["idle"]["measured"] == "0.300 ms" and got["idle"]["predicted_ms"] == 0
+    assert warnings == []
+    # what cannot be predicted is said, with the reason
+    bare = RunConfig(hardware=HardwareConfig(num_gpus=2)).validate()
+    assert _predictions(bare, bare.convention, {"compute": 1, "idle": 1}, 1, warnings) == {}
+    assert warnings == [
+        "no recompute prediction: [model] layers is missing: it is needed for the model FLOPs per step",
+        "no bubble prediction: [batch] global_batch is missing: it is needed for the predicted pipeline bubble",
+        "no communication prediction: [model] layers is missing: it is needed for the communication volumes",
+    ]
+
+
+def test_resnet50_waterfall_from_the_independent_step_counts():
+    # every number from the plain-Python count of the six steps in tests/data/hta_reference.json
+    # (raw_steps: span, compute, other, idle per ProfilerStep, without the package) and the config
+    # (3 × 7.6e9 FLOPs × 32 images per step on 1 GPU, V100 fp32 peak 15.7 TFLOP/s)
+    import orjson
+
+    ref = orjson.loads((ROOT / "tests" / "data" / "hta_reference.json").read_bytes())["jobs"][RESNET50]["per_file"]
+    steps = next(iter(ref.values()))["raw_steps"]["steps"]
+    n = len(steps)
+    T, comp, other, idle = (sum(s[k] for s in steps) for k in ("span_ns", "compute_ns", "other_ns", "idle_ns"))
+    flops = 3 * 7.6e9 * 32
+    wf = waterfall(analysis(RESNET50), load_config(CONFIGS / "v100-resnet50.toml"))
+    assert (n, wf["ranks"], wf["steps"], wf["rank_steps"], wf["num_gpus"]) == (6, 1, 6, 6, 1)
+    assert (wf["gpu_source"], wf["precision"], wf["peak_tflops"]) == ("config", "fp32", 15.7)
+    assert wf["model_flops_per_gpu"] == wf["hardware_flops_per_gpu"] == pytest.approx(flops, rel=1e-15)  # no recompute
+    assert wf["step_time_s"] == pytest.approx(T / n / 1e9, rel=1e-12)
+    assert wf["achieved_tflops"] == pytest.approx(flops / (T / n / 1e9) / 1e12, rel=1e-12)
+    assert wf["mfu"] == wf["hfu"] == pytest.approx(flops / (T / n / 1e9) / 1e12 / 15.7, rel=1e-12)
+    assert wf["compute_s"] == pytest.approx(comp / n / 1e9, rel=1e-12)
+    assert wf["compute_tflops"] == pytest.approx(flops / (comp / n / 1e9) / 1e12, rel=1e-12)
+    assert wf["sum_tflops"] == 15.7 and wf["warnings"] == [] and wf["mfu_vs_bf16_peak"] is None
+    terms = {t["term"]: t for t in wf["terms"]}
+    assert terms["achieved"]["time_ms"] is None
+    # each term's time is its bucket per step, in ms; its TFLOP/s the peak's share of the step
+    assert terms["kernel_efficiency"]["time_ms"] == pytest.approx(comp / n / 1e6, rel=1e-12)
+    assert terms["kernel_efficiency"]["tflops"] == pytest.approx(15.7 * comp / T - flops / (T / n / 1e9) / 1e12, rel=1e-12)
+    assert terms["other"]["time_ms"] == pytest.approx(other / n / 1e6, rel=1e-12)
+    assert terms["other"]["tflops"] == pytest.approx(15.7 * other / T, rel=1e-12)
+    idle_terms = [t for k, t in terms.items() if k.startswith("idle")]
+    assert sum(t["time_ms"] for t in idle_terms) == pytest.approx(idle / n / 1e6, rel=1e-12)
+    assert sum(t["tflops"] for t in idle_terms) == pytest.approx(15.7 * idle / T, rel=1e-12)
+    assert sum(wf["buckets_ns"].values()) == T and wf["buckets_ns"]["compute"] == comp

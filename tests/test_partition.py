@@ -135,9 +135,10 @@ def test_check_partition_accepts_an_exact_partition_with_zero_buckets_and_overla
     (1, 8, 100, 40, 10, 50, 0, 0, 51),    # overlapped 51 > compute + recompute = 50
 ], ids=["sum-over", "sum-under", "negative-bucket", "negative-overlap", "overlap-above-busy"])
 def test_check_partition_names_the_first_violating_rank_and_step(bad):
-    # the good row first: the message names the bad one (rank 1, step 8, its 100 ns)
+    # the good row first, a second bad row last (1 ns, no bucket): the message names the first bad
+    # one (rank 1, step 8, its 100 ns)
     with pytest.raises(InvariantViolation) as e:
-        partition_mod.check_partition(_partition_rows(GOOD_PARTITION, bad), "x.json")
+        partition_mod.check_partition(_partition_rows(GOOD_PARTITION, bad, (2, 9, 1, 0, 0, 0, 0, 0, 0)), "x.json")
     assert e.value.message == "partition invariant violated for rank 1 step 8 (duration 100 ns): please report this input"
     assert e.value.path == "x.json"
 
@@ -173,6 +174,7 @@ def test_check_causes_accepts_exact_splits_with_zero_parts():
 ], ids=["idle-sum", "comm-sum", "host-sum", "negative-idle-cause", "negative-dimension", "negative-host-part"])
 def test_check_causes_names_the_first_violating_rank_and_step(bad):
     with pytest.raises(InvariantViolation) as e:
-        partition_mod.check_causes(_cause_rows(GOOD_CAUSES, bad), IDLE, COMM, "x.json", HOST)
+        # a second bad row last (1 ns idle, no cause): the first is named
+        partition_mod.check_causes(_cause_rows(GOOD_CAUSES, bad, (4, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0)), IDLE, COMM, "x.json", HOST)
     assert e.value.message == "cause split invariant violated for rank 3 step 9: please report this input"
     assert e.value.path == "x.json"
