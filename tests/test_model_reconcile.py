@@ -280,3 +280,105 @@ def test_resnet50_waterfall_from_the_independent_step_counts():
     assert sum(t["time_ms"] for t in idle_terms) == pytest.approx(idle / n / 1e6, rel=1e-12)
     assert sum(t["tflops"] for t in idle_terms) == pytest.approx(15.7 * idle / T, rel=1e-12)
     assert sum(wf["buckets_ns"].values()) == T and wf["buckets_ns"]["compute"] == comp
+
+
+def test_attach_overlapped_puts_exposed_plus_overlapped_beside_the_first_comm_term():
+    from types import SimpleNamespace
+
+    from traceanalyzer.reconcile.waterfall import attach_overlapped
+
+    # two steps overlapping 1 ms and 3 ms of communication: 2 ms a step
+    a = SimpleNamespace(steps=pl.DataFrame({"overlapped_comm_ns": [1_000_000, 3_000_000]}))
+    wf = {"terms": [{"term": "achieved", "time_ms": None}, {"term": "exposed_comm_dp", "time_ms": 0.5},
+                    {"term": "exposed_comm_tp", "time_ms": 0.25}]}
+    attach_overlapped(wf, a)
+    assert wf["overlapped_comm_ms"] == 2.0
+    assert wf["terms"][1]["measured"] == "0.500 ms exposed + 2.000 ms overlapped = 2.500 ms"
+    assert "measured" not in wf["terms"][0] and "measured" not in wf["terms"][2]
+    # the undivided bucket, with no time: 0 exposed
+    wf = {"terms": [{"term": "exposed_comm", "time_ms": None}]}
+    attach_overlapped(wf, a)
+    assert wf["terms"][0]["measured"] == "0.000 ms exposed + 2.000 ms overlapped = 2.000 ms"
+
+
+DEMO_CFG = CONFIGS / "mi300x-resnet18-ckpt.toml"
+
+
+def _demo():
+    from conftest import DEMO
+
+    if "demo" not in _cache:
+        _cache["demo"] = ta.analyze(ta.load(DEMO))
+    return _cache["demo"]
+
+
+def test_the_peak_comes_from_the_config_else_from_the_trace_device():
+    from types import SimpleNamespace
+
+    from traceanalyzer.errors import ConfigError
+    from traceanalyzer.reconcile.waterfall import _peak
+
+    base = load_config(DEMO_CFG)
+    trace = _demo().trace  # one rank of 8 on an "AMD Instinct MI300X"
+    no_gpu = replace(base, hardware=replace(base.hardware, gpu=None))
+    w = []
+    # a peak given wins over any GPU name, and says so
+    assert _peak(replace(no_gpu, hardware=replace(no_gpu.hardware, peak_tflops=100)), trace, w) == (100.0, "given", "config peak_tflops")
+    # no GPU configured: the trace's device, at its bf16 dense peak (AMD's MI300X data sheet: 1307.4 TFLOP/s)
+    assert _peak(no_gpu, trace, w) == (1307.4, "mi300x", "trace device name 'AMD Instinct MI300X'")
+    assert w == []
+    # neither: an error naming both ways to give it
+    nameless = SimpleNamespace(meta=pl.DataFrame({"device_name": [None]}, schema={"device_name": pl.String}))
+    with pytest.raises(ConfigError, match=r"^\[hardware\] gpu is missing and the trace names no known GPU: it is needed for the peak "
+                                          r"FLOP/s \(MFU denominator\); give \[hardware\] gpu or peak_tflops$"):
+        _peak(no_gpu, nameless, w)
+    # a device name that is no known GPU counts as none; a trace without the column too
+    with pytest.raises(ConfigError):
+        _peak(no_gpu, SimpleNamespace(meta=pl.DataFrame({"device_name": ["Some CPU"]})), w)
+    with pytest.raises(ConfigError):
+        _peak(no_gpu, SimpleNamespace(meta=pl.DataFrame({"rank": [0]})), w)
+
+
+def test_waterfall_gpu_count_from_the_trace_and_the_logged_convention():
+    base = load_config(DEMO_CFG)
+    # no [hardware] num_gpus: the trace's world size (its distributedInfo: world_size 8)
+    wf = waterfall(_demo(), replace(base, hardware=replace(base.hardware, num_gpus=None)))
+    assert wf["num_gpus"] == 8 and wf["model_flops_per_gpu"] == pytest.approx(3 * 3.6e9 * 80 / 8)
+    # a log giving 12 TFLOP/s/GPU at 10.8 ms a step: model FLOPs 3 × 3.6e9 × 80 / 8 = 1.08e11 a GPU
+    # -> 10 TFLOP/s; full recompute adds a forward: 1.44e11 -> 13.33, the nearer, +11.1 % off 12
+    rep = replace(base.reported, step_time_s=0.0108, tflops_per_gpu=12.0)
+    wf = waterfall(_demo(), replace(base, reported=rep))
+    assert wf["logged_convention"]["best"] == "megatron hardware"
+    assert wf["logged_convention"]["relative_error"] == pytest.approx(1.44e11 / 0.0108 / 1e12 / 12 - 1)
+    assert ("the logged 12 TFLOP/s/GPU is reproduced by the megatron convention (hardware FLOPs, +11.1 %): "
+            "the waterfall uses megatron") in wf["warnings"]
+    # the trace's mean step, 16.2 ms (its three ProfilerStep ranges), is 50 % above the logged 10.8 ms
+    assert any(w.startswith("the trace's mean step (0.01621 s) differs from the logged/reported 0.0108 s by +50 % ")
+               for w in wf["warnings"])
+    # a convention asked for: the log's is still said, not used
+    wf = waterfall(_demo(), replace(base, reported=rep), convention="palm")
+    assert ("the logged 12 TFLOP/s/GPU is reproduced by the megatron convention (hardware FLOPs, +11.1 %)") in wf["warnings"]
+
+
+def test_waterfall_warns_when_the_config_claims_more_flops_than_the_peak_allows():
+    base = load_config(DEMO_CFG)
+    # 1e15 FLOPs a sample: 3e15 × 10 images a GPU in a 16 ms step is ~1.9e6 TFLOP/s, above the
+    # 1307.4 peak: the kernel efficiency (peak × compute share − achieved) is negative
+    wf = waterfall(_demo(), replace(base, model=replace(base.model, fwd_flops_per_sample=1e15)))
+    assert wf["exact"]["kernel_efficiency"] < 0
+    assert ("kernel efficiency is negative: the config claims more FLOPs than the peak allows in the measured compute "
+            "time — the model, batch or GPU count in the config is probably wrong") in wf["warnings"]
+    ok = waterfall(_demo(), base)
+    assert not any("negative" in w for w in ok["warnings"])
+
+
+def test_waterfall_without_step_time_is_a_config_error():
+    from types import SimpleNamespace
+
+    from traceanalyzer.errors import ConfigError
+
+    cfg = load_config(DEMO_CFG)
+    for steps in (pl.DataFrame(schema={"rank": pl.Int32, "duration_ns": pl.Int64}),  # no step
+                  pl.DataFrame({"rank": [0], "duration_ns": [0]})):  # one step of 0 ns
+        with pytest.raises(ConfigError, match="^the trace has no measured step time to reconcile$"):
+            waterfall(SimpleNamespace(steps=steps), cfg)
