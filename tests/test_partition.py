@@ -178,3 +178,41 @@ def test_check_causes_names_the_first_violating_rank_and_step(bad):
         partition_mod.check_causes(_cause_rows(GOOD_CAUSES, bad, (4, 10, 1, 0, 0, 0, 0, 0, 0, 0, 0)), IDLE, COMM, "x.json", HOST)
     assert e.value.message == "cause split invariant violated for rank 3 step 9: please report this input"
     assert e.value.path == "x.json"
+
+
+def _frames(intervals, windows):
+    labelled = pl.DataFrame(intervals, schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "cls": pl.String}, orient="row")
+    win = pl.DataFrame(windows, schema={"rank": pl.Int32, "step": pl.Int64, "wstart_ns": pl.Int64, "wend_ns": pl.Int64}, orient="row")
+    return labelled, win
+
+
+def test_partition_by_hand_rows_in_rank_and_time_order_with_microseconds():
+    # rank 0: compute [0, 10), comm [5, 20), other [25, 30); rank 1 runs nothing
+    labelled, win = _frames([(0, 0, 10, "compute"), (0, 5, 20, "comm"), (0, 25, 30, "other")],
+                            # given out of order: the output is by rank, then start
+                            [(1, 1, 0, 5), (0, 2, 15, 40), (0, 1, 0, 15)])
+    got = partition_mod.partition(labelled, win)
+    assert got.select("rank", "step").rows() == [(0, 1), (0, 2), (1, 1)]
+    cols = ["start_ns", "duration_ns", "compute_ns", "recompute_ns", "exposed_comm_ns", "overlapped_comm_ns", "other_ns", "idle_ns"]
+    # step 1 [0, 15): compute 0-10, comm alone 10-15 (5 exposed), comm under compute 5-10 (5 overlapped)
+    # step 2 [15, 40): comm 15-20, nothing 20-25, other 25-30, nothing 30-40 (idle 5 + 10)
+    # rank 1 [0, 5): idle
+    assert got.select(cols).rows() == [(0, 15, 10, 0, 5, 5, 0, 0), (15, 25, 0, 0, 5, 0, 5, 15), (0, 5, 0, 0, 0, 0, 0, 5)]
+    # every *_us column is its ns / 1000 (to one ulp: polars divides by a constant as a multiply)
+    us = {c: pytest.approx(got[f"{c}_us"].to_list(), rel=4e-16, abs=0) for c in ["start", "duration", "compute", "recompute", "exposed_comm", "overlapped_comm", "other", "idle"]}
+    assert us == {"start": [0.0, 0.015, 0.0], "duration": [0.015, 0.025, 0.005], "compute": [0.01, 0.0, 0.0], "recompute": [0.0] * 3,
+                  "exposed_comm": [0.005, 0.005, 0.0], "overlapped_comm": [0.005, 0.0, 0.0], "other": [0.0, 0.005, 0.0],
+                  "idle": [0.0, 0.015, 0.005]}
+
+
+def test_a_partition_violation_names_the_source_else_trace(monkeypatch):
+    real = partition_mod.segment_frame
+    # lose every idle segment: the buckets no longer sum to the window
+    monkeypatch.setattr(partition_mod, "segment_frame", lambda lab, win: real(lab, win).filter(pl.col("bucket") != "idle"))
+    labelled, win = _frames([(0, 0, 10, "compute")], [(0, 1, 0, 15)])
+    with pytest.raises(InvariantViolation) as e:
+        partition_mod.partition(labelled, win)
+    assert e.value.path == "trace"
+    with pytest.raises(InvariantViolation) as e:
+        partition_mod.partition(labelled, win, "rank3.json")
+    assert e.value.path == "rank3.json" and "rank 0 step 1 (duration 15 ns)" in e.value.message
