@@ -327,6 +327,14 @@ def test_the_peak_comes_from_the_config_else_from_the_trace_device():
     # no GPU configured: the trace's device, at its bf16 dense peak (AMD's MI300X data sheet: 1307.4 TFLOP/s)
     assert _peak(no_gpu, trace, w) == (1307.4, "mi300x", "trace device name 'AMD Instinct MI300X'")
     assert w == []
+    # the configured GPU is used even when the trace ran on another, with a warning
+    # (NVIDIA's H100 SXM data sheet: 989.4 TFLOP/s dense bf16)
+    h100 = replace(base, hardware=replace(base.hardware, gpu="H100 SXM"))
+    assert _peak(h100, trace, w) == (989.4, "h100_sxm", "config")
+    assert w == ["[hardware] gpu = 'H100 SXM' but the trace ran on 'AMD Instinct MI300X': the peak (MFU denominator) "
+                 "is the config's — check which is right"]
+    w.clear()
+    assert _peak(base, trace, w) == (1307.4, "mi300x", "config") and w == []
     # neither: an error naming both ways to give it
     nameless = SimpleNamespace(meta=pl.DataFrame({"device_name": [None]}, schema={"device_name": pl.String}))
     with pytest.raises(ConfigError, match=r"^\[hardware\] gpu is missing and the trace names no known GPU: it is needed for the peak "
