@@ -390,3 +390,68 @@ def test_waterfall_without_step_time_is_a_config_error():
                   pl.DataFrame({"rank": [0], "duration_ns": [0]})):  # one step of 0 ns
         with pytest.raises(ConfigError, match="^the trace has no measured step time to reconcile$"):
             waterfall(SimpleNamespace(steps=steps), cfg)
+    # no GPU count configured and none in the trace
+    one_step = {"rank": [0], "duration_ns": [10], "compute_ns": [10], "recompute_ns": [0], "exposed_comm_ns": [0], "other_ns": [0], "idle_ns": [0]}
+    a = SimpleNamespace(steps=pl.DataFrame(one_step),
+                        trace=SimpleNamespace(meta=pl.DataFrame({"world_size": [None]}, schema={"world_size": pl.Int64})))
+    with pytest.raises(ConfigError, match=r"^\[hardware\] num_gpus is missing: it is needed for the FLOPs per GPU "
+                                          r"\(the trace does not give a world size either\)$"):
+        waterfall(a, RunConfig(model=ModelConfig(fwd_flops_per_sample=1e9), batch=BatchConfig(global_batch=8)).validate())
+
+
+def test_communication_predicted_beside_each_exposed_dimension_by_hand():
+    from traceanalyzer.reconcile.waterfall import _predictions
+
+    # 2 layers, h 1024, s 1024, vocab 32000, 4 H100 SXM (tp 2 -> dp 2), global batch 8, micro 1:
+    # m = 8 / (1 · 2) = 4 microbatches a step; 369 GB/s: the hardware table's intra-node bus bandwidth.
+    # TP, no sequence parallelism: 4 all-reduces a layer (2 forward, 2 backward) of s·h·2 bytes
+    # = 2 layers · 4 · 4 microbatches · 2 MiB = 64 MiB, bus factor 2(2−1)/2 = 1; the forward half exposed.
+    # DP: one all-reduce of the fp32 gradients of this TP rank's half of the parameters,
+    # (2 layers · 12h² + 32000·h) / 2 · 4 bytes = 115,867,648 bytes, bus factor 1, all exposed.
+    cfg = RunConfig(model=ModelConfig(layers=2, hidden=1024, heads=8, vocab=32000, seq_length=1024),
+                    batch=BatchConfig(global_batch=8), parallel=ParallelConfig(tp=2),
+                    hardware=HardwareConfig(gpu="H100 SXM", num_gpus=4)).validate()
+    tp_ms, dp_ms = 2 * 4 * 4 * 2**21 / 369e9 * 1e3, (2 * 12 * 1024**2 + 32000 * 1024) / 2 * 4 / 369e9 * 1e3
+    assert (round(tp_ms, 3), round(dp_ms, 3)) == (0.182, 0.314)
+    warnings = []
+    # one step: 0.2 ms exposed TP, 0.3 ms DP, 0.1 ms of no known dimension
+    got = _predictions(cfg, cfg.convention, {"compute": 1_000_000, "exposed_comm_tp": 200_000, "exposed_comm_dp": 300_000,
+                                             "exposed_comm_unknown": 100_000}, 1, warnings)
+    assert warnings == []
+    assert got["exposed_comm_tp"] == {"predicted": "0.182 ms at configured bandwidth, 0.091 exposed", "predicted_ms": pytest.approx(tp_ms),
+                                      # the measured exposed total (0.2 + 0.3 + 0.1 ms) stands beside the first
+                                      "measured": "0.600 ms exposed (overlapped: see breakdown)"}
+    assert got["exposed_comm_dp"] == {"predicted": "0.314 ms at configured bandwidth, 0.314 exposed", "predicted_ms": pytest.approx(dp_ms)}
+    assert got["exposed_comm_unknown"] == {"predicted": "no communication predicted", "predicted_ms": 0}
+    # one GPU: no communication at all; two steps of 0.2 ms exposed in all = 0.1 ms a step
+    one = replace(cfg, parallel=ParallelConfig(), hardware=replace(cfg.hardware, num_gpus=1)).validate()
+    got = _predictions(one, one.convention, {"compute": 1_000_000, "exposed_comm": 200_000}, 2, warnings)
+    assert got["exposed_comm"] == {"predicted": "0 ms (no parallelism)", "predicted_ms": 0,
+                                   "measured": "0.100 ms exposed (overlapped: see breakdown)"}
+    assert warnings == []
+
+
+def test_waterfall_over_eight_ranks_counts_steps_per_rank():
+    import orjson
+
+    from conftest import DLRM
+
+    # the 8 DLRM ranks, one ProfilerStep each; their spans from the independent count
+    # (tests/data/hta_reference.json raw_steps); 1e9 FLOPs a sample × 8 samples over 8 GPUs
+    jobs = orjson.loads((ROOT / "tests" / "data" / "hta_reference.json").read_bytes())["jobs"]
+    files = sorted(DLRM.glob("*.json.gz"))
+    spans = [s["span_ns"] for f in files for s in jobs[f"kineto-public/param-dlrm-v100-8rank/{f.name}"]["per_file"][f.name]["raw_steps"]["steps"]]
+    assert len(spans) == 8
+    cfg = RunConfig(model=ModelConfig(fwd_flops_per_sample=1e9), batch=BatchConfig(global_batch=8),
+                    hardware=HardwareConfig(precision="fp32"), source="dlrm.toml").validate()
+    wf = waterfall(ta.analyze(ta.load(DLRM)), cfg)
+    assert (wf["ranks"], wf["steps"], wf["rank_steps"], wf["num_gpus"]) == (8, 1, 8, 8)
+    assert type(wf["steps"]) is int
+    # the mean step is over all rank-steps
+    assert wf["step_time_s"] == pytest.approx(sum(spans) / 8 / 1e9, rel=1e-12)
+    assert wf["achieved_tflops"] == pytest.approx(3 * 1e9 * 8 / 8 / (sum(spans) / 8 / 1e9) / 1e12, rel=1e-12)
+    # the first two files name the trace; an unnamed config is named by its file
+    assert wf["trace"] == f"{files[0]}, {files[1]}"
+    assert wf["config"] == "dlrm.toml"
+    one = waterfall(ta.analyze(ta.load(files[0])), replace(cfg, name="one rank"))
+    assert (one["trace"], one["config"]) == (str(files[0]), "one rank")
