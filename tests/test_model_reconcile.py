@@ -206,6 +206,8 @@ def test_recompute_contradiction_threshold_and_sentences():
         "the configuration recomputes ([recompute] granularity = 'full') but the trace shows no recomputed "
         "kernel: check the configuration, or name the recompute ranges (--recompute-range)"]
     assert recompute_contradiction(_recompute("selective"), 1, 10_000) == []
+    # the whole (1 ns) step recomputed: 100 %
+    assert "recomputes 100.0 % of the step" in recompute_contradiction(none, 1, 1)[0]
     # no step time: nothing to compare
     assert recompute_contradiction(none, 100, 0) == []
     assert recompute_contradiction(_recompute("full"), 0, 0) == []
@@ -226,10 +228,13 @@ def test_predictions_beside_each_loss_by_hand():
                                              "exposed_comm": 400_000}, 1, warnings)
     assert warnings == []
     assert got["recompute"] == {"predicted": "1.000 ms (compute × 0.333, full recompute)",  # 3 ms / 3
-                                "measured": "1.500 ms (0.500 × compute)", "predicted_ms": pytest.approx(1.0)}
+                                "measured": "1.500 ms (0.500 × compute)", "predicted_ms": pytest.approx(1.0, rel=1e-12)}
     # bubble: (3 + 1.5) ms / 4 = 1.125 ms; measured 0.6 / 4.5 = 0.133
     assert got["idle_bubble"] == {"predicted": "bubble 1.125 ms ((p−1)/(v·m) = 0.250 × compute+recompute)",
-                                  "measured": "0.600 ms = 0.133 × compute+recompute", "predicted_ms": pytest.approx(1.125)}
+                                  "measured": "0.600 ms = 0.133 × compute+recompute", "predicted_ms": pytest.approx(1.125, rel=1e-12)}
+    # the same over two steps: every time is per step
+    two = _predictions(cfg, cfg.convention, {"compute": 6_000_000, "recompute": 3_000_000, "idle_bubble": 1_200_000}, 2, warnings)
+    assert two == got
     # no transformer shape: no communication model, so nothing beside exposed comm
     assert set(got) == {"recompute", "idle_bubble"}
     # two steps, no compute measured, idle not split by cause: the bubble stands beside "idle";
