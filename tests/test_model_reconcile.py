@@ -460,3 +460,21 @@ def test_waterfall_over_eight_ranks_counts_steps_per_rank():
     assert wf["config"] == "dlrm.toml"
     one = waterfall(ta.analyze(ta.load(files[0])), replace(cfg, name="one rank"))
     assert (one["trace"], one["config"]) == (str(files[0]), "one rank")
+
+
+def test_recompute_prediction_is_in_the_convention_asked_for():
+    from traceanalyzer.reconcile.waterfall import _predictions
+
+    # B 8, s 1024, h 1024, 2 layers, V 32000, full recompute, in units of 2^30 FLOPs: a layer's
+    # forward is 24·B·s·h² + 4·B·s²·h = 224 (PaLM, non-causal attention) or 24·B·s·h² + 2·B·s²·h = 208
+    # (Megatron, causal); logits 2·B·s·h·V = 500. Model = 3 × (2 layers + logits), recompute = the 2
+    # layers' forward again: PaLM 448 / 2844, Megatron 416 / 2748.
+    cfg = RunConfig(model=ModelConfig(layers=2, hidden=1024, heads=8, vocab=32000, seq_length=1024),
+                    batch=BatchConfig(global_batch=8), recompute=RecomputeConfig(granularity="full"),
+                    hardware=HardwareConfig(gpu="H100 SXM", num_gpus=1)).validate()
+    assert cfg.convention == "megatron"
+    b = {"compute": 2_844_000, "exposed_comm": 0}  # 2.844 ms a step
+    palm = _predictions(cfg, "palm", b, 1, [])["recompute"]
+    assert palm["predicted"] == "0.448 ms (compute × 0.158, full recompute)"
+    assert palm["predicted_ms"] == pytest.approx(2.844 * 448 / 2844, rel=1e-12)
+    assert _predictions(cfg, "megatron", b, 1, [])["recompute"]["predicted_ms"] == pytest.approx(2.844 * 416 / 2748, rel=1e-12)
