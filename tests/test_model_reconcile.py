@@ -285,6 +285,9 @@ def test_resnet50_waterfall_from_the_independent_step_counts():
     assert sum(t["time_ms"] for t in idle_terms) == pytest.approx(idle / n / 1e6, rel=1e-12)
     assert sum(t["tflops"] for t in idle_terms) == pytest.approx(15.7 * idle / T, rel=1e-12)
     assert sum(wf["buckets_ns"].values()) == T and wf["buckets_ns"]["compute"] == comp
+    # the trace's own FLOPs, per ProfilerStep: the fc layer's forward addmm and two backward mm,
+    # 3 × 2·32·2048·1000, in each of the six steps
+    assert wf["trace_flops"]["steps"] == 6 and wf["trace_flops"]["matmul_per_step"] == 3 * 2 * 32 * 2048 * 1000
 
 
 def test_attach_overlapped_puts_exposed_plus_overlapped_beside_the_first_comm_term():
