@@ -266,7 +266,8 @@ def test_resnet50_waterfall_from_the_independent_step_counts():
     flops = 3 * 7.6e9 * 32
     wf = waterfall(analysis(RESNET50), load_config(CONFIGS / "v100-resnet50.toml"))
     assert (n, wf["ranks"], wf["steps"], wf["rank_steps"], wf["num_gpus"]) == (6, 1, 6, 6, 1)
-    assert (wf["gpu_source"], wf["precision"], wf["peak_tflops"]) == ("config", "fp32", 15.7)
+    assert (wf["gpu"], wf["gpu_source"], wf["precision"], wf["peak_tflops"]) == ("v100_sxm", "config", "fp32", 15.7)
+    assert wf["logged_convention"] is None and wf["reported_step_time_s"] is None  # no training log given
     assert wf["model_flops_per_gpu"] == wf["hardware_flops_per_gpu"] == pytest.approx(flops, rel=1e-15)  # no recompute
     assert wf["step_time_s"] == pytest.approx(T / n / 1e9, rel=1e-12)
     assert wf["achieved_tflops"] == pytest.approx(flops / (T / n / 1e9) / 1e12, rel=1e-12)
@@ -481,3 +482,33 @@ def test_recompute_prediction_is_in_the_convention_asked_for():
     assert palm["predicted"] == "0.448 ms (compute × 0.158, full recompute)"
     assert palm["predicted_ms"] == pytest.approx(2.844 * 448 / 2844, rel=1e-12)
     assert _predictions(cfg, "megatron", b, 1, [])["recompute"]["predicted_ms"] == pytest.approx(2.844 * 416 / 2748, rel=1e-12)
+
+
+def test_waterfall_flops_in_the_convention_asked_for_or_logged():
+    # the 2-layer transformer of the test above (B 8, s 1024, h 1024, V 32000), no recompute, 8 GPUs:
+    # model FLOPs a step, in 2^30: PaLM 3 × (2 · 224 + 500) = 2844, Megatron 3 × (2 · 208 + 500) = 2748
+    base = load_config(DEMO_CFG)
+    cfg = replace(base, model=ModelConfig(layers=2, hidden=1024, heads=8, vocab=32000, seq_length=1024),
+                  batch=BatchConfig(global_batch=8), parallel=replace(base.parallel, dp=8),
+                  recompute=RecomputeConfig()).validate()
+    assert cfg.convention == "megatron"
+    wf = waterfall(_demo(), cfg)
+    assert wf["convention"] == "megatron" and wf["model_flops_per_gpu"] == 2748 * 2**30 / 8
+    wf = waterfall(_demo(), cfg, convention="palm")
+    assert wf["convention"] == "palm" and wf["model_flops_per_gpu"] == 2844 * 2**30 / 8
+    # torch (FlopCounterMode) counts attention backward as 2.5 forwards, not 2: + 2 layers × 0.5 ×
+    # 4·B·s²·h (= 32) = 2876. A log whose figure is that over its step time: the waterfall uses torch
+    rep = replace(cfg.reported, step_time_s=0.5, tflops_per_gpu=2876 * 2**30 / 8 / 0.5 / 1e12)
+    wf = waterfall(_demo(), replace(cfg, reported=rep))
+    assert wf["logged_convention"]["best"] == "torch model"
+    assert wf["convention"] == "torch" and wf["model_flops_per_gpu"] == 2876 * 2**30 / 8
+
+
+def test_a_failed_gemm_check_is_a_waterfall_warning():
+    # 1e5 FLOPs a sample is far below what the trace's matmul shapes add up to
+    # (test_gemm_check_catches_a_wrong_config): the check's verdict is among the warnings
+    base = load_config(DEMO_CFG)
+    wf = waterfall(_demo(), replace(base, model=ModelConfig(fwd_flops_per_sample=1e5)))
+    assert not wf["gemm_check"]["ok"] and wf["gemm_check"]["verdict"] in wf["warnings"]
+    ok = waterfall(_demo(), base)
+    assert ok["gemm_check"]["ok"] and ok["gemm_check"]["verdict"] not in ok["warnings"]
