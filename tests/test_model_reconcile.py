@@ -232,6 +232,14 @@ def test_predictions_beside_each_loss_by_hand():
     # bubble: (3 + 1.5) ms / 4 = 1.125 ms; measured 0.6 / 4.5 = 0.133
     assert got["idle_bubble"] == {"predicted": "bubble 1.125 ms ((p−1)/(v·m) = 0.250 × compute+recompute)",
                                   "measured": "0.600 ms = 0.133 × compute+recompute", "predicted_ms": pytest.approx(1.125, rel=1e-12)}
+    # two virtual stages: (p−1)/(v·m) = 1/(2·4) = 0.125; 187,500 ns = 0.1875 ms (exact in binary)
+    # is printed to 3 decimals, half to even: 0.188; 0.1875 / 3 = 0.0625 -> 0.062;
+    # bubble 3.1875 ms × 0.125 = 0.3984375 -> 0.398, measured 0.1875 / 3.1875 = 0.0588 -> 0.059
+    vp = replace(cfg, parallel=replace(cfg.parallel, vp=2))
+    got2 = _predictions(vp, vp.convention, {"compute": 3_000_000, "recompute": 187_500, "idle_bubble": 187_500}, 1, warnings)
+    assert got2["recompute"]["measured"] == "0.188 ms (0.062 × compute)"
+    assert got2["idle_bubble"] == {"predicted": "bubble 0.398 ms ((p−1)/(v·m) = 0.125 × compute+recompute)",
+                                   "measured": "0.188 ms = 0.059 × compute+recompute", "predicted_ms": pytest.approx(0.3984375, rel=1e-12)}
     # the same over two steps: every time is per step
     two = _predictions(cfg, cfg.convention, {"compute": 6_000_000, "recompute": 3_000_000, "idle_bubble": 1_200_000}, 2, warnings)
     assert two == got
@@ -512,3 +520,46 @@ def test_a_failed_gemm_check_is_a_waterfall_warning():
     assert not wf["gemm_check"]["ok"] and wf["gemm_check"]["verdict"] in wf["warnings"]
     ok = waterfall(_demo(), base)
     assert ok["gemm_check"]["ok"] and ok["gemm_check"]["verdict"] not in ok["warnings"]
+
+
+def test_communication_predicted_at_an_nccl_tests_baseline():
+    from traceanalyzer.baselines.nccltests import NCCL_SCHEMA
+    from traceanalyzer.reconcile.waterfall import _predictions
+
+    # the transformer of test_communication_predicted_beside_each_exposed_dimension_by_hand with an
+    # nccl-tests curve of 2-rank intra-node all-reduce at 100 GB/s bus bandwidth at every size
+    # (1 KiB to 1 GiB): TP 64 MiB -> 0.671 ms (half exposed: 0.336), DP 115,867,648 bytes -> 1.159 ms
+    sizes = [2**k for k in range(10, 31)]
+    rows = [{"source": "x.txt", "test": 1, "collective": "all_reduce", "placement": "out_of_place", "size_bytes": s,
+             "count": s // 2, "dtype": "bfloat16", "redop": "sum", "root": -1, "time_us": s / 100e3, "algbw_gbps": 100.0,
+             "busbw_gbps": 100.0, "wrong": "0", "nranks": 2, "nranks_source": "given", "nhosts": 1, "gpus_per_host": 2,
+             "scope": "intra", "device": "H100"} for s in sizes]
+    baseline = pl.DataFrame(rows, schema=NCCL_SCHEMA)
+    cfg = RunConfig(model=ModelConfig(layers=2, hidden=1024, heads=8, vocab=32000, seq_length=1024),
+                    batch=BatchConfig(global_batch=8), parallel=ParallelConfig(tp=2),
+                    hardware=HardwareConfig(gpu="H100 SXM", num_gpus=4)).validate()
+    tp_ms, dp_ms = 2**26 / 100e9 * 1e3, 115_867_648 / 100e9 * 1e3
+    got = _predictions(cfg, cfg.convention, {"compute": 1_000_000, "exposed_comm_tp": 187_500, "exposed_comm_dp": 0}, 1, [], baseline)
+    assert got["exposed_comm_tp"]["predicted"] == "0.671 ms at the nccl-tests baseline bandwidth, 0.336 exposed"
+    assert got["exposed_comm_tp"]["predicted_ms"] == pytest.approx(tp_ms, rel=1e-9)
+    assert got["exposed_comm_dp"]["predicted"] == "1.159 ms at the nccl-tests baseline bandwidth, 1.159 exposed"
+    assert got["exposed_comm_dp"]["predicted_ms"] == pytest.approx(dp_ms, rel=1e-9)
+    # the undivided bucket stands beside every dimension's prediction: 0.671 + 1.159 ms
+    got = _predictions(cfg, cfg.convention, {"compute": 1_000_000, "exposed_comm": 187_500}, 1, [], baseline)
+    assert got["exposed_comm"]["predicted_ms"] == pytest.approx(tp_ms + dp_ms, rel=1e-9)
+    # measured: 187,500 ns = 0.1875 ms, exact in binary, printed to 3 decimals (half to even): 0.188
+    assert got["exposed_comm"]["measured"] == "0.188 ms exposed (overlapped: see breakdown)"
+
+
+def test_waterfall_step_name_and_hfu_note():
+    from traceanalyzer.model.flops import HFU_NOTES
+
+    cfg = load_config(DEMO_CFG)
+    # the fc layer's forward addmm and two backward mm (2·10·512·1000 each) per ProfilerStep, 3 steps;
+    # with a step name the trace does not have, the trace is one step holding all three
+    wf = waterfall(_demo(), cfg)
+    assert (wf["trace_flops"]["steps"], wf["trace_flops"]["matmul_per_step"]) == (3, 3 * 2 * 10 * 512 * 1000)
+    wf = waterfall(_demo(), cfg, step_name="NoSuchStep", hfu="korthikanti2022")
+    assert (wf["trace_flops"]["steps"], wf["trace_flops"]["matmul_per_step"]) == (1, 3 * 3 * 2 * 10 * 512 * 1000)
+    # the HFU is said with the note of its convention
+    assert wf["hfu_convention"] == "korthikanti2022" and wf["hfu_note"] == HFU_NOTES["korthikanti2022"]
