@@ -352,6 +352,12 @@ def test_the_peak_comes_from_the_config_else_from_the_trace_device():
                  "is the config's — check which is right"]
     w.clear()
     assert _peak(base, trace, w) == (1307.4, "mi300x", "config") and w == []
+    # a job on two kinds of GPU, neither the configured one: both named
+    two = SimpleNamespace(meta=pl.DataFrame({"device_name": ["NVIDIA A100-SXM4-80GB", "AMD Instinct MI300X", None]}))
+    assert _peak(h100, two, w)[0] == 989.4
+    assert w == ["[hardware] gpu = 'H100 SXM' but the trace ran on 'AMD Instinct MI300X', 'NVIDIA A100-SXM4-80GB': the peak "
+                 "(MFU denominator) is the config's — check which is right"]
+    w.clear()
     # neither: an error naming both ways to give it
     nameless = SimpleNamespace(meta=pl.DataFrame({"device_name": [None]}, schema={"device_name": pl.String}))
     with pytest.raises(ConfigError, match=r"^\[hardware\] gpu is missing and the trace names no known GPU: it is needed for the peak "
@@ -440,6 +446,8 @@ def test_communication_predicted_beside_each_exposed_dimension_by_hand():
                                       "measured": "0.600 ms exposed (overlapped: see breakdown)"}
     assert got["exposed_comm_dp"] == {"predicted": "0.314 ms at configured bandwidth, 0.314 exposed", "predicted_ms": pytest.approx(dp_ms)}
     assert got["exposed_comm_unknown"] == {"predicted": "no communication predicted", "predicted_ms": 0}
+    # no exposed communication bucket at all: nothing to stand beside
+    assert set(_predictions(cfg, cfg.convention, {"compute": 1_000_000}, 1, warnings)) == {"recompute"}
     # one GPU: no communication at all; two steps of 0.2 ms exposed in all = 0.1 ms a step
     one = replace(cfg, parallel=ParallelConfig(), hardware=replace(cfg.hardware, num_gpus=1)).validate()
     got = _predictions(one, one.convention, {"compute": 1_000_000, "exposed_comm": 200_000}, 2, warnings)
