@@ -231,3 +231,27 @@ def test_recompute_links_of_a_user_range_by_hand():
     assert corr.collect().rows() == [(0, 1, 1)]
     assert ext.collect_schema().names() == ["rank", "external_id", "root_pos"]
     assert corr.collect_schema().names() == ["rank", "correlation", "root_pos"]
+
+
+def test_a_kernel_linked_by_correlation_only_gets_its_recomputed_root():
+    from traceanalyzer.schema import EVENT_SCHEMA, conform
+
+    # the range of test_recompute_links_of_a_user_range_by_hand (pos 0 my_recompute, 1 a launch
+    # with correlation 1, 2 aten::mm with External id 42) and three kernels: one launched by
+    # correlation 1 (no External id), one carrying External id 42 (no correlation), one by the
+    # launch after the range (correlation 3)
+    ev = conform(pl.DataFrame({
+        "rank": [0] * 7,
+        "kind": ["annotation", "runtime", "cpu_op", "runtime", "kernel", "kernel", "kernel"],
+        "pid": ["1"] * 4 + ["0"] * 3,
+        "tid": ["7"] * 4 + ["9"] * 3,
+        "name": ["my_recompute", "cudaLaunchKernel", "aten::mm", "cudaLaunchKernel", "k_by_corr", "k_by_ext", "k_after"],
+        "start_ns": [100, 110, 130, 400, 500, 600, 700],
+        "end_ns": [300, 120, 150, 410, 550, 650, 750],
+        "correlation": [None, 1, None, 3, 1, None, 3],
+        "external_id": [None, None, 42, None, None, 42, None],
+    }), EVENT_SCHEMA)
+    gpu = label_gpu(ev, pattern="^my_recompute$").sort("start_ns")
+    assert gpu["name"].to_list() == ["k_by_corr", "k_by_ext", "k_after"]
+    assert gpu["cls"].to_list() == ["recompute", "recompute", "compute"]
+    assert gpu["rc_root"].to_list() == [1, 2, None]
