@@ -236,22 +236,26 @@ def test_recompute_links_of_a_user_range_by_hand():
 def test_a_kernel_linked_by_correlation_only_gets_its_recomputed_root():
     from traceanalyzer.schema import EVENT_SCHEMA, conform
 
-    # the range of test_recompute_links_of_a_user_range_by_hand (pos 0 my_recompute, 1 a launch
-    # with correlation 1, 2 aten::mm with External id 42) and three kernels: one launched by
-    # correlation 1 (no External id), one carrying External id 42 (no correlation), one by the
-    # launch after the range (correlation 3)
+    # host, one thread, pre-order: 0 my_recompute [100, 300), 1 a launch (correlation 1), 2 aten::mm
+    # (External id 42), 3 a launch (correlation 4), all inside the range, 4 a launch after it
+    # (correlation 3). Kernels: one launched by correlation 1 (no External id), one carrying
+    # External id 42 (no correlation), an NCCL kernel launched by correlation 4, an NCCL kernel
+    # launched after the range, a kernel without a name launched by correlation 1
     ev = conform(pl.DataFrame({
-        "rank": [0] * 7,
-        "kind": ["annotation", "runtime", "cpu_op", "runtime", "kernel", "kernel", "kernel"],
-        "pid": ["1"] * 4 + ["0"] * 3,
-        "tid": ["7"] * 4 + ["9"] * 3,
-        "name": ["my_recompute", "cudaLaunchKernel", "aten::mm", "cudaLaunchKernel", "k_by_corr", "k_by_ext", "k_after"],
-        "start_ns": [100, 110, 130, 400, 500, 600, 700],
-        "end_ns": [300, 120, 150, 410, 550, 650, 750],
-        "correlation": [None, 1, None, 3, 1, None, 3],
-        "external_id": [None, None, 42, None, None, 42, None],
+        "rank": [0] * 10,
+        "kind": ["annotation", "runtime", "cpu_op", "runtime", "runtime", "kernel", "kernel", "kernel", "kernel", "kernel"],
+        "pid": ["1"] * 5 + ["0"] * 5,
+        "tid": ["7"] * 5 + ["9"] * 5,
+        "name": ["my_recompute", "cudaLaunchKernel", "aten::mm", "cudaLaunchKernel", "cudaLaunchKernel",
+                 "k_by_corr", "k_by_ext", "ncclDevKernel_AllReduce", "ncclDevKernel_AllGather", None],
+        "start_ns": [100, 110, 130, 160, 400, 500, 600, 700, 800, 900],
+        "end_ns": [300, 120, 150, 170, 410, 550, 650, 750, 850, 950],
+        "correlation": [None, 1, None, 4, 3, 1, None, 4, 3, 1],
+        "external_id": [None, None, 42, None, None, None, 42, None, None, None],
     }), EVENT_SCHEMA)
     gpu = label_gpu(ev, pattern="^my_recompute$").sort("start_ns")
-    assert gpu["name"].to_list() == ["k_by_corr", "k_by_ext", "k_after"]
-    assert gpu["cls"].to_list() == ["recompute", "recompute", "compute"]
-    assert gpu["rc_root"].to_list() == [1, 2, None]
+    assert gpu["name"].to_list() == ["k_by_corr", "k_by_ext", "ncclDevKernel_AllReduce", "ncclDevKernel_AllGather", None]
+    # communication wins over recompute; a kernel without a name is no communication
+    assert gpu["cls"].to_list() == ["recompute", "recompute", "comm", "comm", "recompute"]
+    assert gpu["comm_in_recompute"].to_list() == [False, False, True, False, False]
+    assert gpu["rc_root"].to_list() == [1, 2, 3, None, 1]
