@@ -571,3 +571,25 @@ def test_waterfall_step_name_and_hfu_note():
     assert (wf["trace_flops"]["steps"], wf["trace_flops"]["matmul_per_step"]) == (1, 3 * 3 * 2 * 10 * 512 * 1000)
     # the HFU is said with the note of its convention
     assert wf["hfu_convention"] == "korthikanti2022" and wf["hfu_note"] == HFU_NOTES["korthikanti2022"]
+
+
+def test_waterfall_says_the_contradictions_between_config_and_trace():
+    from types import SimpleNamespace
+
+    base = load_config(DEMO_CFG)
+    # the demo trace recomputes (activation checkpointing): a config without recompute is told so,
+    # the config with full recompute is not
+    none = waterfall(_demo(), replace(base, recompute=RecomputeConfig()))
+    assert any(w.startswith("the configuration has no recompute ([recompute] granularity = 'none') but the trace recomputes ")
+               for w in none["warnings"])
+    full = waterfall(_demo(), base)
+    assert not any("recompute" in w for w in full["warnings"])
+    # a configured GPU other than the trace's: its peak, and the warning
+    h100 = waterfall(_demo(), replace(base, hardware=replace(base.hardware, gpu="H100 SXM")))
+    assert h100["peak_tflops"] == 989.4
+    assert any(w.startswith("[hardware] gpu = 'H100 SXM' but the trace ran on 'AMD Instinct MI300X'") for w in h100["warnings"])
+    # a step of 1 ns is a measured step time
+    one_ns = SimpleNamespace(steps=pl.DataFrame({"rank": [0], "duration_ns": [1], "compute_ns": [1], "recompute_ns": [0],
+                                                 "exposed_comm_ns": [0], "other_ns": [0], "idle_ns": [0]}),
+                             trace=_demo().trace)
+    assert waterfall(one_ns, base)["step_time_s"] == 1e-9
