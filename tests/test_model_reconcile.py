@@ -375,6 +375,8 @@ def test_waterfall_gpu_count_from_the_trace_and_the_logged_convention():
     # no [hardware] num_gpus: the trace's world size (its distributedInfo: world_size 8)
     wf = waterfall(_demo(), replace(base, hardware=replace(base.hardware, num_gpus=None)))
     assert wf["num_gpus"] == 8 and wf["model_flops_per_gpu"] == pytest.approx(3 * 3.6e9 * 80 / 8)
+    # full recompute: the hardware FLOPs add one forward, 4 × 3.6e9 × 80 / 8 a GPU
+    assert wf["hardware_flops_per_gpu"] == pytest.approx(4 * 3.6e9 * 80 / 8)
     # a log giving 12 TFLOP/s/GPU at 10.8 ms a step: model FLOPs 3 × 3.6e9 × 80 / 8 = 1.08e11 a GPU
     # -> 10 TFLOP/s; full recompute adds a forward: 1.44e11 -> 13.33, the nearer, +11.1 % off 12
     rep = replace(base.reported, step_time_s=0.0108, tflops_per_gpu=12.0)
@@ -512,6 +514,9 @@ def test_waterfall_flops_in_the_convention_asked_for_or_logged():
     assert wf["convention"] == "megatron" and wf["model_flops_per_gpu"] == 2748 * 2**30 / 8
     wf = waterfall(_demo(), cfg, convention="palm")
     assert wf["convention"] == "palm" and wf["model_flops_per_gpu"] == 2844 * 2**30 / 8
+    from traceanalyzer.model.flops import CONVENTION_NOTES
+
+    assert wf["convention_note"] == CONVENTION_NOTES["palm"]
     # torch (FlopCounterMode) counts attention backward as 2.5 forwards, not 2: + 2 layers × 0.5 ×
     # 4·B·s²·h (= 32) = 2876. A log whose figure is that over its step time: the waterfall uses torch
     rep = replace(cfg.reported, step_time_s=0.5, tflops_per_gpu=2876 * 2**30 / 8 / 0.5 / 1e12)
@@ -593,3 +598,20 @@ def test_waterfall_says_the_contradictions_between_config_and_trace():
                                                  "exposed_comm_ns": [0], "other_ns": [0], "idle_ns": [0]}),
                              trace=_demo().trace)
     assert waterfall(one_ns, base)["step_time_s"] == 1e-9
+
+
+def test_kernel_efficiency_of_exactly_zero_is_no_warning_and_an_unnamed_trace_is_trace():
+    import dataclasses
+    from types import SimpleNamespace
+
+    # one step of 1000 ns, all compute; 1e6 FLOPs a sample × 3 × 3 samples over 3 GPUs = 3e6 a GPU:
+    # achieved 3e6 FLOPs / 1 µs = 3 TFLOP/s, the given peak: kernel efficiency 3 × 1000/1000 − 3 = 0
+    cfg = RunConfig(model=ModelConfig(fwd_flops_per_sample=1e6), batch=BatchConfig(global_batch=3),
+                    hardware=HardwareConfig(num_gpus=3, peak_tflops=3.0)).validate()
+    a = SimpleNamespace(steps=pl.DataFrame({"rank": [0], "duration_ns": [1000], "compute_ns": [1000], "recompute_ns": [0],
+                                            "exposed_comm_ns": [0], "other_ns": [0], "idle_ns": [0]}),
+                        trace=dataclasses.replace(_demo().trace, sources=[]))
+    wf = waterfall(a, cfg)
+    assert wf["exact"]["kernel_efficiency"] == 0 and wf["achieved_tflops"] == 3.0
+    assert not any("negative" in w for w in wf["warnings"])
+    assert wf["trace"] == "trace"  # no file to name it by
