@@ -615,3 +615,6 @@ def test_kernel_efficiency_of_exactly_zero_is_no_warning_and_an_unnamed_trace_is
     assert wf["exact"]["kernel_efficiency"] == 0 and wf["achieved_tflops"] == 3.0
     assert not any("negative" in w for w in wf["warnings"])
     assert wf["trace"] == "trace"  # no file to name it by
+    # no compute measured: no compute TFLOP/s (not a division by zero)
+    idle = SimpleNamespace(steps=a.steps.with_columns(pl.col("compute_ns").alias("idle_ns"), pl.lit(0).alias("compute_ns")), trace=a.trace)
+    assert waterfall(idle, cfg)["compute_tflops"] is None
