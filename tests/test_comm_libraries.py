@@ -92,6 +92,8 @@ def test_library_table_names_type_and_dimension():
         assert rows[name] == (lib, typ, dim, True), name
     for name in not_comm:
         assert rows[name] == (None, None, None, False), name
+    # by default: the library, from the column "name"
+    assert df.select(library_expr()).to_series().to_list() == got["lib"].to_list()
 
 
 def _raw():
@@ -309,3 +311,21 @@ def test_unknown_waits_are_not_zero_waits_across_ranks():
     a = ta.analyze(Trace(events=pl.concat([traces[0].events, ev1]), meta=both.meta, sources=[]))
     assert a.collectives["wait_ns"].null_count() == a.collectives.height
     assert a.cross_rank.row(0, named=True)["waited_on_rank"] is None
+
+
+def test_a_comm_kernel_pattern_polars_cannot_use_is_refused_with_the_regex_engines_reason():
+    from traceanalyzer.classify.labels import check_comm_pattern
+    from traceanalyzer.errors import ConfigError
+
+    for ok in ("SGEMM", "^nccl", "(?i)all_?reduce"):
+        check_comm_pattern(ok)
+    # the reasons are the Rust regex crate's (polars' engine): no look-around, no back-references
+    for bad, why in [("(?=x)", "look-around, including look-ahead and look-behind, is not supported"),
+                     ("(", "unclosed group"), ("\\1", "backreferences are not supported")]:
+        with pytest.raises(ConfigError) as e:
+            check_comm_pattern(bad)
+        assert e.value.message == f"--comm-kernel {bad!r} is not a valid regex ({why})"
+    # a regex beyond the compiled-size limit fails without a parser message
+    with pytest.raises(ConfigError) as e:
+        check_comm_pattern("a{100000}{100000}")
+    assert e.value.message == "--comm-kernel 'a{100000}{100000}' is not a valid regex (parse error)"

@@ -11,7 +11,7 @@ import pytest
 
 import traceanalyzer as ta
 from traceanalyzer.model import load_config
-from traceanalyzer.model.config import BatchConfig, HardwareConfig, ModelConfig, RunConfig
+from traceanalyzer.model.config import BatchConfig, HardwareConfig, ModelConfig, ParallelConfig, RecomputeConfig, RunConfig
 from traceanalyzer.reconciliation import compare, gemm_check, loss_columns, matmul_flops, waterfall
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,3 +182,439 @@ def test_logged_step_time_is_cross_checked_with_the_trace():
     assert any("differs from the logged/reported 10 s" in w for w in wf["warnings"])
     same = waterfall(analysis(MI300X), replace(base, reported=replace(base.reported, step_time_s=wf["step_time_s"])))
     assert not any("differs from the logged" in w for w in same["warnings"])
+
+
+def _recompute(granularity):
+    return RunConfig(recompute=RecomputeConfig(granularity=granularity))
+
+
+def test_recompute_contradiction_threshold_and_sentences():
+    from traceanalyzer.reconciliation.waterfall import recompute_contradiction
+
+    none = _recompute("none")
+    # no recompute configured: 1 % of the step recomputed (100 of 10,000 ns) is the threshold, said
+    # with one decimal; 99 ns (0.99 %) is below it
+    assert recompute_contradiction(none, 100, 10_000) == [
+        "the configuration has no recompute ([recompute] granularity = 'none') but the trace recomputes "
+        "1.0 % of the step: the FLOPs, the HFU and any what-if from it are off; set [recompute] granularity"]
+    assert recompute_contradiction(none, 99, 10_000) == []
+    assert recompute_contradiction(none, 0, 10_000) == []
+    # 1,250 of 10,000 ns = 12.5 %
+    assert "recomputes 12.5 % of the step" in recompute_contradiction(none, 1_250, 10_000)[0]
+    # recompute configured, none measured; any measured recompute, however little, is no contradiction
+    assert recompute_contradiction(_recompute("full"), 0, 10_000) == [
+        "the configuration recomputes ([recompute] granularity = 'full') but the trace shows no recomputed "
+        "kernel: check the configuration, or name the recompute ranges (--recompute-range)"]
+    assert recompute_contradiction(_recompute("selective"), 1, 10_000) == []
+    # the whole (1 ns) step recomputed: 100 %
+    assert "recomputes 100.0 % of the step" in recompute_contradiction(none, 1, 1)[0]
+    # no step time: nothing to compare
+    assert recompute_contradiction(none, 100, 0) == []
+    assert recompute_contradiction(_recompute("full"), 0, 0) == []
+
+
+def test_predictions_beside_each_loss_by_hand():
+    from traceanalyzer.reconciliation.waterfall import _predictions
+
+    # 1e9 FLOPs per sample, full recompute: +1 forward on fwd + bwd = 3 forwards -> ratio 1/3.
+    # pp = 2 on 2 GPUs: dp = 2 / 2 = 1, m = global batch 4 / (micro 1 · dp 1) = 4 microbatches,
+    # bubble (p−1)/(v·m) = 1/4 of compute + recompute.
+    cfg = RunConfig(model=ModelConfig(fwd_flops_per_sample=1e9), batch=BatchConfig(global_batch=4),
+                    parallel=ParallelConfig(pp=2), recompute=RecomputeConfig(granularity="full"),
+                    hardware=HardwareConfig(num_gpus=2)).validate()
+    warnings = []
+    # one step: compute 3 ms, recompute 1.5 ms, bubble 0.6 ms
+    got = _predictions(cfg, cfg.convention, {"compute": 3_000_000, "recompute": 1_500_000, "idle_bubble": 600_000,
+                                             "exposed_comm": 400_000}, 1, warnings)
+    assert warnings == []
+    assert got["recompute"] == {"predicted": "1.000 ms (compute × 0.333, full recompute)",  # 3 ms / 3
+                                "measured": "1.500 ms (0.500 × compute)", "predicted_ms": pytest.approx(1.0, rel=1e-12)}
+    # bubble: (3 + 1.5) ms / 4 = 1.125 ms; measured 0.6 / 4.5 = 0.133
+    assert got["idle_bubble"] == {"predicted": "bubble 1.125 ms ((p−1)/(v·m) = 0.250 × compute+recompute)",
+                                  "measured": "0.600 ms = 0.133 × compute+recompute", "predicted_ms": pytest.approx(1.125, rel=1e-12)}
+    # two virtual stages: (p−1)/(v·m) = 1/(2·4) = 0.125; 187,500 ns = 0.1875 ms (exact in binary)
+    # is printed to 3 decimals, half to even: 0.188; 0.1875 / 3 = 0.0625 -> 0.062;
+    # bubble 3.1875 ms × 0.125 = 0.3984375 -> 0.398, measured 0.1875 / 3.1875 = 0.0588 -> 0.059
+    vp = replace(cfg, parallel=replace(cfg.parallel, vp=2))
+    got2 = _predictions(vp, vp.convention, {"compute": 3_000_000, "recompute": 187_500, "idle_bubble": 187_500}, 1, warnings)
+    assert got2["recompute"]["measured"] == "0.188 ms (0.062 × compute)"
+    assert got2["idle_bubble"] == {"predicted": "bubble 0.398 ms ((p−1)/(v·m) = 0.125 × compute+recompute)",
+                                   "measured": "0.188 ms = 0.059 × compute+recompute", "predicted_ms": pytest.approx(0.3984375, rel=1e-12)}
+    # the same over two steps: every time is per step
+    two = _predictions(cfg, cfg.convention, {"compute": 6_000_000, "recompute": 3_000_000, "idle_bubble": 1_200_000}, 2, warnings)
+    assert two == got
+    # no transformer shape: no communication model, so nothing beside exposed comm
+    assert set(got) == {"recompute", "idle_bubble"}
+    # two steps, no compute measured, idle not split by cause: the bubble stands beside "idle";
+    # 600,000 ns over 2 steps = 0.3 ms a step, no ratio to a zero compute
+    got = _predictions(cfg, cfg.convention, {"compute": 0, "idle": 600_000}, 2, warnings)
+    assert got["recompute"]["measured"] == "0.000 ms" and got["recompute"]["predicted_ms"] == 0
+    assert got["idle"]["measured"] == "0.300 ms" and got["idle"]["predicted_ms"] == 0
+    assert warnings == []
+    # what cannot be predicted is said, with the reason
+    bare = RunConfig(hardware=HardwareConfig(num_gpus=2)).validate()
+    assert _predictions(bare, bare.convention, {"compute": 1, "idle": 1}, 1, warnings) == {}
+    assert warnings == [
+        "no recompute prediction: [model] layers is missing: it is needed for the model FLOPs per step",
+        "no bubble prediction: [batch] global_batch is missing: it is needed for the predicted pipeline bubble",
+        "no communication prediction: [model] layers is missing: it is needed for the communication volumes",
+    ]
+
+
+def test_resnet50_waterfall_from_the_independent_step_counts():
+    # every number from the plain-Python count of the six steps in tests/data/hta_reference.json
+    # (raw_steps: span, compute, other, idle per ProfilerStep, without the package) and the config
+    # (3 × 7.6e9 FLOPs × 32 images per step on 1 GPU, V100 fp32 peak 15.7 TFLOP/s)
+    import orjson
+
+    ref = orjson.loads((ROOT / "tests" / "data" / "hta_reference.json").read_bytes())["jobs"][RESNET50]["per_file"]
+    steps = next(iter(ref.values()))["raw_steps"]["steps"]
+    n = len(steps)
+    T, comp, other, idle = (sum(s[k] for s in steps) for k in ("span_ns", "compute_ns", "other_ns", "idle_ns"))
+    flops = 3 * 7.6e9 * 32
+    wf = waterfall(analysis(RESNET50), load_config(CONFIGS / "v100-resnet50.toml"))
+    assert (n, wf["ranks"], wf["steps"], wf["rank_steps"], wf["num_gpus"]) == (6, 1, 6, 6, 1)
+    assert (wf["gpu"], wf["gpu_source"], wf["precision"], wf["peak_tflops"]) == ("v100_sxm", "config", "fp32", 15.7)
+    assert wf["logged_convention"] is None and wf["reported_step_time_s"] is None  # no training log given
+    assert wf["model_flops_per_gpu"] == wf["hardware_flops_per_gpu"] == pytest.approx(flops, rel=1e-15)  # no recompute
+    assert wf["step_time_s"] == pytest.approx(T / n / 1e9, rel=1e-12)
+    assert wf["achieved_tflops"] == pytest.approx(flops / (T / n / 1e9) / 1e12, rel=1e-12)
+    assert wf["mfu"] == wf["hfu"] == pytest.approx(flops / (T / n / 1e9) / 1e12 / 15.7, rel=1e-12)
+    assert wf["compute_s"] == pytest.approx(comp / n / 1e9, rel=1e-12)
+    assert wf["compute_tflops"] == pytest.approx(flops / (comp / n / 1e9) / 1e12, rel=1e-12)
+    assert wf["sum_tflops"] == 15.7 and wf["warnings"] == [] and wf["mfu_vs_bf16_peak"] is None
+    terms = {t["term"]: t for t in wf["terms"]}
+    assert terms["achieved"]["time_ms"] is None
+    # each term's time is its bucket per step, in ms; its TFLOP/s the peak's share of the step
+    assert terms["kernel_efficiency"]["time_ms"] == pytest.approx(comp / n / 1e6, rel=1e-12)
+    assert terms["kernel_efficiency"]["tflops"] == pytest.approx(15.7 * comp / T - flops / (T / n / 1e9) / 1e12, rel=1e-12)
+    assert terms["other"]["time_ms"] == pytest.approx(other / n / 1e6, rel=1e-12)
+    assert terms["other"]["tflops"] == pytest.approx(15.7 * other / T, rel=1e-12)
+    idle_terms = [t for k, t in terms.items() if k.startswith("idle")]
+    assert sum(t["time_ms"] for t in idle_terms) == pytest.approx(idle / n / 1e6, rel=1e-12)
+    assert sum(t["tflops"] for t in idle_terms) == pytest.approx(15.7 * idle / T, rel=1e-12)
+    assert sum(wf["buckets_ns"].values()) == T and wf["buckets_ns"]["compute"] == comp
+    # the trace's own FLOPs, per ProfilerStep: the fc layer's forward addmm and two backward mm,
+    # 3 × 2·32·2048·1000, in each of the six steps
+    assert wf["trace_flops"]["steps"] == 6 and wf["trace_flops"]["matmul_per_step"] == 3 * 2 * 32 * 2048 * 1000
+
+
+def test_attach_overlapped_puts_exposed_plus_overlapped_beside_the_first_comm_term():
+    from types import SimpleNamespace
+
+    from traceanalyzer.reconciliation.waterfall import attach_overlapped
+
+    # two steps overlapping 1 ms and 3 ms of communication: 2 ms a step
+    a = SimpleNamespace(steps=pl.DataFrame({"overlapped_comm_ns": [1_000_000, 3_000_000]}))
+    wf = {"terms": [{"term": "achieved", "time_ms": None}, {"term": "exposed_comm_dp", "time_ms": 0.5},
+                    {"term": "exposed_comm_tp", "time_ms": 0.25}]}
+    attach_overlapped(wf, a)
+    assert wf["overlapped_comm_ms"] == 2.0
+    assert wf["terms"][1]["measured"] == "0.500 ms exposed + 2.000 ms overlapped = 2.500 ms"
+    assert "measured" not in wf["terms"][0] and "measured" not in wf["terms"][2]
+    # the undivided bucket, with no time: 0 exposed
+    wf = {"terms": [{"term": "exposed_comm", "time_ms": None}]}
+    attach_overlapped(wf, a)
+    assert wf["terms"][0]["measured"] == "0.000 ms exposed + 2.000 ms overlapped = 2.000 ms"
+
+
+DEMO_CFG = CONFIGS / "mi300x-resnet18-ckpt.toml"
+
+
+def _demo():
+    from conftest import DEMO
+
+    if "demo" not in _cache:
+        _cache["demo"] = ta.analyze(ta.load(DEMO))
+    return _cache["demo"]
+
+
+def test_the_peak_comes_from_the_config_else_from_the_trace_device():
+    from types import SimpleNamespace
+
+    from traceanalyzer.errors import ConfigError
+    from traceanalyzer.reconciliation.waterfall import _peak
+
+    base = load_config(DEMO_CFG)
+    trace = _demo().trace  # one rank of 8 on an "AMD Instinct MI300X"
+    no_gpu = replace(base, hardware=replace(base.hardware, gpu=None))
+    w = []
+    # a peak given wins over any GPU name, and says so
+    assert _peak(replace(no_gpu, hardware=replace(no_gpu.hardware, peak_tflops=100)), trace, w) == (100.0, "given", "config peak_tflops")
+    # no GPU configured: the trace's device, at its bf16 dense peak (AMD's MI300X data sheet: 1307.4 TFLOP/s)
+    assert _peak(no_gpu, trace, w) == (1307.4, "mi300x", "trace device name 'AMD Instinct MI300X'")
+    assert w == []
+    # the configured GPU is used even when the trace ran on another, with a warning
+    # (NVIDIA's H100 SXM data sheet: 989.4 TFLOP/s dense bf16)
+    h100 = replace(base, hardware=replace(base.hardware, gpu="H100 SXM"))
+    assert _peak(h100, trace, w) == (989.4, "h100_sxm", "config")
+    assert w == ["[hardware] gpu = 'H100 SXM' but the trace ran on 'AMD Instinct MI300X': the peak (MFU denominator) "
+                 "is the config's — check which is right"]
+    w.clear()
+    assert _peak(base, trace, w) == (1307.4, "mi300x", "config") and w == []
+    # a job on two kinds of GPU, neither the configured one: both named
+    two = SimpleNamespace(meta=pl.DataFrame({"device_name": ["NVIDIA A100-SXM4-80GB", "AMD Instinct MI300X", None]}))
+    assert _peak(h100, two, w)[0] == 989.4
+    assert w == ["[hardware] gpu = 'H100 SXM' but the trace ran on 'AMD Instinct MI300X', 'NVIDIA A100-SXM4-80GB': the peak "
+                 "(MFU denominator) is the config's — check which is right"]
+    w.clear()
+    # neither: an error naming both ways to give it
+    nameless = SimpleNamespace(meta=pl.DataFrame({"device_name": [None]}, schema={"device_name": pl.String}))
+    with pytest.raises(ConfigError, match=r"^\[hardware\] gpu is missing and the trace names no known GPU: it is needed for the peak "
+                                          r"FLOP/s \(MFU denominator\); give \[hardware\] gpu or peak_tflops$"):
+        _peak(no_gpu, nameless, w)
+    # a device name that is no known GPU counts as none; a trace without the column too
+    with pytest.raises(ConfigError):
+        _peak(no_gpu, SimpleNamespace(meta=pl.DataFrame({"device_name": ["Some CPU"]})), w)
+    with pytest.raises(ConfigError):
+        _peak(no_gpu, SimpleNamespace(meta=pl.DataFrame({"rank": [0]})), w)
+
+
+def test_waterfall_gpu_count_from_the_trace_and_the_logged_convention():
+    base = load_config(DEMO_CFG)
+    # no [hardware] num_gpus: the trace's world size (its distributedInfo: world_size 8)
+    wf = waterfall(_demo(), replace(base, hardware=replace(base.hardware, num_gpus=None)))
+    assert wf["num_gpus"] == 8 and wf["model_flops_per_gpu"] == pytest.approx(3 * 3.6e9 * 80 / 8)
+    # full recompute: the hardware FLOPs add one forward, 4 × 3.6e9 × 80 / 8 a GPU
+    assert wf["hardware_flops_per_gpu"] == pytest.approx(4 * 3.6e9 * 80 / 8)
+    # a log giving 12 TFLOP/s/GPU at 10.8 ms a step: model FLOPs 3 × 3.6e9 × 80 / 8 = 1.08e11 a GPU
+    # -> 10 TFLOP/s; full recompute adds a forward: 1.44e11 -> 13.33, the nearer, +11.1 % off 12
+    rep = replace(base.reported, step_time_s=0.0108, tflops_per_gpu=12.0)
+    wf = waterfall(_demo(), replace(base, reported=rep))
+    assert wf["logged_convention"]["best"] == "megatron hardware"
+    assert wf["logged_convention"]["relative_error"] == pytest.approx(1.44e11 / 0.0108 / 1e12 / 12 - 1)
+    assert ("the logged 12 TFLOP/s/GPU is reproduced by the megatron convention (hardware FLOPs, +11.1 %): "
+            "the waterfall uses megatron") in wf["warnings"]
+    # the trace's mean step, 16.2 ms (its three ProfilerStep ranges), is 50 % above the logged 10.8 ms
+    assert any(w.startswith("the trace's mean step (0.01621 s) differs from the logged/reported 0.0108 s by +50 % ")
+               for w in wf["warnings"])
+    # a convention asked for: the log's is still said, not used
+    wf = waterfall(_demo(), replace(base, reported=rep), convention="palm")
+    assert ("the logged 12 TFLOP/s/GPU is reproduced by the megatron convention (hardware FLOPs, +11.1 %)") in wf["warnings"]
+
+
+def test_waterfall_warns_when_the_config_claims_more_flops_than_the_peak_allows():
+    base = load_config(DEMO_CFG)
+    # 1e15 FLOPs a sample: 3e15 × 10 images a GPU in a 16 ms step is ~1.9e6 TFLOP/s, above the
+    # 1307.4 peak: the kernel efficiency (peak × compute share − achieved) is negative
+    wf = waterfall(_demo(), replace(base, model=replace(base.model, fwd_flops_per_sample=1e15)))
+    assert wf["exact"]["kernel_efficiency"] < 0
+    assert ("kernel efficiency is negative: the config claims more FLOPs than the peak allows in the measured compute "
+            "time — the model, batch or GPU count in the config is probably wrong") in wf["warnings"]
+    ok = waterfall(_demo(), base)
+    assert not any("negative" in w for w in ok["warnings"])
+
+
+def test_waterfall_without_step_time_is_a_config_error():
+    from types import SimpleNamespace
+
+    from traceanalyzer.errors import ConfigError
+
+    cfg = load_config(DEMO_CFG)
+    for steps in (pl.DataFrame(schema={"rank": pl.Int32, "duration_ns": pl.Int64}),  # no step
+                  pl.DataFrame({"rank": [0], "duration_ns": [0]})):  # one step of 0 ns
+        with pytest.raises(ConfigError, match="^the trace has no measured step time to reconcile$"):
+            waterfall(SimpleNamespace(steps=steps), cfg)
+    # no GPU count configured and none in the trace
+    one_step = {"rank": [0], "duration_ns": [10], "compute_ns": [10], "recompute_ns": [0], "exposed_comm_ns": [0], "other_ns": [0], "idle_ns": [0]}
+    a = SimpleNamespace(steps=pl.DataFrame(one_step),
+                        trace=SimpleNamespace(meta=pl.DataFrame({"world_size": [None]}, schema={"world_size": pl.Int64})))
+    with pytest.raises(ConfigError, match=r"^\[hardware\] num_gpus is missing: it is needed for the FLOPs per GPU "
+                                          r"\(the trace does not give a world size either\)$"):
+        waterfall(a, RunConfig(model=ModelConfig(fwd_flops_per_sample=1e9), batch=BatchConfig(global_batch=8)).validate())
+
+
+def test_communication_predicted_beside_each_exposed_dimension_by_hand():
+    from traceanalyzer.reconciliation.waterfall import _predictions
+
+    # 2 layers, h 1024, s 1024, vocab 32000, 4 H100 SXM (tp 2 -> dp 2), global batch 8, micro 1:
+    # m = 8 / (1 · 2) = 4 microbatches a step; 369 GB/s: the hardware table's intra-node bus bandwidth.
+    # TP, no sequence parallelism: 4 all-reduces a layer (2 forward, 2 backward) of s·h·2 bytes
+    # = 2 layers · 4 · 4 microbatches · 2 MiB = 64 MiB, bus factor 2(2−1)/2 = 1; the forward half exposed.
+    # DP: one all-reduce of the fp32 gradients of this TP rank's half of the parameters,
+    # (2 layers · 12h² + 32000·h) / 2 · 4 bytes = 115,867,648 bytes, bus factor 1, all exposed.
+    cfg = RunConfig(model=ModelConfig(layers=2, hidden=1024, heads=8, vocab=32000, seq_length=1024),
+                    batch=BatchConfig(global_batch=8), parallel=ParallelConfig(tp=2),
+                    hardware=HardwareConfig(gpu="H100 SXM", num_gpus=4)).validate()
+    tp_ms, dp_ms = 2 * 4 * 4 * 2**21 / 369e9 * 1e3, (2 * 12 * 1024**2 + 32000 * 1024) / 2 * 4 / 369e9 * 1e3
+    assert (round(tp_ms, 3), round(dp_ms, 3)) == (0.182, 0.314)
+    warnings = []
+    # one step: 0.2 ms exposed TP, 0.3 ms DP, 0.1 ms of no known dimension
+    got = _predictions(cfg, cfg.convention, {"compute": 1_000_000, "exposed_comm_tp": 200_000, "exposed_comm_dp": 300_000,
+                                             "exposed_comm_unknown": 100_000}, 1, warnings)
+    assert warnings == []
+    assert got["exposed_comm_tp"] == {"predicted": "0.182 ms at configured bandwidth, 0.091 exposed", "predicted_ms": pytest.approx(tp_ms),
+                                      # the measured exposed total (0.2 + 0.3 + 0.1 ms) stands beside the first
+                                      "measured": "0.600 ms exposed (overlapped: see breakdown)"}
+    assert got["exposed_comm_dp"] == {"predicted": "0.314 ms at configured bandwidth, 0.314 exposed", "predicted_ms": pytest.approx(dp_ms)}
+    assert got["exposed_comm_unknown"] == {"predicted": "no communication predicted", "predicted_ms": 0}
+    # no exposed communication bucket at all: nothing to stand beside
+    assert set(_predictions(cfg, cfg.convention, {"compute": 1_000_000}, 1, warnings)) == {"recompute"}
+    # one GPU: no communication at all; two steps of 0.2 ms exposed in all = 0.1 ms a step
+    one = replace(cfg, parallel=ParallelConfig(), hardware=replace(cfg.hardware, num_gpus=1)).validate()
+    got = _predictions(one, one.convention, {"compute": 1_000_000, "exposed_comm": 200_000}, 2, warnings)
+    assert got["exposed_comm"] == {"predicted": "0 ms (no parallelism)", "predicted_ms": 0,
+                                   "measured": "0.100 ms exposed (overlapped: see breakdown)"}
+    assert warnings == []
+
+
+def test_waterfall_over_eight_ranks_counts_steps_per_rank():
+    import orjson
+
+    from conftest import DLRM
+
+    # the 8 DLRM ranks, one ProfilerStep each; their spans from the independent count
+    # (tests/data/hta_reference.json raw_steps); 1e9 FLOPs a sample × 8 samples over 8 GPUs
+    jobs = orjson.loads((ROOT / "tests" / "data" / "hta_reference.json").read_bytes())["jobs"]
+    files = sorted(DLRM.glob("*.json.gz"))
+    spans = [s["span_ns"] for f in files for s in jobs[f"kineto-public/param-dlrm-v100-8rank/{f.name}"]["per_file"][f.name]["raw_steps"]["steps"]]
+    assert len(spans) == 8
+    cfg = RunConfig(model=ModelConfig(fwd_flops_per_sample=1e9), batch=BatchConfig(global_batch=8),
+                    hardware=HardwareConfig(precision="fp32"), source="dlrm.toml").validate()
+    wf = waterfall(ta.analyze(ta.load(DLRM)), cfg)
+    assert (wf["ranks"], wf["steps"], wf["rank_steps"], wf["num_gpus"]) == (8, 1, 8, 8)
+    assert type(wf["steps"]) is int
+    # the mean step is over all rank-steps
+    assert wf["step_time_s"] == pytest.approx(sum(spans) / 8 / 1e9, rel=1e-12)
+    assert wf["achieved_tflops"] == pytest.approx(3 * 1e9 * 8 / 8 / (sum(spans) / 8 / 1e9) / 1e12, rel=1e-12)
+    # the first two files name the trace; an unnamed config is named by its file
+    assert wf["trace"] == f"{files[0]}, {files[1]}"
+    assert wf["config"] == "dlrm.toml"
+    one = waterfall(ta.analyze(ta.load(files[0])), replace(cfg, name="one rank"))
+    assert (one["trace"], one["config"]) == (str(files[0]), "one rank")
+
+
+def test_recompute_prediction_is_in_the_convention_asked_for():
+    from traceanalyzer.reconciliation.waterfall import _predictions
+
+    # B 8, s 1024, h 1024, 2 layers, V 32000, full recompute, in units of 2^30 FLOPs: a layer's
+    # forward is 24·B·s·h² + 4·B·s²·h = 224 (PaLM, non-causal attention) or 24·B·s·h² + 2·B·s²·h = 208
+    # (Megatron, causal); logits 2·B·s·h·V = 500. Model = 3 × (2 layers + logits), recompute = the 2
+    # layers' forward again: PaLM 448 / 2844, Megatron 416 / 2748.
+    cfg = RunConfig(model=ModelConfig(layers=2, hidden=1024, heads=8, vocab=32000, seq_length=1024),
+                    batch=BatchConfig(global_batch=8), recompute=RecomputeConfig(granularity="full"),
+                    hardware=HardwareConfig(gpu="H100 SXM", num_gpus=1)).validate()
+    assert cfg.convention == "megatron"
+    b = {"compute": 2_844_000, "exposed_comm": 0}  # 2.844 ms a step
+    palm = _predictions(cfg, "palm", b, 1, [])["recompute"]
+    assert palm["predicted"] == "0.448 ms (compute × 0.158, full recompute)"
+    assert palm["predicted_ms"] == pytest.approx(2.844 * 448 / 2844, rel=1e-12)
+    assert _predictions(cfg, "megatron", b, 1, [])["recompute"]["predicted_ms"] == pytest.approx(2.844 * 416 / 2748, rel=1e-12)
+
+
+def test_waterfall_flops_in_the_convention_asked_for_or_logged():
+    # the 2-layer transformer of the test above (B 8, s 1024, h 1024, V 32000), no recompute, 8 GPUs:
+    # model FLOPs a step, in 2^30: PaLM 3 × (2 · 224 + 500) = 2844, Megatron 3 × (2 · 208 + 500) = 2748
+    base = load_config(DEMO_CFG)
+    cfg = replace(base, model=ModelConfig(layers=2, hidden=1024, heads=8, vocab=32000, seq_length=1024),
+                  batch=BatchConfig(global_batch=8), parallel=replace(base.parallel, dp=8),
+                  recompute=RecomputeConfig()).validate()
+    assert cfg.convention == "megatron"
+    wf = waterfall(_demo(), cfg)
+    assert wf["convention"] == "megatron" and wf["model_flops_per_gpu"] == 2748 * 2**30 / 8
+    wf = waterfall(_demo(), cfg, convention="palm")
+    assert wf["convention"] == "palm" and wf["model_flops_per_gpu"] == 2844 * 2**30 / 8
+    from traceanalyzer.model.flops import CONVENTION_NOTES
+
+    assert wf["convention_note"] == CONVENTION_NOTES["palm"]
+    # torch (FlopCounterMode) counts attention backward as 2.5 forwards, not 2: + 2 layers × 0.5 ×
+    # 4·B·s²·h (= 32) = 2876. A log whose figure is that over its step time: the waterfall uses torch
+    rep = replace(cfg.reported, step_time_s=0.5, tflops_per_gpu=2876 * 2**30 / 8 / 0.5 / 1e12)
+    wf = waterfall(_demo(), replace(cfg, reported=rep))
+    assert wf["logged_convention"]["best"] == "torch model"
+    assert wf["convention"] == "torch" and wf["model_flops_per_gpu"] == 2876 * 2**30 / 8
+
+
+def test_a_failed_gemm_check_is_a_waterfall_warning():
+    # 1e5 FLOPs a sample is far below what the trace's matmul shapes add up to
+    # (test_gemm_check_catches_a_wrong_config): the check's verdict is among the warnings
+    base = load_config(DEMO_CFG)
+    wf = waterfall(_demo(), replace(base, model=ModelConfig(fwd_flops_per_sample=1e5)))
+    assert not wf["gemm_check"]["ok"] and wf["gemm_check"]["verdict"] in wf["warnings"]
+    ok = waterfall(_demo(), base)
+    assert ok["gemm_check"]["ok"] and ok["gemm_check"]["verdict"] not in ok["warnings"]
+
+
+def test_communication_predicted_at_an_nccl_tests_baseline():
+    from traceanalyzer.baselines.nccltests import NCCL_SCHEMA
+    from traceanalyzer.reconciliation.waterfall import _predictions
+
+    # the transformer of test_communication_predicted_beside_each_exposed_dimension_by_hand with an
+    # nccl-tests curve of 2-rank intra-node all-reduce at 100 GB/s bus bandwidth at every size
+    # (1 KiB to 1 GiB): TP 64 MiB -> 0.671 ms (half exposed: 0.336), DP 115,867,648 bytes -> 1.159 ms
+    sizes = [2**k for k in range(10, 31)]
+    rows = [{"source": "x.txt", "test": 1, "collective": "all_reduce", "placement": "out_of_place", "size_bytes": s,
+             "count": s // 2, "dtype": "bfloat16", "redop": "sum", "root": -1, "time_us": s / 100e3, "algbw_gbps": 100.0,
+             "busbw_gbps": 100.0, "wrong": "0", "nranks": 2, "nranks_source": "given", "nhosts": 1, "gpus_per_host": 2,
+             "scope": "intra", "device": "H100"} for s in sizes]
+    baseline = pl.DataFrame(rows, schema=NCCL_SCHEMA)
+    cfg = RunConfig(model=ModelConfig(layers=2, hidden=1024, heads=8, vocab=32000, seq_length=1024),
+                    batch=BatchConfig(global_batch=8), parallel=ParallelConfig(tp=2),
+                    hardware=HardwareConfig(gpu="H100 SXM", num_gpus=4)).validate()
+    tp_ms, dp_ms = 2**26 / 100e9 * 1e3, 115_867_648 / 100e9 * 1e3
+    got = _predictions(cfg, cfg.convention, {"compute": 1_000_000, "exposed_comm_tp": 187_500, "exposed_comm_dp": 0}, 1, [], baseline)
+    assert got["exposed_comm_tp"]["predicted"] == "0.671 ms at the nccl-tests baseline bandwidth, 0.336 exposed"
+    assert got["exposed_comm_tp"]["predicted_ms"] == pytest.approx(tp_ms, rel=1e-9)
+    assert got["exposed_comm_dp"]["predicted"] == "1.159 ms at the nccl-tests baseline bandwidth, 1.159 exposed"
+    assert got["exposed_comm_dp"]["predicted_ms"] == pytest.approx(dp_ms, rel=1e-9)
+    # the undivided bucket stands beside every dimension's prediction: 0.671 + 1.159 ms
+    got = _predictions(cfg, cfg.convention, {"compute": 1_000_000, "exposed_comm": 187_500}, 1, [], baseline)
+    assert got["exposed_comm"]["predicted_ms"] == pytest.approx(tp_ms + dp_ms, rel=1e-9)
+    # measured: 187,500 ns = 0.1875 ms, exact in binary, printed to 3 decimals (half to even): 0.188
+    assert got["exposed_comm"]["measured"] == "0.188 ms exposed (overlapped: see breakdown)"
+
+
+def test_waterfall_step_name_and_hfu_note():
+    from traceanalyzer.model.flops import HFU_NOTES
+
+    cfg = load_config(DEMO_CFG)
+    # the fc layer's forward addmm and two backward mm (2·10·512·1000 each) per ProfilerStep, 3 steps;
+    # with a step name the trace does not have, the trace is one step holding all three
+    wf = waterfall(_demo(), cfg)
+    assert (wf["trace_flops"]["steps"], wf["trace_flops"]["matmul_per_step"]) == (3, 3 * 2 * 10 * 512 * 1000)
+    wf = waterfall(_demo(), cfg, step_name="NoSuchStep", hfu="korthikanti2022")
+    assert (wf["trace_flops"]["steps"], wf["trace_flops"]["matmul_per_step"]) == (1, 3 * 3 * 2 * 10 * 512 * 1000)
+    # the HFU is said with the note of its convention
+    assert wf["hfu_convention"] == "korthikanti2022" and wf["hfu_note"] == HFU_NOTES["korthikanti2022"]
+
+
+def test_waterfall_says_the_contradictions_between_config_and_trace():
+    from types import SimpleNamespace
+
+    base = load_config(DEMO_CFG)
+    # the demo trace recomputes (activation checkpointing): a config without recompute is told so,
+    # the config with full recompute is not
+    none = waterfall(_demo(), replace(base, recompute=RecomputeConfig()))
+    assert any(w.startswith("the configuration has no recompute ([recompute] granularity = 'none') but the trace recomputes ")
+               for w in none["warnings"])
+    full = waterfall(_demo(), base)
+    assert not any("recompute" in w for w in full["warnings"])
+    # a configured GPU other than the trace's: its peak, and the warning
+    h100 = waterfall(_demo(), replace(base, hardware=replace(base.hardware, gpu="H100 SXM")))
+    assert h100["peak_tflops"] == 989.4
+    assert any(w.startswith("[hardware] gpu = 'H100 SXM' but the trace ran on 'AMD Instinct MI300X'") for w in h100["warnings"])
+    # a step of 1 ns is a measured step time
+    one_ns = SimpleNamespace(steps=pl.DataFrame({"rank": [0], "duration_ns": [1], "compute_ns": [1], "recompute_ns": [0],
+                                                 "exposed_comm_ns": [0], "other_ns": [0], "idle_ns": [0]}),
+                             trace=_demo().trace)
+    assert waterfall(one_ns, base)["step_time_s"] == 1e-9
+
+
+def test_kernel_efficiency_of_exactly_zero_is_no_warning_and_an_unnamed_trace_is_trace():
+    import dataclasses
+    from types import SimpleNamespace
+
+    # one step of 1000 ns, all compute; 1e6 FLOPs a sample × 3 × 3 samples over 3 GPUs = 3e6 a GPU:
+    # achieved 3e6 FLOPs / 1 µs = 3 TFLOP/s, the given peak: kernel efficiency 3 × 1000/1000 − 3 = 0
+    cfg = RunConfig(model=ModelConfig(fwd_flops_per_sample=1e6), batch=BatchConfig(global_batch=3),
+                    hardware=HardwareConfig(num_gpus=3, peak_tflops=3.0)).validate()
+    a = SimpleNamespace(steps=pl.DataFrame({"rank": [0], "duration_ns": [1000], "compute_ns": [1000], "recompute_ns": [0],
+                                            "exposed_comm_ns": [0], "other_ns": [0], "idle_ns": [0]}),
+                        trace=dataclasses.replace(_demo().trace, sources=[]))
+    wf = waterfall(a, cfg)
+    assert wf["exact"]["kernel_efficiency"] == 0 and wf["achieved_tflops"] == 3.0
+    assert not any("negative" in w for w in wf["warnings"])
+    assert wf["trace"] == "trace"  # no file to name it by
+    # no compute measured: no compute TFLOP/s (not a division by zero)
+    idle = SimpleNamespace(steps=a.steps.with_columns(pl.col("compute_ns").alias("idle_ns"), pl.lit(0).alias("compute_ns")), trace=a.trace)
+    assert waterfall(idle, cfg)["compute_tflops"] is None

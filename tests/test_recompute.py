@@ -199,3 +199,63 @@ def test_cover_marks_the_rows_under_each_marked_range():
         want = [any(p + strict <= q <= h for p, h in marks) for q in range(8)]
         assert cover(tree, pl.col("m"), "c", strict=strict)["c"].to_list() == want
     assert not cover(tree, pl.lit(False), "c")["c"].any()
+
+
+def test_recompute_links_of_a_user_range_by_hand():
+    from traceanalyzer.classify.labels import recompute_links
+    from traceanalyzer.schema import EVENT_SCHEMA, conform
+
+    # one thread; its host ranges in pre-order (by start): 0 my_recompute [100, 300), 1 a launch
+    # (correlation 1), 2 aten::mm (External id 42), 3 a backward node [200, 290) holding 4 a launch
+    # (correlation 2), 5 a launch after the range (correlation 3)
+    ev = conform(pl.DataFrame({
+        "rank": [0] * 6,
+        "kind": ["annotation", "runtime", "cpu_op", "cpu_op", "runtime", "runtime"],
+        "pid": ["1"] * 6,
+        "tid": ["7"] * 6,
+        "name": ["my_recompute", "cudaLaunchKernel", "aten::mm", "autograd::engine::evaluate_function: MmBackward0",
+                 "cudaLaunchKernel", "cudaLaunchKernel"],
+        "start_ns": [100, 110, 130, 200, 210, 400],
+        "end_ns": [300, 120, 150, 290, 220, 410],
+        "correlation": [None, 1, None, None, 2, 3],
+        "external_id": [None, None, 42, None, None, None],
+    }), EVENT_SCHEMA)
+    # no checkpointing and no range pattern: nothing is recomputed
+    ext, corr = recompute_links(ev.lazy())
+    assert ext.collect().height == 0 and corr.collect().height == 0
+    # the range named: the launch (pos 1) and aten::mm (pos 2) inside it are top-level recomputed
+    # ops, each its own root; the backward node and its launch are not recompute, nor is the
+    # launch after the range
+    ext, corr = recompute_links(ev.lazy(), "^my_recompute$")
+    assert ext.collect().rows() == [(0, 42, 2)]
+    assert corr.collect().rows() == [(0, 1, 1)]
+    assert ext.collect_schema().names() == ["rank", "external_id", "root_pos"]
+    assert corr.collect_schema().names() == ["rank", "correlation", "root_pos"]
+
+
+def test_a_kernel_linked_by_correlation_only_gets_its_recomputed_root():
+    from traceanalyzer.schema import EVENT_SCHEMA, conform
+
+    # host, one thread, pre-order: 0 my_recompute [100, 300), 1 a launch (correlation 1), 2 aten::mm
+    # (External id 42), 3 a launch (correlation 4), all inside the range, 4 a launch after it
+    # (correlation 3). Kernels: one launched by correlation 1 (no External id), one carrying
+    # External id 42 (no correlation), an NCCL kernel launched by correlation 4, an NCCL kernel
+    # launched after the range, a kernel without a name launched by correlation 1
+    ev = conform(pl.DataFrame({
+        "rank": [0] * 10,
+        "kind": ["annotation", "runtime", "cpu_op", "runtime", "runtime", "kernel", "kernel", "kernel", "kernel", "kernel"],
+        "pid": ["1"] * 5 + ["0"] * 5,
+        "tid": ["7"] * 5 + ["9"] * 5,
+        "name": ["my_recompute", "cudaLaunchKernel", "aten::mm", "cudaLaunchKernel", "cudaLaunchKernel",
+                 "k_by_corr", "k_by_ext", "ncclDevKernel_AllReduce", "ncclDevKernel_AllGather", None],
+        "start_ns": [100, 110, 130, 160, 400, 500, 600, 700, 800, 900],
+        "end_ns": [300, 120, 150, 170, 410, 550, 650, 750, 850, 950],
+        "correlation": [None, 1, None, 4, 3, 1, None, 4, 3, 1],
+        "external_id": [None, None, 42, None, None, None, 42, None, None, None],
+    }), EVENT_SCHEMA)
+    gpu = label_gpu(ev, pattern="^my_recompute$").sort("start_ns")
+    assert gpu["name"].to_list() == ["k_by_corr", "k_by_ext", "ncclDevKernel_AllReduce", "ncclDevKernel_AllGather", None]
+    # communication wins over recompute; a kernel without a name is no communication
+    assert gpu["cls"].to_list() == ["recompute", "recompute", "comm", "comm", "recompute"]
+    assert gpu["comm_in_recompute"].to_list() == [False, False, True, False, False]
+    assert gpu["rc_root"].to_list() == [1, 2, 3, None, 1]
