@@ -572,8 +572,12 @@ def test_waterfall_step_name_and_hfu_note():
     # with a step name the trace does not have, the trace is one step holding all three
     wf = waterfall(_demo(), cfg)
     assert (wf["trace_flops"]["steps"], wf["trace_flops"]["matmul_per_step"]) == (3, 3 * 2 * 10 * 512 * 1000)
+    # the GEMM check counts per step of the same name: forward 2·10·512·1000 per step, training 3×
+    assert (wf["gemm_check"]["trace_fwd_flops_per_step"], wf["gemm_check"]["trace_train_flops_per_step"]) == (
+        2 * 10 * 512 * 1000, 3 * 2 * 10 * 512 * 1000)
     wf = waterfall(_demo(), cfg, step_name="NoSuchStep", hfu="korthikanti2022")
     assert (wf["trace_flops"]["steps"], wf["trace_flops"]["matmul_per_step"]) == (1, 3 * 3 * 2 * 10 * 512 * 1000)
+    assert (wf["gemm_check"]["ops_per_step"], wf["gemm_check"]["trace_fwd_flops_per_step"]) == (9, 3 * 2 * 10 * 512 * 1000)
     # the HFU is said with the note of its convention
     assert wf["hfu_convention"] == "korthikanti2022" and wf["hfu_note"] == HFU_NOTES["korthikanti2022"]
 
@@ -618,3 +622,38 @@ def test_kernel_efficiency_of_exactly_zero_is_no_warning_and_an_unnamed_trace_is
     # no compute measured: no compute TFLOP/s (not a division by zero)
     idle = SimpleNamespace(steps=a.steps.with_columns(pl.col("compute_ns").alias("idle_ns"), pl.lit(0).alias("compute_ns")), trace=a.trace)
     assert waterfall(idle, cfg)["compute_tflops"] is None
+
+
+def test_selective_recompute_counts_in_the_hfu_by_the_convention_asked_for():
+    # the tiny GPT (L=4, h=64, s=32, global batch 4: T = 128 tokens, one GPU), selective recompute,
+    # Megatron convention. Core attention per step = 6·h·s·L·T = 6·64·32·4·128 = 6,291,456 FLOPs.
+    # "forward": recompute is one more forward of it (a third: 2,097,152); "korthikanti2022": all of
+    # it again at fwd+bwd weight (6,291,456). Model FLOPs do not depend on the HFU convention.
+    cfg = replace(tiny_gpt(), recompute=RecomputeConfig(granularity="selective"))
+    fwd = waterfall(_demo(), cfg)
+    kor = waterfall(_demo(), cfg, hfu="korthikanti2022")
+    assert fwd["model_flops_per_gpu"] == kor["model_flops_per_gpu"]
+    assert fwd["hardware_flops_per_gpu"] - fwd["model_flops_per_gpu"] == 6 * 64 * 32 * 4 * 128 / 3
+    assert kor["hardware_flops_per_gpu"] - kor["model_flops_per_gpu"] == 6 * 64 * 32 * 4 * 128
+    assert kor["hfu"] > fwd["hfu"] > fwd["mfu"]
+
+
+def test_the_waterfall_hands_its_baseline_to_the_communication_predictions():
+    # the transformer and nccl-tests curve of test_communication_predicted_at_an_nccl_tests_baseline,
+    # now through waterfall(): TP 64 MiB at 100 GB/s = 0.671 ms (half exposed), DP 115,867,648 B =
+    # 1.159 ms; without the baseline the configured bandwidth gives other numbers
+    from traceanalyzer.baselines.nccltests import NCCL_SCHEMA
+
+    sizes = [2**k for k in range(10, 31)]
+    rows = [{"source": "x.txt", "test": 1, "collective": "all_reduce", "placement": "out_of_place", "size_bytes": s,
+             "count": s // 2, "dtype": "bfloat16", "redop": "sum", "root": -1, "time_us": s / 100e3, "algbw_gbps": 100.0,
+             "busbw_gbps": 100.0, "wrong": "0", "nranks": 2, "nranks_source": "given", "nhosts": 1, "gpus_per_host": 2,
+             "scope": "intra", "device": "H100"} for s in sizes]
+    cfg = RunConfig(model=ModelConfig(layers=2, hidden=1024, heads=8, vocab=32000, seq_length=1024),
+                    batch=BatchConfig(global_batch=8), parallel=ParallelConfig(tp=2),
+                    hardware=HardwareConfig(gpu="H100 SXM", num_gpus=4)).validate()
+    with_curve = {t["term"]: t.get("predicted") for t in waterfall(_demo(), cfg, baseline=pl.DataFrame(rows, schema=NCCL_SCHEMA))["terms"]}
+    assert with_curve["exposed_comm_tp"] == "0.671 ms at the nccl-tests baseline bandwidth, 0.336 exposed"
+    assert with_curve["exposed_comm_dp"] == "1.159 ms at the nccl-tests baseline bandwidth, 1.159 exposed"
+    configured = {t["term"]: t.get("predicted") for t in waterfall(_demo(), cfg)["terms"]}
+    assert "at configured bandwidth" in configured["exposed_comm_tp"]
