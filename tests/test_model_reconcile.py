@@ -657,3 +657,25 @@ def test_the_waterfall_hands_its_baseline_to_the_communication_predictions():
     assert with_curve["exposed_comm_dp"] == "1.159 ms at the nccl-tests baseline bandwidth, 1.159 exposed"
     configured = {t["term"]: t.get("predicted") for t in waterfall(_demo(), cfg)["terms"]}
     assert "at configured bandwidth" in configured["exposed_comm_tp"]
+
+
+def test_hardware_flops_are_per_gpu_in_the_hfu_and_the_recompute_prediction_in_the_convention_asked_for():
+    # B 8, s 1024, h 1024, 2 layers on 4 GPUs (TP 2), selective recompute, Megatron convention:
+    # the core attention per step is 6·h·s·L·T = 6·1024·1024·2·8192 FLOPs and selective recompute
+    # ("forward") runs a third of it again: 34,359,738,368 FLOPs a step, 8,589,934,592 per GPU.
+    # MFU and HFU share their time and peak, so HFU / MFU = hardware / model FLOPs per GPU.
+    cfg = RunConfig(model=ModelConfig(layers=2, hidden=1024, heads=8, vocab=32000, seq_length=1024),
+                    batch=BatchConfig(global_batch=8), parallel=ParallelConfig(tp=2),
+                    recompute=RecomputeConfig(granularity="selective"),
+                    hardware=HardwareConfig(gpu="H100 SXM", num_gpus=4)).validate()
+    wf = waterfall(_demo(), cfg)
+    assert wf["num_gpus"] == 4
+    assert wf["hardware_flops_per_gpu"] - wf["model_flops_per_gpu"] == 6 * 1024 * 1024 * 2 * 8192 / 3 / 4
+    assert wf["hfu"] / wf["mfu"] == pytest.approx(wf["hardware_flops_per_gpu"] / wf["model_flops_per_gpu"], rel=1e-12)
+    # full recompute, the convention asked for reaches the recompute prediction (the hand counts of
+    # test_recompute_prediction_is_in_the_convention_asked_for): PaLM 448/2844 of the compute,
+    # Megatron 416/2748
+    full = replace(cfg, recompute=RecomputeConfig(granularity="full"))
+    ms = {conv: next(t for t in waterfall(_demo(), full, convention=conv)["terms"] if t["term"] == "recompute")["predicted_ms"]
+          for conv in ("palm", "megatron")}
+    assert ms["palm"] / ms["megatron"] == pytest.approx((448 / 2844) / (416 / 2748), rel=1e-12)
