@@ -182,6 +182,17 @@ def reap_helpers() -> None:
         except Exception:  # noqa: BLE001 - at exit, best effort
             pass
     gc.collect()
+    # multiprocessing's own exit step, now rather than at the interpreter's exit: it runs the
+    # finalizers of the semaphores still alive (unlink, and unregister from the tracker), which
+    # would otherwise run after the tracker stopped (leaked-semaphore warnings, tracebacks of
+    # unlinks already done, and a new tracker). It runs once: the exit's own call does nothing.
+    mp_util = sys.modules.get("multiprocessing.util")
+    mp_exit = getattr(mp_util, "_exit_function", None)
+    if callable(mp_exit):
+        try:
+            mp_exit()
+        except Exception:  # noqa: BLE001 - at exit, best effort
+            pass
     try:
         tracker._stop()
     except Exception:  # noqa: BLE001 - at exit, best effort: the tracker then ends as before
