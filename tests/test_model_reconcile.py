@@ -535,19 +535,25 @@ def test_a_failed_gemm_check_is_a_waterfall_warning():
     assert ok["gemm_check"]["ok"] and ok["gemm_check"]["verdict"] not in ok["warnings"]
 
 
-def test_communication_predicted_at_an_nccl_tests_baseline():
+def _curve_100gbps() -> pl.DataFrame:
+    """An nccl-tests curve: 2-rank intra-node all-reduce at 100 GB/s bus bandwidth at every size
+    from 1 KiB to 1 GiB."""
     from traceanalyzer.baselines.nccltests import NCCL_SCHEMA
+
+    rows = [{"source": "x.txt", "test": 1, "collective": "all_reduce", "placement": "out_of_place", "size_bytes": s,
+             "count": s // 2, "dtype": "bfloat16", "redop": "sum", "root": -1, "time_us": s / 100e3, "algbw_gbps": 100.0,
+             "busbw_gbps": 100.0, "wrong": "0", "nranks": 2, "nranks_source": "given", "nhosts": 1, "gpus_per_host": 2,
+             "scope": "intra", "device": "H100"} for s in (2**k for k in range(10, 31))]
+    return pl.DataFrame(rows, schema=NCCL_SCHEMA)
+
+
+def test_communication_predicted_at_an_nccl_tests_baseline():
     from traceanalyzer.reconciliation.waterfall import _predictions
 
     # the transformer of test_communication_predicted_beside_each_exposed_dimension_by_hand with an
     # nccl-tests curve of 2-rank intra-node all-reduce at 100 GB/s bus bandwidth at every size
     # (1 KiB to 1 GiB): TP 64 MiB -> 0.671 ms (half exposed: 0.336), DP 115,867,648 bytes -> 1.159 ms
-    sizes = [2**k for k in range(10, 31)]
-    rows = [{"source": "x.txt", "test": 1, "collective": "all_reduce", "placement": "out_of_place", "size_bytes": s,
-             "count": s // 2, "dtype": "bfloat16", "redop": "sum", "root": -1, "time_us": s / 100e3, "algbw_gbps": 100.0,
-             "busbw_gbps": 100.0, "wrong": "0", "nranks": 2, "nranks_source": "given", "nhosts": 1, "gpus_per_host": 2,
-             "scope": "intra", "device": "H100"} for s in sizes]
-    baseline = pl.DataFrame(rows, schema=NCCL_SCHEMA)
+    baseline = _curve_100gbps()
     cfg = RunConfig(model=ModelConfig(layers=2, hidden=1024, heads=8, vocab=32000, seq_length=1024),
                     batch=BatchConfig(global_batch=8), parallel=ParallelConfig(tp=2),
                     hardware=HardwareConfig(gpu="H100 SXM", num_gpus=4)).validate()
@@ -642,17 +648,10 @@ def test_the_waterfall_hands_its_baseline_to_the_communication_predictions():
     # the transformer and nccl-tests curve of test_communication_predicted_at_an_nccl_tests_baseline,
     # now through waterfall(): TP 64 MiB at 100 GB/s = 0.671 ms (half exposed), DP 115,867,648 B =
     # 1.159 ms; without the baseline the configured bandwidth gives other numbers
-    from traceanalyzer.baselines.nccltests import NCCL_SCHEMA
-
-    sizes = [2**k for k in range(10, 31)]
-    rows = [{"source": "x.txt", "test": 1, "collective": "all_reduce", "placement": "out_of_place", "size_bytes": s,
-             "count": s // 2, "dtype": "bfloat16", "redop": "sum", "root": -1, "time_us": s / 100e3, "algbw_gbps": 100.0,
-             "busbw_gbps": 100.0, "wrong": "0", "nranks": 2, "nranks_source": "given", "nhosts": 1, "gpus_per_host": 2,
-             "scope": "intra", "device": "H100"} for s in sizes]
     cfg = RunConfig(model=ModelConfig(layers=2, hidden=1024, heads=8, vocab=32000, seq_length=1024),
                     batch=BatchConfig(global_batch=8), parallel=ParallelConfig(tp=2),
                     hardware=HardwareConfig(gpu="H100 SXM", num_gpus=4)).validate()
-    with_curve = {t["term"]: t.get("predicted") for t in waterfall(_demo(), cfg, baseline=pl.DataFrame(rows, schema=NCCL_SCHEMA))["terms"]}
+    with_curve = {t["term"]: t.get("predicted") for t in waterfall(_demo(), cfg, baseline=_curve_100gbps())["terms"]}
     assert with_curve["exposed_comm_tp"] == "0.671 ms at the nccl-tests baseline bandwidth, 0.336 exposed"
     assert with_curve["exposed_comm_dp"] == "1.159 ms at the nccl-tests baseline bandwidth, 1.159 exposed"
     configured = {t["term"]: t.get("predicted") for t in waterfall(_demo(), cfg)["terms"]}

@@ -174,26 +174,25 @@ def reap_helpers() -> None:
     # moment, holding the call queue's semaphores; the interpreter joins it only at exit, after
     # this: its semaphores' finalizers would then start a new tracker (leaked-semaphore warnings
     # and an orphan). Join it now, as the exit would.
-    cf_process = sys.modules.get("concurrent.futures.process")
-    join_managers = getattr(cf_process, "_python_exit", None)
-    if callable(join_managers):
-        try:
-            join_managers()
-        except Exception:  # noqa: BLE001 - at exit, best effort
-            pass
+    _exit_step("concurrent.futures.process", "_python_exit")
     gc.collect()
     # multiprocessing's own exit step, now rather than at the interpreter's exit: it runs the
     # finalizers of the semaphores still alive (unlink, and unregister from the tracker), which
     # would otherwise run after the tracker stopped (leaked-semaphore warnings, tracebacks of
     # unlinks already done, and a new tracker). It runs once: the exit's own call does nothing.
-    mp_util = sys.modules.get("multiprocessing.util")
-    mp_exit = getattr(mp_util, "_exit_function", None)
-    if callable(mp_exit):
-        try:
-            mp_exit()
-        except Exception:  # noqa: BLE001 - at exit, best effort
-            pass
+    _exit_step("multiprocessing.util", "_exit_function")
     try:
         tracker._stop()
     except Exception:  # noqa: BLE001 - at exit, best effort: the tracker then ends as before
         pass
+
+
+def _exit_step(module: str, name: str) -> None:
+    """Call ``module.name()`` (a step the interpreter's exit would run) now, where the module is
+    loaded; best effort, as everything at exit."""
+    step = getattr(sys.modules.get(module), name, None)
+    if callable(step):
+        try:
+            step()
+        except Exception:  # noqa: BLE001 - at exit, best effort
+            pass
