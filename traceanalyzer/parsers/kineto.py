@@ -513,13 +513,11 @@ def _events_in_place(buf: bytearray, cut: int, path: Path, first: int) -> _Part:
     j = _array_end(buf, cut)
     saved = buf[j]
     buf[j] = 0x5D  # "]"
-    mv = memoryview(buf)
-    piece = mv[: j + 1]
-    part = _events_part(piece, path, first)
-    piece.release()  # buf grows and shrinks next: no view of it may remain
-    mv.release()
-    buf[j] = saved
-    return part
+    try:
+        with memoryview(buf) as mv, mv[: j + 1] as piece:  # released on every path: buf changes size next
+            return _events_part(piece, path, first)
+    finally:
+        buf[j] = saved
 
 
 def _parse_streaming(path: Path, progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, dict, list[str]]:
@@ -580,9 +578,8 @@ def _parse_blocks(path: Path, stream: inflate.Stream, blocks) -> tuple[pl.DataFr
     # 3. the last events and the keys after the array (or a truncated end)
     total = stream.total
     kept = None
-    mv = memoryview(buf)
-    done = _tail(mv, path, n_events)
-    mv.release()
+    with memoryview(buf) as mv:
+        done = _tail(mv, path, n_events)
     if done is not None:
         part, rest_keys, rest = done
         if part is not None:
