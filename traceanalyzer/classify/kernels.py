@@ -5,6 +5,7 @@ formatting, no printing."""
 from __future__ import annotations
 
 import polars as pl
+from traceanalyzer.queries import ENGINE
 
 
 def exposed_by_kernel(gpu: pl.DataFrame, seg: pl.DataFrame) -> pl.DataFrame:
@@ -39,7 +40,7 @@ def exposed_by_kernel(gpu: pl.DataFrame, seg: pl.DataFrame) -> pl.DataFrame:
         )
         .select("rank", "name", "start_ns", "end_ns", "exposed_ns")
         .sort("rank", "start_ns")
-        .collect()
+        .collect(engine=ENGINE)
     )
 
 

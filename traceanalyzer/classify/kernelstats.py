@@ -25,6 +25,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.classify.shapes import cost_frame
+from traceanalyzer.queries import ENGINE
 
 #: the partition bucket each kernel class accounts for
 CLASS_BUCKET = {"compute": "compute", "recompute": "recompute", "comm": "exposed_comm", "other": "other"}
@@ -94,7 +95,7 @@ def bucket_shares(gpu: pl.DataFrame, seg: pl.DataFrame) -> pl.DataFrame:
         .group_by("__kid", "step")
         .agg(pl.col("bucket_ns").sum())
     )
-    return parts.collect()
+    return parts.collect(engine=ENGINE)
 
 
 #: kernel names that do an op's matmul / attention math (cuBLAS / cuBLASLt / nvjet / CUTLASS GEMMs,
@@ -115,7 +116,7 @@ def launch_costs(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.LazyFrame:
     from traceanalyzer.classify.roofline import precision_of_type  # noqa: PLC0415
 
     ops = ops.select("rank", "external_id", "name", "input_dims",
-                     precision_of_type(pl.col("input_type")).alias("input_precision")).collect()
+                     precision_of_type(pl.col("input_type")).alias("input_precision")).collect(engine=ENGINE)
     if not ops.height:
         return pl.LazyFrame(schema={"__kid": pl.UInt32, "flops": pl.Int64, "elements": pl.Int64, "input_precision": pl.String})
     costs = cost_frame(ops).filter(pl.col("flops").is_not_null())
@@ -161,7 +162,7 @@ def kernel_stat_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFr
         pl.col("calls").fill_null(0), pl.col("total_ns").fill_null(0), pl.col("durations").fill_null([]),
         pl.col("bucket_ns").fill_null(0), pl.col("flops_ns").fill_null(0), pl.col("flops_calls").fill_null(0),
     )
-    return out.collect().select([pl.col(c).cast(t) for c, t in ROW_SCHEMA.items()]).sort("rank", "step", "name", "stream", "cls", "kind", nulls_last=True)
+    return out.collect(engine=ENGINE).select([pl.col(c).cast(t) for c, t in ROW_SCHEMA.items()]).sort("rank", "step", "name", "stream", "cls", "kind", nulls_last=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,15 +201,22 @@ def selected_wall_ns(steps: pl.DataFrame, rank: list[int] | None = None, step: l
     return int(steps.get_column("duration_ns").sum())
 
 
+#: the columns that tell two rows of a kernel or op table apart, in the order they break ties
+_ROW_KEYS = ("name", "input_dims", "bucket", "kind")
+
+
 def sort_table(table: pl.DataFrame, sort: str, time_col: str = "total_ns") -> pl.DataFrame:
-    """Biggest first by ``sort`` (one of :data:`SORT_KEYS`; ``name``: alphabetical), then name."""
+    """Biggest first by ``sort`` (one of :data:`SORT_KEYS`; ``name``: alphabetical), then by name
+    and the row's other keys (input shapes, bucket, kind; missing ones last), so that rows which
+    tie keep one order whatever the engine that computed them."""
     col = {"total": time_col, "bucket": "bucket_ns", "calls": "calls", "mean": "mean_ns", "p50": "p50_ns", "p99": "p99_ns",
            "max": "max_ns", "tflops": "tflops", "gpu": "gpu_ns", "name": "name"}[sort]
     if col not in table.columns:
         col = time_col
+    keys = [c for c in _ROW_KEYS if c in table.columns]
     if col == "name":
-        return table.sort("name")
-    return table.sort([col, "name"], descending=[True, False], nulls_last=True)
+        return table.sort(keys, nulls_last=True)
+    return table.sort([col, *keys], descending=[True] + [False] * len(keys), nulls_last=True)
 
 
 def kernel_table(

@@ -29,6 +29,7 @@ from traceanalyzer.classify.partition import FIELDS, check_causes, partition
 from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows, outside_steps, refuse_duplicate_steps
 from traceanalyzer.errors import InputNotFound, InternalFailure, InvalidArgument, TraceAnalyzerError
 from traceanalyzer.parsers.clean import step_starts
+from traceanalyzer.queries import ENGINE
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: the per-step table's columns, in this order
@@ -219,7 +220,7 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
         check_windows(windows, events, source)
         ev = events.lazy()
         threads = pl.concat([recompute.recompute_threads(ev, opts.recompute_pattern), comm.linking_threads(ev)]).unique()
-        tree = recompute.host_tree(events, threads).collect()
+        tree = recompute.host_tree(events, threads).collect(engine=ENGINE)
         rc_ops = recompute.recompute_ops(events, opts.recompute_pattern, tree=tree)
         gpu = label_gpu(events, rc_ops, comm_kernels=list(opts.comm_kernels) or None)
         steps = partition(gpu, windows, source)
@@ -244,7 +245,7 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
         from traceanalyzer.classify.partition import segment_frame
         from traceanalyzer.classify.tables import table_rows
 
-        seg = segment_frame(gpu, windows).sort("rank", "t0").collect()
+        seg = segment_frame(gpu, windows).sort("rank", "t0").collect(engine=ENGINE)
         if "kernel_rows" in opts.tables:
             frames["kernel_rows"], frames["exposed_kernels"] = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
         frames["kernel_stats"], frames["op_stats"] = table_rows(events, gpu, windows, seg)

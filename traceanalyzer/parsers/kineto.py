@@ -49,6 +49,7 @@ from traceanalyzer.parsers.kineto_events import (
     too_deep,
 )
 from traceanalyzer.parsers.kineto_events import short as _short
+from traceanalyzer.queries import ENGINE
 from traceanalyzer.schema import EVENT_SCHEMA, META_SCHEMA, conform
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
@@ -717,7 +718,7 @@ def _canonical(raw: pl.DataFrame, base_ns: int) -> pl.DataFrame:
             pl.col("input_type"),
         )
         .with_columns(pl.lit(None, dtype=pl.Int32).alias("rank"))
-        .collect()
+        .collect(engine=ENGINE)
     )
     return conform(df, EVENT_SCHEMA)
 
