@@ -1,0 +1,55 @@
+"""How the package runs polars queries: the in-memory engine on every collect, and table orders
+that do not depend on the engine."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import traceanalyzer
+from traceanalyzer.classify.kernelstats import sort_table
+from traceanalyzer.queries import ENGINE
+
+PACKAGE = Path(traceanalyzer.__file__).parent
+
+
+def test_every_collect_names_the_engine():
+    # a bare .collect() runs on polars' default engine (streaming from polars 2: about twice the
+    # CPU on the package's small plans); the source is the place to catch one
+    bare = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        if p.name == "queries.py":  # says what a bare collect does
+            continue
+        for n, line in enumerate(p.read_text().splitlines(), 1):
+            if re.search(r"\.collect\(\s*\)", line) and not line.lstrip().startswith((">>>", "#")) and "gc.collect()" not in line:
+                bare.append(f"{p.relative_to(PACKAGE)}:{n}")
+    assert bare == []
+    assert ENGINE == "in-memory"
+
+
+def test_engine_is_asked_per_call_and_the_callers_setting_is_kept():
+    with pl.Config(engine_affinity="streaming"):
+        out = pl.LazyFrame({"a": [3, 1, 2]}).sort("a").collect(engine=ENGINE)
+        assert out.get_column("a").to_list() == [1, 2, 3]
+        assert pl.Config.state().get("POLARS_ENGINE_AFFINITY") == "streaming"
+
+
+@pytest.mark.parametrize("sort", ["total", "name"])
+def test_ties_keep_one_order(sort):
+    # two rows of aten::mm with the same time and different shapes, one without shapes: by time,
+    # then name, then input shapes (missing last), whatever order they arrive in
+    rows = pl.DataFrame({
+        "name": ["aten::mm", "aten::mm", "aten::add", "aten::mm"],
+        "input_dims": ["[[2,2]]", "[[1,1]]", None, None],
+        "total_ns": [5, 5, 7, 5],
+    })
+    want = {
+        "total": [("aten::add", None), ("aten::mm", "[[1,1]]"), ("aten::mm", "[[2,2]]"), ("aten::mm", None)],
+        "name": [("aten::add", None), ("aten::mm", "[[1,1]]"), ("aten::mm", "[[2,2]]"), ("aten::mm", None)],
+    }[sort]
+    for perm in ([0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2]):
+        got = sort_table(rows[perm], sort).select("name", "input_dims").rows()
+        assert got == want
