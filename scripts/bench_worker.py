@@ -128,13 +128,13 @@ def json_bytes(path: Path) -> int:
 
 def worker_env(workers: int) -> dict:
     sys.path.insert(0, str(ROOT))
-    from traceanalyzer.engine.pool import _MALLOC_ENV
+    from traceanalyzer.engine.pool import malloc_env
     from traceanalyzer.engine.rank import default_workers
 
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    env["POLARS_MAX_THREADS"] = str(max(1, default_workers() // max(1, workers)))
-    for k, v in _MALLOC_ENV.items():
-        env.setdefault(k, v)
+    threads = max(1, default_workers() // max(1, workers))
+    env["POLARS_MAX_THREADS"] = str(threads)
+    env.update(malloc_env(threads, env))
     return env
 
 
