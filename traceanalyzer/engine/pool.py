@@ -51,7 +51,9 @@ def malloc_env(threads: int, environ=os.environ) -> dict[str, str]:
     is imported (this process has) and adds the inherited value after them; the arenas are
     added unless the value names some already."""
     env = {k: environ.get(k) or v for k, v in _MALLOC_ENV.items()}
-    conf = environ.get("_RJEM_MALLOC_CONF") or ""
+    # the command line gave its own process arenas of its own (``__main__``): the value it was
+    # started with is the one to build on
+    conf = environ.get("_TRACEANALYZER_RJEM_MALLOC_CONF", environ.get("_RJEM_MALLOC_CONF")) or ""
     if "narenas" not in conf:
         conf = f"{conf},narenas:{max(1, threads)}" if conf else f"narenas:{max(1, threads)}"
     env["_RJEM_MALLOC_CONF"] = conf
