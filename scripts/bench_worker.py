@@ -8,8 +8,10 @@
 Each run is a fresh process that does what a pool worker does with one task:
 ``engine.rank.analyse_rank_file(RankTask(...))`` with the default options (``breakdown``'s: the
 compact rank result), in the pool workers' environment (``POLARS_MAX_THREADS`` as a pool of
-``--workers`` processes on this machine's cores gives each, glibc's mmap threshold of
-``engine.pool``). Build the tiled trace with ``scripts/make_big_trace.py --size 200MB -o ...``.
+``--workers`` processes on this machine's cores gives each, the allocator settings of
+``engine.pool.malloc_env``). Build the tiled trace with ``scripts/make_big_trace.py --size 200MB -o ...``.
+The code measured is this script's checkout (first on the worker's ``PYTHONPATH``, whatever
+``PYTHONPATH`` says): to measure another version, run that version's copy of the script.
 
 Printed per run and as the median: the peak RSS (``ru_maxrss``) in MiB, its ratio to the file's
 JSON (inflated size for a ``.gz``), the process CPU time (``time.process_time``: every thread,
@@ -110,7 +112,7 @@ err = res.error or res.deferred
 print(json.dumps({
     # the marks reset VmHWM, which also loses the earlier peak for ru_maxrss: take the marks' highest
     "cpu_s": cpu, "wall_s": wall, "rss_mib": max([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024] + [m[2] for m in marks]),
-    "base_mib": rss0, "threads": pl.thread_pool_size(), "steps": None if res.steps is None else res.steps.height,
+    "base_mib": rss0, "threads": pl.thread_pool_size(), "code": os.path.dirname(os.path.dirname(R.__file__)), "steps": None if res.steps is None else res.steps.height,
     "error": None if err is None else str(err), "marks": marks if STAGES else [],
 }))
 """
@@ -128,13 +130,13 @@ def json_bytes(path: Path) -> int:
 
 def worker_env(workers: int) -> dict:
     sys.path.insert(0, str(ROOT))
-    from traceanalyzer.engine.pool import _MALLOC_ENV
+    from traceanalyzer.engine.pool import malloc_env
     from traceanalyzer.engine.rank import default_workers
 
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    env["POLARS_MAX_THREADS"] = str(max(1, default_workers() // max(1, workers)))
-    for k, v in _MALLOC_ENV.items():
-        env.setdefault(k, v)
+    threads = max(1, default_workers() // max(1, workers))
+    env["POLARS_MAX_THREADS"] = str(threads)
+    env.update(malloc_env(threads, env))
     return env
 
 
@@ -176,6 +178,8 @@ def main() -> None:
                   f"CPU {r['cpu_s']:.2f} s, wall {r['wall_s']:.2f} s, base {r['base_mib']} MiB, "
                   f"{r['threads']} polars threads{', ERROR ' + r['error'] if r['error'] else ''}", flush=True)
         med = {k: statistics.median(r[k] for r in runs) for k in ("rss_mib", "cpu_s", "wall_s")}
+        print(f"{f.name}: measured the traceanalyzer package in {runs[-1]['code']} (this script's checkout: it comes "
+              "first on the worker's PYTHONPATH; run the script of the checkout to measure)")
         print(f"{f.name}: JSON {size / 2**20:.0f} MiB; median of {len(runs)}: peak {med['rss_mib']:.0f} MiB = "
               f"{med['rss_mib'] * 2**20 / size:.2f}x the JSON, CPU {med['cpu_s']:.2f} s, wall {med['wall_s']:.2f} s")
         if runs[-1]["marks"]:

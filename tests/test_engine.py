@@ -114,6 +114,46 @@ def test_workers_are_separate_processes_with_capped_polars_threads():
     assert {r.pid for r in inproc} == {os.getpid()}
 
 
+def test_workers_get_one_jemalloc_arena_per_polars_thread_unless_told_otherwise():
+    from traceanalyzer.engine.pool import malloc_env
+
+    assert malloc_env(1, {}) == {"MALLOC_MMAP_THRESHOLD_": str(1 << 20), "_RJEM_MALLOC_CONF": "narenas:1"}
+    # polars' own settings (in this process's environment once it is imported) stay, before ours
+    assert malloc_env(2, {"_RJEM_MALLOC_CONF": "dirty_decay_ms:500"})["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:500,narenas:2"
+    # what the user set wins
+    mine = malloc_env(2, {"_RJEM_MALLOC_CONF": "narenas:4", "MALLOC_MMAP_THRESHOLD_": "0"})
+    assert mine == {"MALLOC_MMAP_THRESHOLD_": "0", "_RJEM_MALLOC_CONF": "narenas:4"}
+    # the coordinator's environment is given back after the pool
+    before = {k: os.environ.get(k) for k in ("_RJEM_MALLOC_CONF", "MALLOC_MMAP_THRESHOLD_", "POLARS_MAX_THREADS")}
+    files = sorted(DLRM.iterdir())[:2]
+    list(run_tasks([RankTask(i, str(f), Options(), "dlrm") for i, f in enumerate(files)], workers=2))
+    assert {k: os.environ.get(k) for k in before} == before
+
+
+def test_the_command_line_gives_its_own_process_one_arena_per_polars_thread(monkeypatch):
+    from traceanalyzer.__main__ import USER_RJEM, _arenas
+    from traceanalyzer.engine.pool import malloc_env
+
+    for name in ("_RJEM_MALLOC_CONF", USER_RJEM):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("POLARS_MAX_THREADS", "3")
+    _arenas()
+    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:3" and os.environ[USER_RJEM] == ""
+    # its workers get theirs, not the command's
+    assert malloc_env(1)["_RJEM_MALLOC_CONF"] == "narenas:1"
+    # what the user set stays, for the command and its workers
+    monkeypatch.delenv(USER_RJEM)
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:4,dirty_decay_ms:100")
+    _arenas()
+    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:4,dirty_decay_ms:100"
+    assert malloc_env(1)["_RJEM_MALLOC_CONF"] == "narenas:4,dirty_decay_ms:100"
+    monkeypatch.delenv(USER_RJEM)
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "dirty_decay_ms:100")
+    _arenas()
+    assert os.environ["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:100,narenas:3"
+    assert malloc_env(2)["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:100,narenas:2"
+
+
 class _Dying:
     """Options whose parse step kills the worker process (as the OOM killer would)."""
 

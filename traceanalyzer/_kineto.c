@@ -1045,6 +1045,11 @@ static PyObject *export_col(Parser *P, Col *c) {
         nbuf = 4;
         fmt = "vu";
     } else {
+        /* the frame keeps this buffer: without the slack of its doubling growth (up to half) */
+        if (c->data.p && c->data.cap > c->data.len && c->data.len) {
+            char *p = realloc(c->data.p, c->data.len);
+            if (p) c->data.p = p;
+        }
         pv->bufs[1] = c->data.p ? c->data.p : malloc(8);
         if (!pv->bufs[1]) goto nomem;
         c->data.p = NULL;
