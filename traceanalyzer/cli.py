@@ -14,7 +14,7 @@ import typer
 
 from traceanalyzer._version import __version__
 import traceanalyzer as _ta
-from traceanalyzer.commands.common import NoColorOpt, VersionOpt
+from traceanalyzer.commands.common import Group, NoColorOpt, VersionOpt
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
 from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals, reap_helpers
 from traceanalyzer.outputs import remove_temporaries
@@ -37,6 +37,7 @@ class _App(typer.Typer):
 
 app = _App(
     name="traceanalyzer",
+    cls=Group,
     help="Where did my MFU go? Measured, explained breakdowns of training traces.",
     epilog=_EPILOG,
     add_completion=True,

@@ -11,7 +11,8 @@
   :func:`positive_number`, :func:`finite_number`, :func:`non_negative_number`, :func:`fraction`,
   :func:`regex`, :func:`parsed_by`;
 * :class:`Command`, the class of every command of the app (``-V``, ``--no-color``, readable
-  metavars), set by ``cli.app`` for every command registered on it;
+  metavars, values converted without pydantic: :mod:`traceanalyzer.commands.coercion`), set by
+  ``cli.app`` for every command registered on it, and :class:`Group`, the app's own;
 * analysing with progress (:func:`analyse_paths`), writing output (:func:`out_console`, from
   :mod:`traceanalyzer.render.console`), warnings.
 """
@@ -29,6 +30,7 @@ from rich.text import Text
 
 import typer
 
+from traceanalyzer.commands import coercion
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.console import NoTrailingSpaces, out_console, terminal_width  # noqa: F401 - the commands' console
 
@@ -242,9 +244,22 @@ class Command(typer.core.TyperCommand):
             if kind != "choice":  # the choices are the metavar
                 p.metavar = _METAVARS.get(kind, "VALUE")
 
+    def parse_args(self, ctx, args):
+        coercion.install(self.get_params(ctx))  # -h/--help included (made on first use)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
         format_from_output(self, ctx)
         return super().invoke(ctx)
+
+
+class Group(typer.core.TyperGroup):
+    """The app itself: its options' values (typer's completion options, added after the group
+    is made, and -h/--help included) converted as every command's (:mod:`.coercion`)."""
+
+    def parse_args(self, ctx, args):
+        coercion.install(self.get_params(ctx))  # -h/--help included (made on first use)
+        return super().parse_args(ctx, args)
 
 
 #: the formats a known extension of ``-o`` names (any other name leaves the format to ``-f``)
