@@ -2,7 +2,8 @@
 
 * ``breakdown`` of a Kineto trace (JSON out) loads neither pydantic (typer's value conversion,
   replaced by :mod:`traceanalyzer.commands.coercion`), nor the run-configuration model, nor the
-  process pool, nor the Nsight Systems parser: none of them is needed for one small trace;
+  process pool: none of them is needed for one small trace; nor rich, when nothing is printed
+  on stderr (no progress, no warning);
 * every parameter of every command converts every value as typer's own conversion does: the
   same value of the same type, or the same usage error (typer builds its pydantic adapter here,
   in the test, to compare).
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from conftest import DEMO, ROOT
+from conftest import DEMO, ROOT, TRACES, shared_or_skip
 from traceanalyzer.commands import coercion
 
 #: modules a ``breakdown -f json`` of one small Kineto file does not need
@@ -38,12 +39,26 @@ finally:
 """
 
 
-def test_breakdown_json_loads_only_what_it_uses():
-    r = subprocess.run([sys.executable, "-c", PROBE, str(DEMO)], capture_output=True, text=True, cwd=ROOT)
+def _loaded(trace: Path) -> set[str]:
+    r = subprocess.run([sys.executable, "-c", PROBE, str(trace)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     loaded = set(r.stdout.rsplit("\n#", 1)[1].split())
     assert "polars" in loaded and "typer" in loaded  # the probe saw the run
-    assert sorted(m for m in loaded for name in NOT_LOADED if m == name or m.startswith(name + ".")) == []
+    return loaded
+
+
+def _among(loaded: set[str], names) -> list[str]:
+    return sorted(m for m in loaded for name in names if m == name or m.startswith(name + "."))
+
+
+def test_breakdown_json_loads_only_what_it_uses():
+    assert _among(_loaded(DEMO), NOT_LOADED) == []
+
+
+@pytest.mark.parametrize("trace", shared_or_skip([TRACES / "h200" / "base" / "rank0.pt.trace.json.gz"], "the H200 traces"))
+def test_breakdown_json_with_nothing_to_say_on_stderr_loads_no_rich(trace):
+    """JSON out, no progress (a small file) and no warning: rich (tables, consoles) is not loaded."""
+    assert _among(_loaded(trace), (*NOT_LOADED, "rich")) == []
 
 
 # ---------------------------------------------------------------------------------------------
