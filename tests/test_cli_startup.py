@@ -27,15 +27,10 @@ NOT_LOADED = ("pydantic", "typer._adapters", "traceanalyzer.model", "traceanalyz
               "concurrent.futures.process", "multiprocessing.connection")
 
 PROBE = """
-import runpy, sys
+import atexit, runpy, sys
 sys.argv = ["traceanalyzer", "breakdown", sys.argv[1], "-f", "json", "-q"]
-try:
-    runpy.run_module("traceanalyzer", run_name="__main__")
-except SystemExit as exc:
-    assert exc.code == 0, exc.code
-finally:
-    sys.stdout.flush()
-    print("\\n#" + " ".join(sorted(sys.modules)))
+atexit.register(lambda: print("\\n#" + " ".join(sorted(sys.modules)), flush=True))  # the CLI's exit runs it
+runpy.run_module("traceanalyzer", run_name="__main__")
 """
 
 
