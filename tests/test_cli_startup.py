@@ -2,7 +2,7 @@
 
 * ``breakdown`` of a Kineto trace (JSON out) loads neither pydantic (typer's value conversion,
   replaced by :mod:`traceanalyzer.commands.coercion`), nor the run-configuration model, nor the
-  process pool: none of them is needed for one small trace; nor rich, when nothing is printed
+  process pool, nor the Nsight Systems parser: none of them is needed for one small trace; nor rich, when nothing is printed
   on stderr (no progress, no warning);
 * every parameter of every command converts every value as typer's own conversion does: the
   same value of the same type, or the same usage error (typer builds its pydantic adapter here,
@@ -24,7 +24,7 @@ from traceanalyzer.commands import coercion
 
 #: modules a ``breakdown -f json`` of one small Kineto file does not need
 NOT_LOADED = ("pydantic", "typer._adapters", "traceanalyzer.model", "traceanalyzer.reconciliation.gemm",
-              "concurrent.futures.process", "multiprocessing.connection")
+              "concurrent.futures.process", "multiprocessing.connection", "traceanalyzer.parsers.nsys", "sqlite3")
 
 PROBE = """
 import atexit, runpy, sys
