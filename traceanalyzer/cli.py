@@ -14,7 +14,7 @@ import typer
 
 from traceanalyzer._version import __version__
 import traceanalyzer as _ta
-from traceanalyzer.commands.common import NoColorOpt, VersionOpt
+from traceanalyzer.commands.common import Group, NoColorOpt, VersionOpt
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
 from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals, reap_helpers
 from traceanalyzer.outputs import remove_temporaries
@@ -37,6 +37,7 @@ class _App(typer.Typer):
 
 app = _App(
     name="traceanalyzer",
+    cls=Group,
     help="Where did my MFU go? Measured, explained breakdowns of training traces.",
     epilog=_EPILOG,
     add_completion=True,
@@ -306,4 +307,27 @@ def run() -> None:
     # must not turn the exit status into "killed by signal"
     ignore_signals()
     reap_helpers()  # no helper process outlives us (a zombie where nothing reaps orphans)
+    _exit(code)
+
+
+def _exit(code: int) -> None:
+    """End the process with ``code``, the work done. The interpreter's own shutdown frees every
+    object and module one by one (about 0.07 s after a 20 MB trace, a tenth of a small
+    ``breakdown``, and more after a larger one) for a process that is about to end: where nothing
+    else runs, the exit handlers run (``atexit``: logging, multiprocessing, Ray, temporary
+    directories), the standard streams are flushed, and the process ends there. A thread still
+    running, a stream that cannot be flushed, an unusual code: the interpreter's exit, as always."""
+    import atexit
+    import threading
+
+    if isinstance(code, int) and 0 <= code <= 255 and threading.active_count() == 1:
+        atexit._run_exitfuncs()  # once: the interpreter's exit, if it comes to it, runs none again
+        try:
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+        except (OSError, ValueError):
+            sys.exit(code)  # the interpreter reports it as it always has
+        if threading.active_count() == 1:
+            os._exit(code)
     sys.exit(code)

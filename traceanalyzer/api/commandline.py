@@ -73,7 +73,8 @@ def analyse_files(
     console: Any = None,
 ) -> Analysis:
     """Load and classify trace files on the engine (rank files in parallel), with progress on
-    ``console`` (a bar on a terminal, a line per rank file otherwise, nothing with ``quiet``).
+    ``console`` (a bar on a terminal, a line per rank file otherwise, nothing with ``quiet``; a rich
+    console, or a function that makes one where progress is shown).
     ``keep``: what the caller needs beyond the compact tables (see
     :data:`traceanalyzer.engine.KEEP`); ``extras``: optional per-rank tables
     (:data:`traceanalyzer.engine.rank.EXTRAS`)."""

@@ -9,7 +9,7 @@ import typer
 
 from traceanalyzer.commands.common import (
     AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, OutputOpt, QuietOpt, StepRangeOpt, TableFormat, WholeTraceOpt, WorkersOpt,
-    analyse_paths, binary_output_check, comm_patterns, config_opt, format_opt, out_console, positive_number, print_warnings, regex,
+    analyse_paths, binary_output_check, comm_patterns, config_opt, format_opt, positive_number, print_warnings, regex,
     step_name, traces_arg,
 )
 from traceanalyzer.commands.common import RanksOpt, RankView
@@ -17,7 +17,6 @@ from traceanalyzer.render.frames import write_frame
 from traceanalyzer.render import json as json_render
 from traceanalyzer.api import DEFAULT_BUS_BW_GBPS
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.render.table import print_breakdown, print_detail
 
 
 def breakdown(
@@ -61,6 +60,9 @@ def breakdown(
         with outputs.stream(output) as fh:
             write_frame(json_render.steps_table(analysis), format.value, fh)
     else:
+        from traceanalyzer.render.console import out_console  # rich: only for the table
+        from traceanalyzer.render.table import print_breakdown, print_detail
+
         with outputs.stream(output, "w") as fh:
             console = out_console(None if output is None else fh, 120 if output is None else 160)
             print_breakdown(analysis, console, view["summary"], view["findings"])

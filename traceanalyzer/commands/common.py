@@ -11,7 +11,8 @@
   :func:`positive_number`, :func:`finite_number`, :func:`non_negative_number`, :func:`fraction`,
   :func:`regex`, :func:`parsed_by`;
 * :class:`Command`, the class of every command of the app (``-V``, ``--no-color``, readable
-  metavars), set by ``cli.app`` for every command registered on it;
+  metavars, values converted without pydantic: :mod:`traceanalyzer.commands.coercion`), set by
+  ``cli.app`` for every command registered on it, and :class:`Group`, the app's own;
 * analysing with progress (:func:`analyse_paths`), writing output (:func:`out_console`, from
   :mod:`traceanalyzer.render.console`), warnings.
 """
@@ -22,18 +23,45 @@ import functools
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
-
-from rich.console import Console
-from rich.text import Text
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from traceanalyzer.commands import coercion
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.render.console import NoTrailingSpaces, out_console, terminal_width  # noqa: F401 - the commands' console
 
-#: stderr; ``markup=False``: user text (kernel, category, file names) is printed as it is
-err_console = Console(stderr=True, highlight=False, markup=False)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+#: names this module gives the commands, made on first use: rich (about 20 ms to import) loads
+#: only for a command that prints with it, never for JSON out with nothing to say on stderr
+_LAZY = {
+    "err_console": None,  # stderr_console()
+    "NoTrailingSpaces": "traceanalyzer.render.console", "out_console": "traceanalyzer.render.console",
+    "terminal_width": "traceanalyzer.render.console",
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _LAZY[name] is None:
+        return stderr_console()
+    import importlib
+
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+@functools.lru_cache(maxsize=1)
+def stderr_console() -> Console:
+    """The console of stderr (``err_console``): progress, warnings. ``markup=False``: user text
+    (kernel, category, file names) is printed as it is."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, markup=False)
 
 
 class Engine(str, Enum):
@@ -160,8 +188,9 @@ def no_color(value: bool = True) -> None:
     if value:
         import os
 
-        os.environ["NO_COLOR"] = "1"  # consoles made from now on (out_console) read it
-        err_console.no_color = True
+        os.environ["NO_COLOR"] = "1"  # consoles made from now on (out_console, stderr_console) read it
+        if stderr_console.cache_info().currsize:
+            stderr_console().no_color = True
 
 
 def _no_color(value: bool) -> None:
@@ -242,9 +271,22 @@ class Command(typer.core.TyperCommand):
             if kind != "choice":  # the choices are the metavar
                 p.metavar = _METAVARS.get(kind, "VALUE")
 
+    def parse_args(self, ctx, args):
+        coercion.install(self.get_params(ctx))  # -h/--help included (made on first use)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
         format_from_output(self, ctx)
         return super().invoke(ctx)
+
+
+class Group(typer.core.TyperGroup):
+    """The app itself: its options' values (typer's completion options, added after the group
+    is made, and -h/--help included) converted as every command's (:mod:`.coercion`)."""
+
+    def parse_args(self, ctx, args):
+        coercion.install(self.get_params(ctx))  # -h/--help included (made on first use)
+        return super().parse_args(ctx, args)
 
 
 #: the formats a known extension of ``-o`` names (any other name leaves the format to ``-f``)
@@ -444,7 +486,7 @@ def analyse_paths(
 
     return analyse_files(paths, step_name, recompute_pattern=recompute_pattern, bus_bw_gbps=bus_bw_gbps, cache=cache, keep=keep,
                          workers=workers, engine=Engine(engine).value, address=address, quiet=quiet, comm_kernels=comm_kernels,
-                         extras=extras, console=err_console)
+                         extras=extras, console=stderr_console)
 
 
 #: the option every command that classifies kernels takes
@@ -466,6 +508,8 @@ def comm_patterns(cli: list[str] | None, config: Path | None = None, megatron_ar
 
 def warning_line(text: str) -> Text:
     """``warning: <text>`` with the label coloured and the text printed as it is (no markup)."""
+    from rich.text import Text
+
     return Text.assemble(("warning:", "yellow"), " ", text)
 
 
@@ -477,13 +521,13 @@ def print_warnings(warnings: list[str], *, shows_transfer: bool = True) -> None:
 
     for w in warnings:
         if shows_transfer or not w.startswith(TRANSFER_WARNING):
-            err_console.print(warning_line(w), soft_wrap=True)
+            stderr_console().print(warning_line(w), soft_wrap=True)
 
 
 def print_store_warnings(store) -> None:
     """The damaged files a read of a batch store skipped (names printed as they are, no markup)."""
     for w in store.warnings:
-        err_console.print(warning_line(w), soft_wrap=True)
+        stderr_console().print(warning_line(w), soft_wrap=True)
 
 
 def output_stream(output: Path | None, inputs: list | tuple = (), mode: str = "wb"):

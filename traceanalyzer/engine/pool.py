@@ -25,12 +25,14 @@ import signal
 import threading
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from traceanalyzer.engine.rank import RankResult, RankTask, analyse_rank_file, default_workers
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 ENGINES = ("local", "ray")
 #: glibc's malloc in the workers: blocks of 1 MiB and more are mapped and unmapped on their own
@@ -105,7 +107,8 @@ def run_local(tasks: list[RankTask], workers: int, on_bytes: BytesFn | None) -> 
     if workers <= 1 or len(tasks) <= 1:
         yield from run_inprocess(tasks, on_bytes)
         return
-    import multiprocessing
+    import multiprocessing  # the process pool loads only when a job uses it
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     ctx = multiprocessing.get_context("spawn")
     n = min(workers, len(tasks))

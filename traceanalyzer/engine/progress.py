@@ -37,7 +37,9 @@ def json_bytes(path: Path) -> int:
 
 
 class JobProgress:
-    """Collects ``bytes(index, n)`` and ``done(index, file, seconds)`` from the engine."""
+    """Collects ``bytes(index, n)`` and ``done(index, file, seconds)`` from the engine.
+    ``console``: a rich console, or a function that makes one (called only where progress is
+    shown), or None (one of stderr, made where progress is shown)."""
 
     def __init__(self, files: list[Path], quiet: bool = False, label: str = "analysing", console=None,
                  unit: str = "rank file"):
@@ -57,6 +59,8 @@ class JobProgress:
         self._bar = None
         self._task = None
         big = not quiet and sum(json_bytes(f) for f in files if f.is_file()) > SHOW_BYTES
+        if big and console is not None and not hasattr(console, "is_terminal"):
+            console = console()  # a function that makes the console: only where progress is shown
         if console is None and big:  # rich (about 0.08 s to import) only where progress is shown
             from rich.console import Console
 

@@ -77,11 +77,26 @@ def _broken_link(p: Path) -> str | None:
 
 
 def _nsys_sniff(path: Path) -> str | None:
+    if _gzip_file(path):  # a Kineto trace as written: no nsys export is gzip (nor named .gz), no import
+        return None
     try:
         from traceanalyzer.parsers.nsys import sniff_nsys
     except ImportError:
         return None
     return sniff_nsys(path)
+
+
+def _gzip_file(path: Path) -> bool:
+    """A file named ``*.gz`` that begins with gzip's magic bytes (what
+    :func:`~traceanalyzer.parsers.nsys.sniff_nsys` answers None for, read without loading the
+    Nsight Systems parser)."""
+    if not str(path).lower().endswith(".gz"):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
 
 
 def one_profiler(kineto_files: list[Path], nsys_files: list[Path]) -> None:

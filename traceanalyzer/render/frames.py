@@ -8,14 +8,16 @@ it carries its schema id like every other JSON output.
 
 from __future__ import annotations
 
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import orjson
 import polars as pl
-from rich.console import Console
-from rich.table import Table
 
 from traceanalyzer._version import __version__
+
+if TYPE_CHECKING:  # rich loads where a table is printed, not for the machine formats
+    from rich.console import Console
+    from rich.table import Table
 
 
 def table(df: pl.DataFrame, title: str, *, limit: int | None = None, caption: str | None = None,
@@ -23,6 +25,8 @@ def table(df: pl.DataFrame, title: str, *, limit: int | None = None, caption: st
     """A rich table of ``df``: ``<x>_ns`` columns as ``<x> ms`` (3 decimals), shares as %,
     floats with 4 significant digits; ``limit``: the first rows only (the caption says so);
     ``labels``: column headings by column name (the unit is added to ``_ns`` columns)."""
+    from rich.table import Table
+
     shown = df if limit is None else df.head(limit)
     more = df.height - shown.height
     note = [caption] if caption else []
