@@ -11,7 +11,7 @@ import pytest
 
 import traceanalyzer
 from traceanalyzer.classify.kernelstats import sort_table
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import ENGINE, LARGE_EVENTS, query_engine, sized
 
 PACKAGE = Path(traceanalyzer.__file__).parent
 
@@ -53,3 +53,45 @@ def test_ties_keep_one_order(sort):
     for perm in ([0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2]):
         got = sort_table(rows[perm], sort).select("name", "input_dims").rows()
         assert got == want
+
+
+def test_the_engine_follows_the_size_of_the_rank():
+    assert query_engine() == "in-memory"
+    with sized(LARGE_EVENTS - 1) as small:
+        assert small == query_engine() == "in-memory"
+        with sized(LARGE_EVENTS) as large:
+            assert large == query_engine() == "streaming"
+        assert query_engine() == "in-memory"
+    with pytest.raises(ZeroDivisionError):
+        with sized(10 * LARGE_EVENTS):
+            assert query_engine() == "streaming"
+            1 / 0
+    assert query_engine() == "in-memory"
+
+
+def test_a_large_rank_gives_what_a_small_one_gives(monkeypatch):
+    # the same per-step partition, idle split and collectives through both engines: the 8-rank
+    # DLRM fixture classified with the threshold above its size, then below it
+    import traceanalyzer as ta
+    from traceanalyzer import queries
+    from conftest import DLRM
+
+    seen = []
+    collect = pl.LazyFrame.collect
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("engine"))
+        return collect(self, *args, **kwargs)
+
+    monkeypatch.setattr(pl.LazyFrame, "collect", spy)
+    trace = ta.load(DLRM)
+    seen.clear()
+    small = ta.analyze(trace)
+    assert set(seen) == {"in-memory"}
+    monkeypatch.setattr(queries, "LARGE_EVENTS", 1)
+    seen.clear()
+    large = ta.analyze(trace)
+    assert "streaming" in seen
+    assert large.steps.height == 8 * small.steps.height // 8 > 0
+    assert large.steps.equals(small.steps)
+    assert large.collectives.equals(small.collectives)

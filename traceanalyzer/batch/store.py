@@ -44,7 +44,7 @@ import polars as pl
 from traceanalyzer.classify import COMM_DIM_FIELDS, FIELDS, HOST_FIELDS, IDLE_FIELDS
 from traceanalyzer.errors import InputNotFound, InvalidTrace, OutputError
 from traceanalyzer.outputs import replace_atomically
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 TABLES = ("runs", "ranks", "steps")
 LOCK = ".lock"
@@ -200,7 +200,7 @@ class Store:
     def _collect(self, table: str, files: list[Path]) -> pl.DataFrame:
         """Read ``files``; damaged ones are skipped (and recorded in ``damaged``)."""
         try:
-            return self._scan_files(table, files).collect(engine=ENGINE)
+            return self._scan_files(table, files).collect(engine=query_engine())
         except FileNotFoundError:
             raise  # a concurrent batch replaced a file: the caller lists again
         except Exception:  # noqa: BLE001 - find the damaged file(s) and read the rest
@@ -208,7 +208,7 @@ class Store:
         good = []
         for f in files:
             try:
-                self._scan_files(table, [f]).collect(engine=ENGINE)
+                self._scan_files(table, [f]).collect(engine=query_engine())
             except FileNotFoundError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure to read this file: it is damaged
@@ -217,7 +217,7 @@ class Store:
                 self.damaged[f] = _first_line(exc)
                 continue
             good.append(f)
-        return self._scan_files(table, good).collect(engine=ENGINE)
+        return self._scan_files(table, good).collect(engine=query_engine())
 
     def _read_runs(self) -> pl.DataFrame:
         files = [f for _, f in self._files("runs")]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.classify.steps import DEFAULT_STEP, cpu_steps
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 RECORDED = "allocator counters"
 REBUILT = "running sum of Bytes (lower bound)"
@@ -118,7 +118,7 @@ def memory_peaks(timeline: pl.DataFrame, events: pl.DataFrame | None = None, ste
     )
     step = pl.lit(None, dtype=pl.Int64).alias("peak_step")
     if events is not None and events.height:
-        steps = cpu_steps(events.lazy(), step_range).collect(engine=ENGINE).with_columns(pl.col("rank").cast(pl.Int32))
+        steps = cpu_steps(events.lazy(), step_range).collect(engine=query_engine()).with_columns(pl.col("rank").cast(pl.Int32))
         if steps.height:
             hit = (
                 peaks.select("rank", "device", pl.coalesce("peak_allocated_ns", "peak_reserved_ns").alias("_at"))

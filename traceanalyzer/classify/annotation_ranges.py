@@ -42,7 +42,7 @@ import polars as pl
 from traceanalyzer.classify.launches import launch_calls
 from traceanalyzer.classify.partition import BUCKETS, segment_frame
 from traceanalyzer.errors import InvariantViolation
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: the time columns of a row, in this order (``<name>_ns``); buckets sum to ``duration``
@@ -81,7 +81,7 @@ def host_ranges(events: pl.LazyFrame, gpu: pl.LazyFrame) -> pl.LazyFrame:
         events.filter((pl.col("kind") == "annotation") & (pl.col("end_ns") > pl.col("start_ns")))
         .select(*key, "name", "start_ns", "end_ns"),
         key,
-    ).collect(engine=ENGINE).with_row_index("__r").lazy()  # collected once: the index is used three times
+    ).collect(engine=query_engine()).with_row_index("__r").lazy()  # collected once: the index is used three times
     work = (
         gpu.filter(pl.col("correlation").is_not_null())
         .select("rank", "correlation", pl.col("start_ns").alias("__g0"), pl.col("end_ns").alias("__g1"))
@@ -215,10 +215,10 @@ def annotation_table(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFr
     ev = events.lazy()
     g = gpu.lazy().filter(pl.col("kind").is_in(GPU_WORK_KINDS))
     # collected once: the row index must be the same for every use below
-    sp = pl.concat([gpu_ranges(ev, g), host_ranges(ev, g)], how="vertical_relaxed").collect(engine=ENGINE).with_row_index("__i")
+    sp = pl.concat([gpu_ranges(ev, g), host_ranges(ev, g)], how="vertical_relaxed").collect(engine=query_engine()).with_row_index("__i")
     if seg is None:
         seg = segment_frame(gpu, windows)
-    pieces = span_buckets(sp.lazy().select("__i", "rank", "start_ns", "end_ns"), windows, seg).collect(engine=ENGINE)
+    pieces = span_buckets(sp.lazy().select("__i", "rank", "start_ns", "end_ns"), windows, seg).collect(engine=query_engine())
     parts = [*BUCKETS, "overlapped_comm"]
     if pieces.height:
         bad = pieces.filter(pl.sum_horizontal([pl.col(f"{b}_ns") for b in BUCKETS]) != pl.col("duration_ns"))

@@ -46,7 +46,7 @@ from traceanalyzer.buckets import COMM_CONCURRENT, COMM_DIMENSIONS
 from traceanalyzer.classify.intervals import segments
 from traceanalyzer.classify.labels import CLASSES, library_expr
 from traceanalyzer.classify.recompute import THREAD, host_tree
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 DEFAULT_BUS_BW_GBPS = 100.0
 #: how the warnings about collectives' wait/transfer split begin (a view that does not show the split leaves them out)
@@ -231,7 +231,7 @@ def collective_instances(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.Da
     # (only threads that hold a record_param_comms op or an nccl:/gloo:/rccl: range can link a
     # launch to a collective: the call tree of the others is not built)
     if tree is None:
-        tree = host_tree(ev.join(linking_threads(ev), on=THREAD, how="semi")).collect(engine=ENGINE)
+        tree = host_tree(ev.join(linking_threads(ev), on=THREAD, how="semi")).collect(engine=query_engine())
     tree = tree.lazy()
     launch = (
         tree.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
@@ -330,7 +330,7 @@ def collective_instances(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.Da
         pl.coalesce("coll_seq", pl.col("start_ns").rank("ordinal").over("rank", "pg_name").cast(pl.Int64)).alias("instance"),
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
     )
-    return j.sort("__k").select(*_INSTANCE_COLS).with_columns(pl.col(c).cast(pl.Categorical) for c in TEXT_COLS).collect(engine=ENGINE)
+    return j.sort("__k").select(*_INSTANCE_COLS).with_columns(pl.col(c).cast(pl.Categorical) for c in TEXT_COLS).collect(engine=query_engine())
 
 
 _INSTANCE_COLS = [
@@ -539,7 +539,7 @@ def exposure(gpu: pl.DataFrame, coll: pl.DataFrame, windows: pl.DataFrame) -> pl
             )
             .with_columns(pl.lit(by).alias("by"))
         )
-    return pl.concat(outs).select(list(schema)).collect(engine=ENGINE).cast(schema).sort("rank", "step", "by", "key")
+    return pl.concat(outs).select(list(schema)).collect(engine=query_engine()).cast(schema).sort("rank", "step", "by", "key")
 
 
 def summary(coll: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:

@@ -39,7 +39,7 @@ import polars as pl
 from traceanalyzer.buckets import HOST_CAUSES  # noqa: F401 - the vocabulary, re-exported
 from traceanalyzer.buckets import IDLE_CAUSES as CAUSES
 from traceanalyzer.classify.intervals import segments
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 DATALOADER_RANGE = r"^enumerate\(DataLoader\)#.*__next__"
 OPTIMIZER_RANGE = r"^Optimizer\.(step|zero_grad)#"
 SYNC_RUNTIME = r"(?i)^(cuda|hip)(Stream|Device|Event|Ctx)Synchronize|^cu(Stream|Ctx|Event)Synchronize|^hipStreamWaitEvent_sync"
@@ -94,7 +94,7 @@ def idle_split(
             pl.col("launch_tid").forward_fill().shift(1).over("rank").alias("__prev_tid"),
         )
         .join(edges, on="rank", how="inner")
-        .collect(engine=ENGINE)  # read by three queries below: computed once (polars does not share it across them)
+        .collect(engine=query_engine())  # read by three queries below: computed once (polars does not share it across them)
         .lazy()
     )
     inner = ordered.filter(pl.col("start_ns") > pl.coalesce("__prev_end", "__lo")).select(
@@ -125,7 +125,7 @@ def idle_split(
             tail.select("rank", pl.col("t0").alias("start_ns"), pl.col("t1").alias("end_ns"), "launch_tid"),
         ],
         how="vertical_relaxed",
-    ).with_columns(pl.lit("starve").alias("cls")).collect(engine=ENGINE).lazy()  # read by the sweep and by host_split
+    ).with_columns(pl.lit("starve").alias("cls")).collect(engine=query_engine()).lazy()  # read by the sweep and by host_split
     sync = ev.filter(
         ((pl.col("kind") == "runtime") & pl.col("name").str.contains(SYNC_RUNTIME))
         | ((pl.col("kind") == "cpu_op") & pl.col("name").is_in(SYNC_OPS))
@@ -141,7 +141,7 @@ def idle_split(
         )
         parts.append(pp)
     # materialised: the sweep reads its intervals twice (starts and ends)
-    seg = segments(pl.concat(parts, how="vertical_relaxed").collect(engine=ENGINE).lazy(), win, ["busy", "starve", "sync", "bubble"])
+    seg = segments(pl.concat(parts, how="vertical_relaxed").collect(engine=query_engine()).lazy(), win, ["busy", "starve", "sync", "bubble"])
     cause = (
         pl.when(pl.col("n_bubble") > 0)
         .then(pl.lit("bubble"))
@@ -154,7 +154,7 @@ def idle_split(
     idle_seg = (
         seg.filter(pl.col("n_busy") == 0)
         .with_columns(cause.alias("cause"), (pl.col("t1") - pl.col("t0")).alias("len_ns"))
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     sums = idle_seg.lazy().group_by("rank", "step").agg(
         *[pl.col("len_ns").filter(pl.col("cause") == c).sum().alias(f"idle_{c}_ns") for c in CAUSES]
@@ -166,7 +166,7 @@ def idle_split(
         .join(host, on=["rank", "step"], how="left")
         .with_columns(pl.col(f"idle_{c}_ns").fill_null(0) for c in CAUSES)
         .with_columns(pl.col(f"idle_host_{c}_ns").fill_null(0).cast(pl.Int64) for c in HOST_CAUSES)
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
 
 
@@ -183,7 +183,7 @@ def host_split(events: pl.LazyFrame, host_seg: pl.LazyFrame, starve: pl.LazyFram
         .with_columns(pl.col("launch_tid").fill_null(""))
         .with_row_index("__id")
         .with_columns(pl.col("__id").cast(pl.Int64))
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     # one key per (rank, thread) that holds host-bound idle
     keys = held.select("rank", "launch_tid").unique().with_row_index("__k").with_columns(pl.col("__k").cast(pl.Int64))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import polars as pl
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 
 def segments(
@@ -57,7 +57,7 @@ def segments(
     # materialised in between: polars would fuse them into one multi-column sort, 3x the CPU of
     # both together. Coincident boundaries stay separate rows; the running sum at the last row of
     # each (key, t) run is the sum through that point, so only those rows are kept.
-    both = pl.concat([points, edges]).sort("t").collect(engine=ENGINE).lazy().sort(key, maintain_order=True)
+    both = pl.concat([points, edges]).sort("t").collect(engine=query_engine()).lazy().sort(key, maintain_order=True)
     last = pl.col(key).shift(-1).ne_missing(pl.col(key)) | pl.col("t").shift(-1).ne_missing(pl.col("t"))
     seg = (
         both

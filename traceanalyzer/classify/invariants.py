@@ -21,7 +21,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.errors import InvariantViolation
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 from traceanalyzer.schema import MAX_GAP_NS, SAME_JOB_NS
 
 _REPORT = "internal consistency check failed ({}): please report this input"
@@ -53,7 +53,7 @@ def check_event_span(events: pl.DataFrame, source: str) -> None:
         )
         .filter((pl.col("gap") > MAX_GAP_NS) | (pl.col("tail") > MAX_GAP_NS) | (pl.col("negative") > 0))
         .sort("rank")
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     if bad.height:
         r = bad.row(0, named=True)

@@ -5,7 +5,7 @@ formatting, no printing."""
 from __future__ import annotations
 
 import polars as pl
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 
 def exposed_by_kernel(gpu: pl.DataFrame, seg: pl.DataFrame) -> pl.DataFrame:
@@ -40,7 +40,7 @@ def exposed_by_kernel(gpu: pl.DataFrame, seg: pl.DataFrame) -> pl.DataFrame:
         )
         .select("rank", "name", "start_ns", "end_ns", "exposed_ns")
         .sort("rank", "start_ns")
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.classify.shapes import cost_frame
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 #: the partition bucket each kernel class accounts for
 CLASS_BUCKET = {"compute": "compute", "recompute": "recompute", "comm": "exposed_comm", "other": "other"}
@@ -95,7 +95,7 @@ def bucket_shares(gpu: pl.DataFrame, seg: pl.DataFrame) -> pl.DataFrame:
         .group_by("__kid", "step")
         .agg(pl.col("bucket_ns").sum())
     )
-    return parts.collect(engine=ENGINE)
+    return parts.collect(engine=query_engine())
 
 
 #: kernel names that do an op's matmul / attention math (cuBLAS / cuBLASLt / nvjet / CUTLASS GEMMs,
@@ -116,7 +116,7 @@ def launch_costs(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.LazyFrame:
     from traceanalyzer.classify.roofline import precision_of_type  # noqa: PLC0415
 
     ops = ops.select("rank", "external_id", "name", "input_dims",
-                     precision_of_type(pl.col("input_type")).alias("input_precision")).collect(engine=ENGINE)
+                     precision_of_type(pl.col("input_type")).alias("input_precision")).collect(engine=query_engine())
     if not ops.height:
         return pl.LazyFrame(schema={"__kid": pl.UInt32, "flops": pl.Int64, "elements": pl.Int64, "input_precision": pl.String})
     costs = cost_frame(ops).filter(pl.col("flops").is_not_null())
@@ -162,7 +162,7 @@ def kernel_stat_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFr
         pl.col("calls").fill_null(0), pl.col("total_ns").fill_null(0), pl.col("durations").fill_null([]),
         pl.col("bucket_ns").fill_null(0), pl.col("flops_ns").fill_null(0), pl.col("flops_calls").fill_null(0),
     )
-    return out.collect(engine=ENGINE).select([pl.col(c).cast(t) for c, t in ROW_SCHEMA.items()]).sort("rank", "step", "name", "stream", "cls", "kind", nulls_last=True)
+    return out.collect(engine=query_engine()).select([pl.col(c).cast(t) for c, t in ROW_SCHEMA.items()]).sort("rank", "step", "name", "stream", "cls", "kind", nulls_last=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import polars as pl
 
 from traceanalyzer.classify import recompute
 from traceanalyzer.errors import ConfigError
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: Known communication kernels: (library, regex on the kernel name, collective type, dimension).
@@ -172,6 +172,6 @@ def label_gpu(
             (is_comm & (pl.col("__rc_e").fill_null(False) | pl.col("__rc_c").fill_null(False))).alias("comm_in_recompute"),
             pl.when(is_kernel).then(pl.coalesce("__root_c", "__root_e")).alias("rc_root"),
         )
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     return wide.hstack(labels.get_columns())

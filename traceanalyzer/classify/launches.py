@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: the default share of a step the GPU must wait on the host for the step to be launch-bound
@@ -106,7 +106,7 @@ def step_table(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, s
     counts = g.group_by("rank", "step").agg(
         *[(pl.col("kind") == k).sum().cast(pl.Int64).alias(k) for k in ("kernel", "memcpy", "memset")],
     ).rename({"kernel": "kernels"})
-    pairs = in_windows(launch_pairs(events.lazy(), gpu.lazy()).collect(engine=ENGINE), windows)
+    pairs = in_windows(launch_pairs(events.lazy(), gpu.lazy()).collect(engine=query_engine()), windows)
     graph = pl.col("launch_name").str.contains(GRAPH_LAUNCH)
     # a graph launch's kernels wait on each other, not on the call: one latency per graph launch
     # (to its first kernel in the step), every other item its own
@@ -167,7 +167,7 @@ def host_time(events: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         seg.filter((pl.col("n_op") > 0) & (pl.col("n_sync") == 0))
         .group_by("rank", "step")
         .agg((pl.col("t1") - pl.col("t0")).sum().alias("host_ns"))
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
 
 
@@ -290,7 +290,7 @@ def rank_steps(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, s
 
 def rank_pairs(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
     """:func:`launch_pairs` with the ``step`` each item starts in (null: in no step window)."""
-    pairs = launch_pairs(events.lazy(), gpu.lazy()).collect(engine=ENGINE)
+    pairs = launch_pairs(events.lazy(), gpu.lazy()).collect(engine=query_engine())
     win = windows.select("rank", "step", "wstart_ns", "wend_ns").sort("wstart_ns")
     return (
         pairs.sort("start_ns")
@@ -303,12 +303,12 @@ def rank_pairs(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, s
 
 def rank_queue(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
     """:func:`queue_summary` of the ranks in ``events``."""
-    return queue_summary(launch_pairs(events.lazy(), gpu.lazy())).collect(engine=ENGINE)
+    return queue_summary(launch_pairs(events.lazy(), gpu.lazy())).collect(engine=query_engine())
 
 
 def rank_queue_series(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
     """:func:`queue_series` of the ranks in ``events``."""
-    return queue_series(launch_pairs(events.lazy(), gpu.lazy())).collect(engine=ENGINE)
+    return queue_series(launch_pairs(events.lazy(), gpu.lazy())).collect(engine=query_engine())
 
 
 # The Python verbs over these tables (``traceanalyzer.launches``, ``traceanalyzer.queue_length``)

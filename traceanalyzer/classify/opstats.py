@@ -16,7 +16,7 @@ import polars as pl
 
 from traceanalyzer.classify.kernelstats import nearest_rank, select_rows, selected_wall_ns, sort_table, step_of
 from traceanalyzer.classify.shapes import cost_frame
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 ROW_SCHEMA = {
     "rank": pl.Int32, "step": pl.Int64, "name": pl.String, "input_dims": pl.String, "calls": pl.UInt32,
@@ -42,10 +42,10 @@ def launching_op(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.LazyFrame:
     op_ids = ev.filter(pl.col("kind") == "cpu_op").select("rank", "external_id").drop_nulls().unique()
     # each intermediate frame below is read more than once: materialised, so that the lazy
     # plan does not compute it again for every reader
-    g = gpu.lazy().join(op_ids.with_columns(pl.lit(True).alias("__known")), on=["rank", "external_id"], how="left").collect(engine=ENGINE).lazy()
+    g = gpu.lazy().join(op_ids.with_columns(pl.lit(True).alias("__known")), on=["rank", "external_id"], how="left").collect(engine=query_engine()).lazy()
     # the launch calls of the work whose external id names no op: usually none, and then no
     # call tree is needed; else only their threads' trees
-    unknown = g.filter(pl.col("__known").is_null() & pl.col("correlation").is_not_null()).select("rank", "correlation").unique().collect(engine=ENGINE)
+    unknown = g.filter(pl.col("__known").is_null() & pl.col("correlation").is_not_null()).select("rank", "correlation").unique().collect(engine=query_engine())
     if not unknown.height:
         return g.drop("__known")
     threads = (
@@ -61,7 +61,7 @@ def launching_op(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.LazyFrame:
         .sort([*THREAD, "start_ns", "end_ns"], descending=[False, False, False, False, True])
         .with_row_index("pos")
         .with_columns(pl.col("pos").cast(pl.Int64))
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
         .lazy()
     )
     # last descendant of every row: the last row of its thread that starts before it ends
@@ -72,14 +72,14 @@ def launching_op(events: pl.DataFrame, gpu: pl.DataFrame) -> pl.LazyFrame:
         .join_asof(last, left_on="__q", right_on="start_ns", by=THREAD, strategy="backward", check_sortedness=False, suffix="__r")
         .with_columns(pl.max_horizontal("pos", pl.col("hi").fill_null(pl.col("pos"))).alias("hi"))
         .drop("__q", "start_ns__r", strict=False)
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
         .lazy()
     )
     # depth = rows open at a row's position (its ancestors and itself)
     delta = pl.concat([tree.select(pl.col("pos").alias("p"), pl.lit(1, pl.Int64).alias("d")),
                        tree.select((pl.col("hi") + 1).alias("p"), pl.lit(-1, pl.Int64).alias("d"))])
     depth = delta.group_by("p").agg(pl.col("d").sum()).sort("p").with_columns(pl.col("d").cum_sum().alias("depth")).select("p", "depth")
-    tree = tree.sort("pos").join_asof(depth, left_on="pos", right_on="p", strategy="backward", check_sortedness=False).drop("p").collect(engine=ENGINE).lazy()
+    tree = tree.sort("pos").join_asof(depth, left_on="pos", right_on="p", strategy="backward", check_sortedness=False).drop("p").collect(engine=query_engine()).lazy()
     parents = tree.filter(pl.col("kind") == "cpu_op").select(*THREAD, "depth", pl.col("pos").alias("ppos"), pl.col("external_id").alias("__op")).sort("ppos")
     calls = (
         tree.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
@@ -142,7 +142,7 @@ def op_stat_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame)
             (pl.col("kernels").fill_null(0) > 0).sum().alias("launched_calls"),
             pl.col("input_precision").drop_nulls().first(),
         )
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     return out.select([pl.col(c).cast(t) for c, t in ROW_SCHEMA.items()]).sort("rank", "step", "name", "input_dims", nulls_last=True)
 

@@ -20,7 +20,7 @@ from traceanalyzer.buckets import BUCKET_LABELS, BUCKETS, FIELDS  # noqa: F401 -
 from traceanalyzer.classify.intervals import segments
 from traceanalyzer.classify.labels import CLASSES
 from traceanalyzer.errors import InvariantViolation
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 
 def segment_frame(labelled: pl.DataFrame, windows: pl.DataFrame) -> pl.LazyFrame:
@@ -59,7 +59,7 @@ def partition(labelled: pl.DataFrame, windows: pl.DataFrame, source: str = "trac
         .with_columns(pl.col(f"{b}_ns").fill_null(0) for b in [*BUCKETS, "overlapped_comm"])
         # a window with no segment at all (zero length) is all idle, i.e. zero
         .sort("rank", "start_ns")
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     check_partition(out, source)
     return out.with_columns(

@@ -36,7 +36,7 @@ so "everything under X" is a difference-array cover over row positions. No Pytho
 from __future__ import annotations
 
 import polars as pl
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 EVALUATE_FUNCTION = "autograd::engine::evaluate_function"
 CHECKPOINT_NODES = r"^_?CheckpointFunctionBackward$"
@@ -64,7 +64,7 @@ def host_tree(events: pl.DataFrame | pl.LazyFrame, threads: pl.DataFrame | pl.La
         if threads is not None:
             ev = ev.join(threads.lazy(), on=THREAD, how="semi")
             threads = None
-        events = ev.select(_HOST_COLS).collect(engine=ENGINE)
+        events = ev.select(_HOST_COLS).collect(engine=query_engine())
     rows = events.lazy().select(*THREAD, "kind", "start_ns", "end_ns").with_row_index("__row").filter(pl.col("kind").is_in(HOST_KINDS))
     # thread number: the rank of (rank, pid, tid) in sort order; the join keeps the given threads only
     every = threads is None
@@ -75,7 +75,7 @@ def host_tree(events: pl.DataFrame | pl.LazyFrame, threads: pl.DataFrame | pl.La
         .sort(["__t", "start_ns", "end_ns", "__row"], descending=[False, False, True, False])
         .with_row_index("pos")
         .with_columns(pl.col("pos").cast(pl.Int64))
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     h = order.lazy()
     # hi: the last row of the thread that starts before the range ends
@@ -86,7 +86,7 @@ def host_tree(events: pl.DataFrame | pl.LazyFrame, threads: pl.DataFrame | pl.La
         .join_asof(last, left_on="__q", right_on="start_ns", by="__t", strategy="backward", check_sortedness=False)
         .sort("pos")
         .select(pl.max_horizontal("pos", pl.col("hi").fill_null(pl.col("pos"))).alias("hi"))
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     wide = events.select(pl.col(_HOST_COLS).gather(order.get_column("__row")))
     return pl.concat([order.select("pos"), wide, hi], how="horizontal").lazy()
@@ -99,7 +99,7 @@ def cover(tree: pl.DataFrame, mask: pl.Expr, name: str, strict: bool = False) ->
     number). A row at ``p`` is covered when more marked ranges open at or before ``p`` (at
     ``pos``, or ``pos + 1`` when ``strict``) than close before it (at ``hi + 1``): two binary
     searches over the marked rows' bounds, no join with or sort of the tree."""
-    marks = tree.lazy().filter(mask).select("pos", "hi").collect(engine=ENGINE)
+    marks = tree.lazy().filter(mask).select("pos", "hi").collect(engine=query_engine())
     opens = (marks.get_column("pos") + (1 if strict else 0)).sort()
     closes = (marks.get_column("hi") + 1).sort()
     pos = tree.get_column("pos")
@@ -137,7 +137,7 @@ def recompute_ops(events: pl.DataFrame | pl.LazyFrame, pattern: str | None = Non
     # recompute needs a backward node or a checkpoint range on the same thread: build the call
     # tree of those threads only (the forward thread of a GPU job, most of its events, drops out)
     if tree is None:
-        tree = host_tree(events, recompute_threads(events.lazy(), pattern)).collect(engine=ENGINE)
+        tree = host_tree(events, recompute_threads(events.lazy(), pattern)).collect(engine=query_engine())
     candidate = (
         (pl.col("kind") == "cpu_op")
         & pl.col("seq").is_not_null()
@@ -200,7 +200,7 @@ def recompute_ops(events: pl.DataFrame | pl.LazyFrame, pattern: str | None = Non
         .select(*_HOST_COLS, "pos", "top_level", "root_pos", "region", "region_start_ns")
         .sort("pos")
     )
-    return out.collect(engine=ENGINE)
+    return out.collect(engine=query_engine())
 
 
 def recompute_links(ops: pl.DataFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:

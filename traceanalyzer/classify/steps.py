@@ -26,7 +26,7 @@ import re
 import polars as pl
 
 from traceanalyzer.classify.intervals import segments
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 DEFAULT_STEP = "ProfilerStep"
@@ -75,14 +75,14 @@ def unnumbered_warnings(cpu: pl.DataFrame, events: pl.LazyFrame, name: str) -> l
         .agg(pl.col("bare").sum().alias("bare"), pl.len().alias("n"))
         .filter((pl.col("bare") > 0) & (pl.col("bare") < pl.col("n")))
         .sort("rank")
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     out = []
     for r, bare, _n in counts.iter_rows():  # one row per rank
         nums = cpu.filter((pl.col("rank") == r)).sort("cpu_start_ns")
         given = events.filter(
             (pl.col("rank") == r) & pl.col("kind").is_in(["annotation", "cpu_op"]) & (pl.col("name") == name)
-        ).select("start_ns").unique().collect(engine=ENGINE).get_column("start_ns")
+        ).select("start_ns").unique().collect(engine=query_engine()).get_column("start_ns")
         assigned = nums.filter(pl.col("cpu_start_ns").is_in(given.implode())).get_column("step").to_list()
         out.append(
             f"rank {r}: {bare} '{name}' range{'s' if bare != 1 else ''} without a step number among numbered ones: "
@@ -175,11 +175,11 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
     cpu = cpu_steps(ev, name or DEFAULT_STEP)
     if name is None:
         cpu = cpu.filter(pl.lit(False))
-    cpu = cpu.collect(engine=ENGINE).lazy()  # a few rows, used three times: match names once
+    cpu = cpu.collect(engine=query_engine()).lazy()  # a few rows, used three times: match names once
     if name is not None:
-        warnings.extend(unnumbered_warnings(cpu.collect(engine=ENGINE), ev, name))
+        warnings.extend(unnumbered_warnings(cpu.collect(engine=query_engine()), ev, name))
     marks = gpu_step_marks(ev, name or DEFAULT_STEP).join(cpu.select("rank", "step"), on=["rank", "step"], how="semi")
-    placed = gpu_step_of(ev, cpu, marks).filter(pl.col("step").is_not_null()).collect(engine=ENGINE)
+    placed = gpu_step_of(ev, cpu, marks).filter(pl.col("step").is_not_null()).collect(engine=query_engine())
     assigned = placed.lazy().group_by("rank", "step").agg(pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns"))
     # a step is its host range [start, end), every one of them (the last included); ranges that
     # overlap (a custom --step-range nested in itself) are cut where the next one starts
@@ -192,12 +192,12 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
             pl.min_horizontal("cpu_end_ns", pl.coalesce("next_ns", "cpu_end_ns")).alias("wend_ns"),
         )
         .select("rank", "step", "wstart_ns", "wend_ns", "cpu_start_ns", "cpu_end_ns")
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     cut = win.filter(pl.col("wend_ns") < pl.col("cpu_end_ns")).group_by("rank").len().sort("rank")
     for r, n in cut.iter_rows():  # one row per rank
         warnings.append(f"rank {r}: {n} '{name}' ranges overlap the next one; each was cut where the next begins")
-    cpu_counts = cpu.group_by("rank").len().collect(engine=ENGINE)
+    cpu_counts = cpu.group_by("rank").len().collect(engine=query_engine())
     kept = win.group_by("rank").len()
     by_time = placed.filter(pl.col("by_time")).group_by("rank").len().sort("rank")
     for r, n in by_time.iter_rows():  # one row per rank
@@ -205,7 +205,7 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
             f"rank {r}: {n} GPU events have no launch record; each was placed in the last step that began "
             f"before it ran"
         )
-    gpu_ranks = ev.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select(pl.col("rank").unique()).collect(engine=ENGINE).get_column("rank")
+    gpu_ranks = ev.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select(pl.col("rank").unique()).collect(engine=query_engine()).get_column("rank")
     stepless = gpu_ranks.filter(~gpu_ranks.is_in(win.get_column("rank").unique().implode()))
     if stepless.len():
         whole = (
@@ -219,7 +219,7 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
                 pl.lit(None, pl.Int64).alias("cpu_start_ns"),
                 pl.lit(None, pl.Int64).alias("cpu_end_ns"),
             )
-            .collect(engine=ENGINE)
+            .collect(engine=query_engine())
         )
         win = pl.concat([win, whole.select(win.columns).cast(win.schema)])
         if name is not None:
@@ -295,7 +295,7 @@ def outside_steps(gpu: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.col(c).fill_null(0).cast(pl.Int64) for c in ("before_ns", "after_ns", "gap_ns"))
         .select("rank", (pl.col("before_ns") + pl.col("after_ns") + pl.col("gap_ns")).alias("outside_ns"), "before_ns", pl.col("after_ns") + pl.col("gap_ns"))
         .sort("rank")
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
 
 

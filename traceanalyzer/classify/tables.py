@@ -15,7 +15,7 @@ import polars as pl
 from traceanalyzer.classify.kernelstats import SORT_KEYS
 from traceanalyzer.classify.roofline import ELEMENT_BYTES
 from traceanalyzer.errors import ConfigError
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 
 def check_filters(name: str | None, sort: str, precision: str | None, top: int | None) -> None:
@@ -44,7 +44,7 @@ def table_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame,
     from traceanalyzer.classify.partition import segment_frame
 
     if seg is None:
-        seg = segment_frame(gpu, windows).sort("rank", "t0").collect(engine=ENGINE)
+        seg = segment_frame(gpu, windows).sort("rank", "t0").collect(engine=query_engine())
     return kernel_stat_rows(events, gpu, windows, seg), op_stat_rows(events, gpu, windows)
 
 

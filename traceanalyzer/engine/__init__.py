@@ -28,7 +28,7 @@ from traceanalyzer.engine.pool import ENGINES, WorkerDied, run_tasks
 from traceanalyzer.engine.progress import JobProgress, json_bytes
 from traceanalyzer.engine.rank import EXTRAS, KEEP, TABLES, Options, RankResult, RankTask, check_tables, classify_ranks, default_workers, extra_table
 from traceanalyzer.errors import ConfigError, InputNotFound, InvalidArgument
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 #: below this much JSON in all (inflated), the default is one process (starting worker
 #: processes, ~1 s each, would cost more than they save)
@@ -285,7 +285,7 @@ def with_tables(analysis, *names: str, if_possible: bool = False):
             from traceanalyzer.classify.kernels import exposed_rows, kernel_rows
             from traceanalyzer.classify.partition import segment_frame
 
-            seg = segment_frame(gpu, win).sort("rank", "t0").collect(engine=ENGINE)
+            seg = segment_frame(gpu, win).sort("rank", "t0").collect(engine=query_engine())
             found["kernel_rows"], found["exposed_kernels"] = kernel_rows(gpu, win), exposed_rows(gpu, win, seg)
         if "kernel_rows" in missing or "kernel_stats" in missing:
             from traceanalyzer.classify.tables import table_rows

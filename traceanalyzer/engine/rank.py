@@ -29,7 +29,7 @@ from traceanalyzer.classify.partition import FIELDS, check_causes, partition
 from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows, outside_steps, refuse_duplicate_steps
 from traceanalyzer.errors import InputNotFound, InternalFailure, InvalidArgument, TraceAnalyzerError
 from traceanalyzer.parsers.clean import step_starts
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine, sized
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: the per-step table's columns, in this order
@@ -190,7 +190,13 @@ def _split(df: pl.DataFrame | None, ranks: list[int]) -> dict[int, pl.DataFrame 
 def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: str, into: list[RankResult]) -> None:
     """Classify the events of one or more ranks (every step here is per rank: several ranks in
     one frame give each rank exactly what it gets alone, with less per-query overhead for many
-    small ranks in one process) into ``into``, one result per rank (labelled as in ``events``)."""
+    small ranks in one process) into ``into``, one result per rank (labelled as in ``events``).
+    The queries run on the polars engine that suits the frame's size (:func:`.queries.sized`)."""
+    with sized(events.height):
+        _classify(events, meta, opts, source, into)
+
+
+def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: str, into: list[RankResult]) -> None:
     ranks = [r.rank for r in into]
     by_rank = {r.rank: r for r in into}
     if events.height:
@@ -220,7 +226,7 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
         check_windows(windows, events, source)
         ev = events.lazy()
         threads = pl.concat([recompute.recompute_threads(ev, opts.recompute_pattern), comm.linking_threads(ev)]).unique()
-        tree = recompute.host_tree(events, threads).collect(engine=ENGINE)
+        tree = recompute.host_tree(events, threads).collect(engine=query_engine())
         rc_ops = recompute.recompute_ops(events, opts.recompute_pattern, tree=tree)
         gpu = label_gpu(events, rc_ops, comm_kernels=list(opts.comm_kernels) or None)
         steps = partition(gpu, windows, source)
@@ -245,7 +251,7 @@ def classify_ranks(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, sour
         from traceanalyzer.classify.partition import segment_frame
         from traceanalyzer.classify.tables import table_rows
 
-        seg = segment_frame(gpu, windows).sort("rank", "t0").collect(engine=ENGINE)
+        seg = segment_frame(gpu, windows).sort("rank", "t0").collect(engine=query_engine())
         if "kernel_rows" in opts.tables:
             frames["kernel_rows"], frames["exposed_kernels"] = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
         frames["kernel_stats"], frames["op_stats"] = table_rows(events, gpu, windows, seg)

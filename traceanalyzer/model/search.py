@@ -31,7 +31,7 @@ import polars as pl
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.model.config import RunConfig
 from traceanalyzer.model.whatif import Anchor, memory_summary, project
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 KNOBS = ("tp", "pp", "vp", "cp", "ep", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer")
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -99,7 +99,7 @@ def enumerate_layouts(cfg: RunConfig, fixed: dict[str, Any] | None = None) -> pl
         .select("tp", "pp", "vp", "cp", "ep", "dp", "micro_batch", "microbatches", "recompute", "sequence_parallel",
                 "distributed_optimizer")
         .sort("tp", "pp", "vp", "cp", "ep", "micro_batch", "recompute", "sequence_parallel", "distributed_optimizer")
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     return out
 

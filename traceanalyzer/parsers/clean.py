@@ -33,7 +33,7 @@ import polars as pl
 
 from traceanalyzer.errors import InvalidTrace
 from traceanalyzer.parsers.categories import GPU_WORK_CATS, KIND_OF_CAT, KNOWN_OTHER_CATS
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 from traceanalyzer.schema import GPU_WORK_KINDS, MAX_GAP_NS, SAME_JOB_NS
 
 #: more bad events than this fraction of a file's events (or of its GPU work) rejects the file
@@ -114,7 +114,7 @@ def flag_raw(raw: pl.DataFrame, n: int | None = None, no_ph: int | None = None) 
     number of events and of events without ``ph`` when ``raw`` holds only some of its rows (the
     parser keeps the rows of complete and begin/end events only); default: counted in ``raw``."""
     is_x = pl.col("ph") == "X"
-    x = raw.lazy().filter(is_x).select("cat", "ts", "dur").collect(engine=ENGINE)  # the columns the flags read, not a copy of every row
+    x = raw.lazy().filter(is_x).select("cat", "ts", "dur").collect(engine=query_engine())  # the columns the flags read, not a copy of every row
     ok_ts = _finite("ts")
     ok_dur = _finite("dur") & (pl.col("dur") >= 0)
     in_range = (pl.col("ts").abs() + pl.col("dur")) <= MAX_ABS_TS_US
@@ -265,7 +265,7 @@ def _drop_before_launch(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         .join(launches, on="correlation", how="inner")
         .filter(pl.col("start_ns") < pl.col("__launch") - MAX_EARLY_NS)
         .select("__i")
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
         .to_series()
     )
     if early.len() == 0:
@@ -405,7 +405,7 @@ def step_starts(events: pl.DataFrame) -> pl.DataFrame:
         .group_by("rank", "step")
         .agg(pl.col("start_ns").min())
         .sort("rank", "step")
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
 
 
@@ -440,7 +440,7 @@ def judge_job(meta: pl.DataFrame, starts: pl.DataFrame, mids: pl.DataFrame) -> l
         span.join(starts, on="rank", how="left")
         .with_columns(pl.coalesce("off", "span_off").cast(pl.Int64).alias("off"), pl.col("steps").fill_null(0))
         .sort("rank")
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     far = off.filter(pl.col("span_off").abs() > SAME_JOB_NS)
     if far.height:

@@ -49,7 +49,7 @@ from traceanalyzer.parsers.kineto_events import (
     too_deep,
 )
 from traceanalyzer.parsers.kineto_events import short as _short
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 from traceanalyzer.schema import EVENT_SCHEMA, META_SCHEMA, conform
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
@@ -718,7 +718,7 @@ def _canonical(raw: pl.DataFrame, base_ns: int) -> pl.DataFrame:
             pl.col("input_type"),
         )
         .with_columns(pl.lit(None, dtype=pl.Int32).alias("rank"))
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
     return _nulls_as_scalars(conform(df, EVENT_SCHEMA))
 

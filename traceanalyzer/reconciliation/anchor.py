@@ -42,7 +42,7 @@ from traceanalyzer.model.shapescale import FAMILIES
 from traceanalyzer.model.whatif import (
     DIMS, Anchor, anchor_from_config, apply_sets, is_transformer, peak_of, project, result_frame, split_compute,
 )
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 from traceanalyzer.reconciliation.buckets import loss_columns
 from traceanalyzer.reconciliation.gemm import gemm_check
 
@@ -138,7 +138,7 @@ def kernel_families(analysis: Any, step_name: str = "ProfilerStep") -> dict[str,
     gpu = analysis.gpu
     if gpu is None or not gpu.height:
         return None
-    k = launching_op(ev, gpu).filter(pl.col("cls") == "compute", pl.col("kind") == "kernel").collect(engine=ENGINE)
+    k = launching_op(ev, gpu).filter(pl.col("cls") == "compute", pl.col("kind") == "kernel").collect(engine=query_engine())
     if not k.height or k["external_id"].null_count() == k.height:
         return None
     ops = ev.filter(pl.col("kind") == "cpu_op", pl.col("external_id").is_not_null()).select(

@@ -31,7 +31,7 @@ from traceanalyzer.classify.rankspread import rank_spread, summarise_ranks
 from traceanalyzer.classify.stragglers import DEFAULT_TOLERANCE
 from traceanalyzer.classify.stragglers import stragglers as stragglers_by_rank
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 
 SCHEMA_VERSION = 1
 SCHEMA_NAME = "traceanalyzer.report"
@@ -52,7 +52,7 @@ _MS = 1e6  # ns per ms
 def segments(analysis: Analysis) -> pl.DataFrame:
     """Elementary segments of every step window (``rank, step, t0, t1, n_*, bucket, overlapped,
     len_ns``), sorted by rank and time: the cut the partition itself was computed on."""
-    return segment_frame(analysis.gpu, analysis.windows).sort("rank", "t0").collect(engine=ENGINE)
+    return segment_frame(analysis.gpu, analysis.windows).sort("rank", "t0").collect(engine=query_engine())
 
 
 def bucket_runs(analysis: Analysis, seg: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -79,7 +79,7 @@ def bucket_runs(analysis: Analysis, seg: pl.DataFrame | None = None) -> pl.DataF
         )
         .sort("rank", "start_ns")
         .drop("__run")
-        .collect(engine=ENGINE)
+        .collect(engine=query_engine())
     )
 
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.queries import ENGINE
+from traceanalyzer.queries import query_engine
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: host kinds that become chain points (``python`` stack frames and ``other`` are left out)
@@ -110,7 +110,7 @@ def step_events(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame) 
             "stream_prev_end",
         )
     )
-    out = pl.concat([host, dev]).collect(engine=ENGINE)
+    out = pl.concat([host, dev]).collect(engine=query_engine())
     return out.sort("step", "rank", "host", "start_ns").with_row_index("eid").with_columns(pl.col("eid").cast(pl.Int64))
 
 
