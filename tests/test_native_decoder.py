@@ -287,3 +287,47 @@ def test_decoder_choice(monkeypatch, capsys):
     capsys.readouterr()
     assert main(["breakdown", str(KINETO_FIXTURES[0])]) == 2
     assert capsys.readouterr().err == "traceanalyzer: error: TRACEANALYZER_DECODER: not 'native' or 'python': 'fast'\n"
+
+
+_TAILS = {
+    "as Kineto writes it": b'],\n  "traceName": "benchmark_result_2869224_1695835535_trace.json"\n}\n',
+    "nothing after the array": b"]}",
+    "a bracket inside the last key's string": b'],\n  "traceName": "run]3.json"\n}',
+    "arrays after the array": b'], "extra": [1, [2, 3]], "traceName": "x"}',
+    "a key written twice": b'], "traceName": "x", "traceName": "y"}',
+    "a long last key without a bracket": b'], "pad": "' + b"z" * 6000 + b'"}',
+    "a long last key with brackets": b'], "pad": [' + b"1," * 3000 + b'1]}',
+    "a truncated last key": b'], "traceName": "x',
+    "a bracket after the object": b'], "traceName": "x"}]',
+}
+
+
+@pytest.mark.parametrize("tail", list(_TAILS), ids=list(_TAILS))
+def test_where_the_events_array_ends(tail, tmp_path, monkeypatch):
+    # the compiled path finds the array's end from its last "]" when what follows reads as the
+    # object's last keys; every other tail takes the reference's way: the same frame, meta,
+    # warnings or error from both decoders
+    text = gzip.decompress((FIXTURES / "kineto" / "a100_alexnet_nosteps.json.gz").read_bytes())
+    end = text.rindex(b"]")
+    path = tmp_path / "t.json"
+    path.write_bytes(text[:end] + _TAILS[tail])
+    import msgspec
+
+    scans = []
+    decode = msgspec.json.decode
+
+    def spy(data, *args, **kwargs):
+        if kwargs.get("type") is msgspec.Raw and len(data) > 100_000:  # the events (the keys' small checks aside)
+            scans.append(len(data))
+        return decode(data, *args, **kwargs)
+
+    monkeypatch.setattr(msgspec.json, "decode", spy)
+    got = _parse(path, "native", monkeypatch)
+    fast = not scans  # the array's end found without a second parse of the last chunk
+    _same(got, _parse(path, "python", monkeypatch))
+    valid = ("as Kineto", "nothing", "a bracket inside", "arrays", "a long")  # whole JSON documents, no key twice
+    if tail.startswith(valid):
+        assert isinstance(got[0], pl.DataFrame) and got[0].height == 868  # every complete event of the fixture
+    # the last "]" is the array's own and what follows reads as the object's last keys (the key
+    # written twice is then refused by the key check, as by the reference)
+    assert fast == tail.startswith(("as Kineto", "nothing", "a key written twice"))

@@ -316,11 +316,14 @@ def _exit(code: int) -> None:
     ``breakdown``, and more after a larger one) for a process that is about to end: where nothing
     else runs, the exit handlers run (``atexit``: logging, multiprocessing, Ray, temporary
     directories), the standard streams are flushed, and the process ends there. A thread still
-    running, a stream that cannot be flushed, an unusual code: the interpreter's exit, as always."""
+    running, a stream that cannot be flushed, an unusual code, a profiler or tracer watching
+    (``python -m cProfile -o``, a debugger: they write or stop after the program returns): the
+    interpreter's exit, as always."""
     import atexit
     import threading
 
-    if isinstance(code, int) and 0 <= code <= 255 and threading.active_count() == 1:
+    watched = sys.getprofile() is not None or sys.gettrace() is not None
+    if isinstance(code, int) and 0 <= code <= 255 and threading.active_count() == 1 and not watched:
         atexit._run_exitfuncs()  # once: the interpreter's exit, if it comes to it, runs none again
         try:
             for stream in (sys.stdout, sys.stderr):

@@ -625,7 +625,26 @@ def _tail(piece: memoryview, path: Path, first: int) -> tuple[_Part | None, list
     """The last events (``piece``: ``[``, events, the array's ``]``, the keys after it, ``}``), the keys
     after the array as written (repetitions included, for :func:`check_keys`) and their values;
     None when ``piece`` is not exactly that (a truncated or malformed end: the caller recovers).
-    Where the array ends is where ``msgspec`` reports trailing characters after skipping it."""
+
+    Where the array ends: Kineto writes a few keys after it (``"traceName"``), so the last ``]``
+    of the piece is tried first, and taken when the compiled decoder reads everything before it as
+    one whole JSON array (only the array's own closing bracket can end one that begins at the
+    piece's ``[``) and the rest reads as the object's last keys; the events are then decoded once.
+    Otherwise it is where ``msgspec`` reports trailing characters after skipping the array (a
+    second parse of the last chunk)."""
+    native = decoder.native()
+    if native is not None:
+        close = bytes(piece[-4096:]).rfind(b"]") if len(piece) > 4096 else bytes(piece).rfind(b"]")
+        if close >= 0:
+            end = close + max(0, len(piece) - 4096)
+            rest = _after_array(piece, end + 1)
+            if rest is not None:
+                typed = decode_native(native, piece[: end + 1])
+                if typed is not None:
+                    part = _chunk_frame(typed, first)
+                    part.counts["utf8"] = 0
+                    keys, values = rest
+                    return (part if part.counts["n"] else None), keys, values
     try:
         msgspec.json.decode(piece, type=msgspec.Raw)
         return None  # the array closes the input: no "}" after it
@@ -643,23 +662,36 @@ def _tail(piece: memoryview, path: Path, first: int) -> tuple[_Part | None, list
         end -= 1
     if piece[end] != 0x5D:  # "]"
         return None
-    obj = b"{" + bytes(piece[trail + 1 :]) if piece[trail] == 0x2C else bytes(piece[trail:])
-    if piece[trail] not in (0x2C, 0x7D):
+    rest = _after_array(piece, end + 1)
+    if rest is None:
         return None
+    keys, values = rest
+    part = _events_part(piece[: end + 1], path, first)
+    return (part if part.counts["n"] else None), keys, values
+
+
+def _after_array(piece: memoryview, at: int) -> tuple[list[str], dict] | None:
+    """The keys (as written, repetitions included) and values of what follows the events array
+    from ``piece[at]`` on: blanks, then ``}`` alone, or ``,`` and the object's last keys and its
+    ``}``; None when it is not that."""
+    trail = at
+    while trail < len(piece) and piece[trail] in (32, 9, 10, 13):
+        trail += 1
+    if trail >= len(piece) or piece[trail] not in (0x2C, 0x7D):
+        return None
+    obj = b"{" + bytes(piece[trail + 1 :]) if piece[trail] == 0x2C else bytes(piece[trail:])
     if obj[:1] == b"}":
         if obj[1:].strip():
             return None
-        keys, values = [], {}
-    else:
-        keys = object_keys(obj)
-        if keys is None:
-            return None
-        try:
-            values = orjson.loads(obj)
-        except orjson.JSONDecodeError:
-            return None
-    part = _events_part(piece[: end + 1], path, first)
-    return (part if part.counts["n"] else None), keys, values
+        return [], {}
+    keys = object_keys(obj)
+    if keys is None:
+        return None
+    try:
+        values = orjson.loads(obj)
+    except orjson.JSONDecodeError:
+        return None
+    return keys, values
 
 
 def _ns(ts: pl.Expr) -> pl.Expr:
