@@ -18,11 +18,10 @@ from __future__ import annotations
 # (``ta.annotations``) must come from the registry below
 del annotations
 
-import sys
-import types
 from typing import TYPE_CHECKING
 
 from traceanalyzer._version import __version__
+from traceanalyzer.lazy import lazy_attributes
 
 #: The public API: name -> "module:attribute", imported on first use (so ``import traceanalyzer``
 #: loads no polars, and the command line can handle a signal before the heavy libraries load).
@@ -71,30 +70,6 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from traceanalyzer.schema import Trace
 
 
-class _Package(types.ModuleType):
-    """The package's module type: a sub-package named like a verb (``traceanalyzer.report``,
-    the report model) is reachable by import, but loading it never replaces the verb
-    (``traceanalyzer.report()``) as an attribute of the package."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _API and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
-def __getattr__(name: str):
-    if name in _API:
-        import importlib
-
-        module, attr = _API[name].split(":")
-        value = getattr(importlib.import_module(module), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'traceanalyzer' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_API})
+# a sub-package named like a verb (``traceanalyzer.report``, the report model) is reachable by
+# import, but loading it never replaces the verb (``traceanalyzer.report()``)
+__getattr__, __dir__ = lazy_attributes(__name__, _API)

@@ -17,9 +17,7 @@ Modules, one idea each:
 Nothing here prints; renderers live in :mod:`traceanalyzer.render.predictions`.
 """
 
-import sys
-import types
-
+from traceanalyzer.lazy import lazy_attributes
 from traceanalyzer.reconciliation.buckets import loss_columns
 from traceanalyzer.reconciliation.compare import compare, compare_time
 
@@ -33,28 +31,5 @@ _LAZY = {
 __all__ = ["waterfall", "compare", "compare_time", "matmul_flops", "attention_flops", "trace_flops", "gemm_check", "loss_columns", "attach_overlapped"]
 
 
-class _Package(types.ModuleType):
-    """Importing the sub-module :mod:`.waterfall` never replaces the function of that name as an
-    attribute of the package (the same rule as the top-level package's verbs)."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _LAZY and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+# importing the sub-module :mod:`.waterfall` never replaces the function of that name
+__getattr__, __dir__ = lazy_attributes(__name__, {name: f"{__name__}.{module}:{name}" for name, module in _LAZY.items()})
