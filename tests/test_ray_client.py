@@ -50,6 +50,11 @@ def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["PYTHONPATH"] = str(ROOT)
     env["HOME"] = HOME
+    # Ray 2.9's proxier starts each client's own server while gRPC threads run ("skipping fork()
+    # handlers" in its log), and that server then died at start ("epoll_wait error: Bad file
+    # descriptor"; the client: "Starting Ray client server failed") in 2 of 5 and 1 of 4 runs
+    # here, this test's code or the one before; with gRPC's fork support off, 10 of 10 passed
+    env["GRPC_ENABLE_FORK_SUPPORT"] = "false"
     return env
 
 
