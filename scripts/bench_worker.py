@@ -101,6 +101,10 @@ if STAGES:
     wrap(kineto, "_finish")
     wrap(clean, "clean_events")
 
+if os.environ.get("BENCH_LARGE_EVENTS"):  # --engine: polars' engine forced for the classification
+    from traceanalyzer import queries
+
+    queries.LARGE_EVENTS = int(os.environ["BENCH_LARGE_EVENTS"])
 path = sys.argv[1]
 rss0 = _status("VmRSS")
 mark("start")
@@ -164,9 +168,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=0, help="size of the pool the worker belongs to, for its polars threads (default: one per core)")
     ap.add_argument("--stages", action="store_true", help="print the RSS stage by stage (of the last run)")
     ap.add_argument("--json", type=Path, help="write every run here")
+    ap.add_argument("--engine", choices=["by-size", "streaming", "in-memory"], default="by-size",
+                    help="polars' engine for the classification: traceanalyzer's choice by the rank's size (default), or one forced")
     args = ap.parse_args()
     files = args.files or [f for f in (REAL, BIG) if f.exists()]
     env = worker_env(args.workers or os.cpu_count() or 1)
+    if args.engine != "by-size":
+        env["BENCH_LARGE_EVENTS"] = "1" if args.engine == "streaming" else str(10**12)
     out = []
     for f in files:
         size = json_bytes(f)
