@@ -45,6 +45,7 @@ import polars as pl
 from traceanalyzer.buckets import COMM_CONCURRENT, COMM_DIMENSIONS
 from traceanalyzer.classify.intervals import segments
 from traceanalyzer.classify.labels import CLASSES, library_expr
+from traceanalyzer.classify.names import name_columns
 from traceanalyzer.classify.recompute import THREAD, host_tree
 from traceanalyzer.queries import query_engine
 
@@ -73,8 +74,17 @@ LINK_RANGE = r"^(nccl|gloo|rccl):"
 MOE_RANGE = r"(?i)(^|[^a-z])(dispatch|combine)([^a-z]|$)"
 
 
-def _link_range() -> pl.Expr:
-    return pl.col("name").str.contains(LINK_RANGE) | ((pl.col("kind") == "annotation") & pl.col("name").str.contains(MOE_RANGE))
+def _link_ranges(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """The rows of ``frame`` (host events) that can enclose a collective's launch, the name patterns
+    tested once per distinct name (:func:`.names.name_columns`): an ``nccl:``/``gloo:``/``rccl:``
+    range or op, or an annotation named for MoE dispatch/combine."""
+    flagged = name_columns(
+        frame.filter(pl.col("kind").is_in(["annotation", "cpu_op"])),
+        __link=pl.col("name").str.contains(LINK_RANGE).fill_null(False),
+        __moe=pl.col("name").str.contains(MOE_RANGE).fill_null(False),
+    )
+    return flagged.filter(pl.col("__link") | ((pl.col("kind") == "annotation") & pl.col("__moe"))).drop("__link", "__moe")
+
 
 _DTYPE_SIZE = {
     "float": 4, "float32": 4, "f32": 4, "float64": 8, "double": 8, "f64": 8,
@@ -198,10 +208,8 @@ _LINK_COLS = ["coll_name", "in_nelems", "out_nelems", "group_size", "dtype", "pg
 def linking_threads(ev: pl.LazyFrame) -> pl.LazyFrame:
     """Host threads that can link a launch to a collective: those holding a
     ``record_param_comms`` op or an ``nccl:``/``gloo:``/``rccl:`` range (``rank, pid, tid``)."""
-    return ev.filter(
-        pl.col("kind").is_in(["cpu_op", "annotation"])
-        & ((pl.col("name") == "record_param_comms") | _link_range())
-    ).select(THREAD).unique()
+    rpc = ev.filter(pl.col("kind").is_in(["cpu_op", "annotation"]) & (pl.col("name") == "record_param_comms"))
+    return pl.concat([rpc.select(THREAD), _link_ranges(ev).select(THREAD)]).unique()
 
 
 def collectives(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, meta: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS) -> pl.DataFrame:
@@ -227,6 +235,11 @@ def collective_instances(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.Da
     k = gpu.lazy().filter(pl.col("cls") == "comm").select(
         "rank", "name", "stream", "start_ns", "end_ns", "correlation", "external_id", *[c for c in _LINK_COLS if c != "input_dims"]
     ).with_row_index("__k")
+    # what the kernel's name says (type, library, dimension, element type): once per distinct name
+    k = name_columns(
+        k, __ktype=_kernel_type(), __lib_type=library_expr("name", 2), __lib_dim=library_expr("name", 3),
+        __lib=library_expr("name", 0), __kdtype=_kernel_dtype(),
+    )
     # host side: the launch call and its enclosing record_param_comms / nccl:* annotation
     # (only threads that hold a record_param_comms op or an nccl:/gloo:/rccl: range can link a
     # launch to a collective: the call tree of the others is not built)
@@ -250,7 +263,7 @@ def collective_instances(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.Da
         .sort("rp_pos")
     )
     ann = (
-        tree.filter(pl.col("kind").is_in(["annotation", "cpu_op"]) & _link_range())
+        _link_ranges(tree)
         .select(*THREAD, pl.col("pos").alias("an_pos"), pl.col("hi").alias("an_hi"), pl.col("name").alias("an_name"))
         .sort("an_pos")
     )
@@ -278,20 +291,20 @@ def collective_instances(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.Da
     ctype = pl.coalesce(
         pl.when(pl.col("coll_name").str.to_lowercase() != "coalesced").then(coll_type_expr("coll_name")),
         coll_type_expr("an_name"),
-        _kernel_type(),
-        library_expr("name", 2),
+        pl.col("__ktype"),
+        pl.col("__lib_type"),
         pl.lit("unknown"),
     )
     # what the kernel says about its dimension when no process group names one
-    hint = pl.coalesce(library_expr("name", 3), pl.when(pl.col("an_name").str.contains(MOE_RANGE)).then(pl.lit("EP")))
+    hint = pl.coalesce(pl.col("__lib_dim"), pl.when(pl.col("an_name").str.contains(MOE_RANGE)).then(pl.lit("EP")))
     # kernels of a library other than NCCL with no process group: one group per library
-    lib = library_expr("name", 0)
+    lib = pl.col("__lib")
     group = pl.coalesce("pg_name", pl.when(lib.is_not_null() & (lib != "NCCL/RCCL")).then(lib), pl.lit("default"))
-    j = j.with_columns(ctype.alias("coll_type"), _kernel_dtype().alias("__kdtype"), hint.alias("__dim_hint"))
+    j = j.with_columns(ctype.alias("coll_type"), hint.alias("__dim_hint"))
     nelems = pl.coalesce(pl.max_horizontal("in_nelems", "out_nelems"), _dims_nelems())
     esize = pl.coalesce(
         _dtype_size("dtype"),
-        pl.when(_kernel_type().fill_null("") != "send_recv").then(_dtype_size("__kdtype")),
+        pl.when(pl.col("__ktype").fill_null("") != "send_recv").then(_dtype_size("__kdtype")),
     )
     cfg = _pg_config(meta).lazy()
     world = meta.lazy().select("rank", pl.col("world_size").cast(pl.Int64).alias("world"))

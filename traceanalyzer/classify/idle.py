@@ -76,13 +76,15 @@ def idle_split(
     gpu: pl.DataFrame,
     windows: pl.DataFrame,
     coll: pl.DataFrame | None = None,
+    launched: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """Per (rank, step): ``idle_<cause>_ns`` for every cause in ``CAUSES`` (sum = idle_ns)."""
+    """Per (rank, step): ``idle_<cause>_ns`` for every cause in ``CAUSES`` (sum = idle_ns).
+    ``launched``: :func:`launch_times` of the GPU work with ``tid``, when already computed."""
     ev = events.lazy()
     win = windows.lazy().select("rank", "step", "wstart_ns", "wend_ns")
     work = gpu.lazy().select("rank", "start_ns", "end_ns", "correlation", "external_id")
     busy = work.select("rank", "start_ns", "end_ns", pl.lit("busy").alias("cls"))
-    launched = launch_times(ev, work, tid=True)
+    launched = launch_times(ev, work, tid=True) if launched is None else launched.lazy()
     # idle gaps of the rank's whole GPU timeline (not cut at window edges: a gap that crosses a
     # step boundary ends at the work whose launch it waited for), from the first window's start
     # to the last window's end

@@ -69,14 +69,13 @@ def host_tree(events: pl.DataFrame | pl.LazyFrame, threads: pl.DataFrame | pl.La
     # thread number: the rank of (rank, pid, tid) in sort order; the join keeps the given threads only
     every = threads is None
     numbers = (rows.select(THREAD) if every else threads.lazy().select(THREAD)).unique().sort(THREAD).with_row_index("__t")
-    order = (
-        rows.join(numbers, on=THREAD, how="inner", nulls_equal=every)
-        .select("__row", "__t", "start_ns", "end_ns")
-        .sort(["__t", "start_ns", "end_ns", "__row"], descending=[False, False, True, False])
-        .with_row_index("pos")
-        .with_columns(pl.col("pos").cast(pl.Int64))
-        .collect(engine=query_engine())
-    )
+    # sorted by (__t, start_ns, end_ns descending, __row) as four stable single-column sorts, the
+    # last key first, each materialised: polars fuses a chain of sorts into one multi-column sort
+    # (row-encoded), about three times the CPU of the four (10 vs 3.4 ms on 70,000 ranges)
+    order = rows.join(numbers, on=THREAD, how="inner", nulls_equal=every).select("__row", "__t", "start_ns", "end_ns")
+    for col, desc in (("__row", False), ("end_ns", True), ("start_ns", False), ("__t", False)):
+        order = order.sort(col, descending=desc, maintain_order=True).collect(engine=query_engine()).lazy()
+    order = order.with_row_index("pos").with_columns(pl.col("pos").cast(pl.Int64)).collect(engine=query_engine())
     h = order.lazy()
     # hi: the last row of the thread that starts before the range ends
     last = h.group_by("__t", "start_ns").agg(pl.col("pos").max().alias("hi")).sort("start_ns")

@@ -106,28 +106,30 @@ def gpu_step_marks(events: pl.LazyFrame, name: str = DEFAULT_STEP) -> pl.LazyFra
     )
 
 
-def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame, marks: pl.LazyFrame | None = None) -> pl.LazyFrame:
+def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame, marks: pl.LazyFrame | None = None,
+                launched: pl.DataFrame | None = None) -> pl.LazyFrame:
     """GPU work with the step whose CPU window holds its launch (``step`` null if none), and
     GPU work without a launch record placed by time (column ``by_time`` true): by the GPU-side
     step marks (``marks``, :func:`gpu_step_marks`) when the rank has them and the work began at
-    or after the first, else by the host step windows."""
-    gpu = events.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("rank", "start_ns", "end_ns", "correlation", "external_id")
-    launches = (
-        events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
-        .group_by("rank", "correlation")
-        .agg(pl.col("start_ns").min().alias("launch_ns"))
-    )
-    ops = (
-        events.filter(pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("external_id").is_not_null())
-        .group_by("rank", "external_id")
-        .agg(pl.col("start_ns").min().alias("op_ns"))
-    )
-    g = (
-        gpu.join(launches, on=["rank", "correlation"], how="left")
-        .join(ops, on=["rank", "external_id"], how="left")
-        .with_columns(pl.coalesce("launch_ns", "op_ns").alias("launch_ns"))
-        .drop("op_ns")
-    )
+    or after the first, else by the host step windows. ``launched``: the GPU work with its
+    ``launch_ns`` (:func:`.idle.launch_times`) when already computed."""
+    runtime = events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+    if launched is not None:
+        g = launched.lazy().select("rank", "start_ns", "end_ns", "correlation", "external_id", "launch_ns")
+    else:
+        gpu = events.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("rank", "start_ns", "end_ns", "correlation", "external_id")
+        launches = runtime.group_by("rank", "correlation").agg(pl.col("start_ns").min().alias("launch_ns"))
+        ops = (
+            events.filter(pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("external_id").is_not_null())
+            .group_by("rank", "external_id")
+            .agg(pl.col("start_ns").min().alias("op_ns"))
+        )
+        g = (
+            gpu.join(launches, on=["rank", "correlation"], how="left")
+            .join(ops, on=["rank", "external_id"], how="left")
+            .with_columns(pl.coalesce("launch_ns", "op_ns").alias("launch_ns"))
+            .drop("op_ns")
+        )
     cpu_sorted = cpu.sort("cpu_start_ns")
     with_launch = (
         g.filter(pl.col("launch_ns").is_not_null())
@@ -137,7 +139,7 @@ def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame, marks: pl.LazyFrame | N
     )
     # correlation ids grow with launch order: GPU work whose id is below every recorded launch
     # of its rank was launched before the profile began (warm-up still running): no step
-    first_corr = launches.group_by("rank").agg(pl.col("correlation").min().alias("__first_corr"))
+    first_corr = runtime.group_by("rank").agg(pl.col("correlation").min().alias("__first_corr"))
     if marks is None:
         marks = pl.LazyFrame(schema={"rank": pl.Int32, "step": pl.Int64, "mark_ns": pl.Int64})
     by_time = (
@@ -165,10 +167,12 @@ def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame, marks: pl.LazyFrame | N
     return pl.concat([with_launch.select(cols), by_time.select(cols)])
 
 
-def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[pl.DataFrame, list[str]]:
+def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP, launched: pl.DataFrame | None = None) -> tuple[pl.DataFrame, list[str]]:
     """Per rank and step: ``rank, step, wstart_ns, wend_ns, cpu_start_ns, cpu_end_ns``.
 
     ``name=None`` ignores step markers: each rank's whole GPU span is one step (step 0).
+    ``launched``: the GPU work with its launch time (:func:`.idle.launch_times`) when already
+    computed.
     """
     warnings: list[str] = []
     ev = events.lazy()
@@ -179,7 +183,7 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP) -> tuple[
     if name is not None:
         warnings.extend(unnumbered_warnings(cpu.collect(engine=query_engine()), ev, name))
     marks = gpu_step_marks(ev, name or DEFAULT_STEP).join(cpu.select("rank", "step"), on=["rank", "step"], how="semi")
-    placed = gpu_step_of(ev, cpu, marks).filter(pl.col("step").is_not_null()).collect(engine=query_engine())
+    placed = gpu_step_of(ev, cpu, marks, launched).filter(pl.col("step").is_not_null()).collect(engine=query_engine())
     assigned = placed.lazy().group_by("rank", "step").agg(pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns"))
     # a step is its host range [start, end), every one of them (the last included); ranges that
     # overlap (a custom --step-range nested in itself) are cut where the next one starts

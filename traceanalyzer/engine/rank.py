@@ -218,7 +218,13 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
         return
     try:
         check_event_span(events, source)
-        windows, win_warnings = gpu_windows(events, opts.step_name)
+        # every GPU item with when (and on which host thread) its launch began: read by the step
+        # windows and by the idle split
+        launched = idle.launch_times(
+            events.lazy(), events.lazy().filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("rank", "start_ns", "end_ns", "correlation", "external_id"),
+            tid=True,
+        ).collect(engine=query_engine())
+        windows, win_warnings = gpu_windows(events, opts.step_name, launched)
         for w in win_warnings:
             if " step markers: " not in w:  # "rank R: n of m steps ... skipped"; the reducer words the other
                 by_rank[int(w.split(":", 1)[0].split()[1])].window_warnings.append(w)
@@ -234,7 +240,8 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
         inst = comm.collective_instances(events, gpu, windows, meta, tree=tree)
         del tree
         expo = comm.exposure(gpu, inst, windows)
-        idle_parts = idle.idle_split(events, gpu, windows, inst)
+        idle_parts = idle.idle_split(events, gpu, windows, inst, launched)
+        del launched
         steps = _with_causes(steps, idle_parts, expo)
         check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source, HOST_FIELDS)
     except TraceAnalyzerError as exc:
