@@ -259,3 +259,25 @@ def test_a_kernel_linked_by_correlation_only_gets_its_recomputed_root():
     assert gpu["cls"].to_list() == ["recompute", "recompute", "comm", "comm", "recompute"]
     assert gpu["comm_in_recompute"].to_list() == [False, False, True, False, False]
     assert gpu["rc_root"].to_list() == [1, 2, 3, None, 1]
+
+
+@pytest.mark.parametrize("far", [False, True])
+def test_last_descendant_by_hand(far):
+    from traceanalyzer.classify.recompute import _last_descendants
+
+    # two threads in pre-order (start ascending, longest first). Thread 0: A [0,100) holds
+    # B [0,40) (same start: B comes after A), D [40,90) and C [40,40) (length 0, after D);
+    # E [100,120) starts at A's end; thread 1: F [5,10), G [10,20) touching but outside F.
+    # ``far``: thread 1's times 2^61 ns later, so the one-key search would overflow and the
+    # as-of join answers
+    shift = 2**61 if far else 0
+    order = pl.DataFrame({
+        "pos": [0, 1, 2, 3, 4, 5, 6],
+        "__t": pl.Series([0, 0, 0, 0, 0, 1, 1], dtype=pl.UInt32),
+        "start_ns": [0, 0, 40, 40, 100, 5 + shift, 10 + shift],
+        "end_ns": [100, 40, 90, 40, 120, 10 + shift, 20 + shift],
+    })
+    # A: rows starting before 100 on thread 0 -> up to D (3); B: before 40 -> 1 (B itself);
+    # D [40,90): rows starting before 90 -> 3; C [40,40): none after it -> itself; F: G starts at
+    # its end -> itself
+    assert _last_descendants(order).get_column("hi").to_list() == [3, 1, 3, 3, 4, 5, 6]

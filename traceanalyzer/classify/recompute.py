@@ -76,10 +76,32 @@ def host_tree(events: pl.DataFrame | pl.LazyFrame, threads: pl.DataFrame | pl.La
     for col, desc in (("__row", False), ("end_ns", True), ("start_ns", False), ("__t", False)):
         order = order.sort(col, descending=desc, maintain_order=True).collect(engine=query_engine()).lazy()
     order = order.with_row_index("pos").with_columns(pl.col("pos").cast(pl.Int64)).collect(engine=query_engine())
+    hi = _last_descendants(order)
+    wide = events.select(pl.col(_HOST_COLS).gather(order.get_column("__row")))
+    return pl.concat([order.select("pos"), wide, hi], how="horizontal").lazy()
+
+
+def _last_descendants(order: pl.DataFrame) -> pl.DataFrame:
+    """``hi`` of each row of ``order`` (``pos, __t, start_ns, end_ns`` in pre-order): the last row
+    of its thread that starts before it ends, at least the row itself.
+
+    The rows are sorted by (thread, start), so one integer key ``__t * width + (start - lo)``
+    (``width`` the span of the times) is sorted too, and the last row that starts before the end
+    is one binary search of ``__t * width + (end - 1 - lo)``: a range of length 0 finds a row
+    before itself (kept as itself). When that key could overflow (a thread count times a time
+    span beyond 2^62) or a time is missing, the same answer by an as-of join per thread."""
+    start, end, t = order.get_column("start_ns"), order.get_column("end_ns"), order.get_column("__t").cast(pl.Int64)
+    pos = order.get_column("pos")
+    if order.height and not (start.null_count() or end.null_count()):
+        lo = min(start.min(), end.min())
+        width = max(start.max(), end.max()) - lo + 1
+        if (t.max() + 1) * width < 2**62:
+            keys = t * width + (start - lo)
+            last = keys.search_sorted(t * width + (end - 1 - lo), side="right").cast(pl.Int64) - 1
+            return pl.DataFrame({"hi": pl.select(pl.max_horizontal(pos, last)).to_series()})
     h = order.lazy()
-    # hi: the last row of the thread that starts before the range ends
     last = h.group_by("__t", "start_ns").agg(pl.col("pos").max().alias("hi")).sort("start_ns")
-    hi = (
+    return (
         h.select("pos", "__t", (pl.col("end_ns") - 1).alias("__q"))
         .sort("__q")
         .join_asof(last, left_on="__q", right_on="start_ns", by="__t", strategy="backward", check_sortedness=False)
@@ -87,8 +109,6 @@ def host_tree(events: pl.DataFrame | pl.LazyFrame, threads: pl.DataFrame | pl.La
         .select(pl.max_horizontal("pos", pl.col("hi").fill_null(pl.col("pos"))).alias("hi"))
         .collect(engine=query_engine())
     )
-    wide = events.select(pl.col(_HOST_COLS).gather(order.get_column("__row")))
-    return pl.concat([order.select("pos"), wide, hi], how="horizontal").lazy()
 
 
 def cover(tree: pl.DataFrame, mask: pl.Expr, name: str, strict: bool = False) -> pl.DataFrame:
