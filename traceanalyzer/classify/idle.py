@@ -134,11 +134,12 @@ def idle_split(
         | (pl.col("kind") == "gpu_sync")
     ).select("rank", "start_ns", "end_ns", pl.lit("sync").alias("cls"))
     parts = [busy, starve.select("rank", "start_ns", "end_ns", "cls"), sync]
-    if coll is not None and coll.height:
-        p2p = coll.lazy().filter((pl.col("dim") == "PP") & (pl.col("coll_type") == "send_recv"))
+    # pipeline-parallel transfers: the launch times of the communication kernels only when there are some
+    p2p = None if coll is None else coll.filter((pl.col("dim") == "PP") & (pl.col("coll_type") == "send_recv"))
+    if p2p is not None and p2p.height:
         pp = (
             launch_times(ev, gpu.lazy().filter(pl.col("cls") == "comm").select("rank", "start_ns", "end_ns", "correlation", "external_id"))
-            .join(p2p.select("rank", "start_ns", "end_ns"), on=["rank", "start_ns", "end_ns"], how="semi")
+            .join(p2p.lazy().select("rank", "start_ns", "end_ns"), on=["rank", "start_ns", "end_ns"], how="semi")
             .select("rank", pl.coalesce("launch_ns", "start_ns").alias("start_ns"), "end_ns", pl.lit("bubble").alias("cls"))
         )
         parts.append(pp)
