@@ -57,7 +57,11 @@ def segments(
     # materialised in between: polars would fuse them into one multi-column sort, 3x the CPU of
     # both together. Coincident boundaries stay separate rows; the running sum at the last row of
     # each (key, t) run is the sum through that point, so only those rows are kept.
-    both = pl.concat([points, edges]).sort("t").collect(engine=query_engine()).lazy().sort(key, maintain_order=True)
+    both = pl.concat([points, edges]).sort("t").collect(engine=query_engine())
+    # one key (a rank analysed alone, as the workers do): already in (key, t) order
+    keys = both.get_column(key)
+    single = not keys.null_count() and keys.min() == keys.max()
+    both = both.lazy() if single else both.lazy().sort(key, maintain_order=True)
     last = pl.col(key).shift(-1).ne_missing(pl.col(key)) | pl.col("t").shift(-1).ne_missing(pl.col("t"))
     seg = (
         both
@@ -71,7 +75,7 @@ def segments(
     )
     win = windows.select(key, "step", "wstart_ns", "wend_ns").sort(key, "wstart_ns")
     return (
-        seg.sort("t0")
+        (seg if single else seg.sort("t0"))
         .join_asof(win.sort("wstart_ns"), left_on="t0", right_on="wstart_ns", by=key, strategy="backward", check_sortedness=False)
         .filter(pl.col("step").is_not_null() & (pl.col("t0") < pl.col("wend_ns")))
         .select(key, "step", "t0", "t1", pl.col(counts).cast(pl.Int64))
