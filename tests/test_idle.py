@@ -163,7 +163,9 @@ def _synthetic_host():
     return Trace(events=events, meta=meta)
 
 
-def test_host_bound_idle_split_by_what_the_launching_thread_did():
+@pytest.mark.parametrize("few", [16, 0])
+def test_host_bound_idle_split_by_what_the_launching_thread_did(few, monkeypatch):
+    monkeypatch.setattr(idle, "FEW_THREADS", few)  # 0: the threads' ranges picked by a join
     a = ta.analyze(_synthetic_host())
     r = a.steps.row(0, named=True)
     # gaps [100,500) (K2 launched at 350) and [600,900) (K3 launched at 820), [950,1000) (none after)

@@ -44,6 +44,9 @@ DATALOADER_RANGE = r"^enumerate\(DataLoader\)#.*__next__"
 OPTIMIZER_RANGE = r"^Optimizer\.(step|zero_grad)#"
 SYNC_RUNTIME = r"(?i)^(cuda|hip)(Stream|Device|Event|Ctx)Synchronize|^cu(Stream|Ctx|Event)Synchronize|^hipStreamWaitEvent_sync"
 SYNC_OPS = ["aten::item", "aten::_local_scalar_dense"]
+#: up to this many threads holding host-bound idle, their ranges are picked by equality tests;
+#: more, by a join
+FEW_THREADS = 16
 
 
 def launch_times(events: pl.LazyFrame, gpu: pl.LazyFrame, tid: bool = False) -> pl.LazyFrame:
@@ -176,7 +179,14 @@ def idle_split(
 def host_split(events: pl.LazyFrame, host_seg: pl.LazyFrame, starve: pl.LazyFrame) -> pl.LazyFrame:
     """Per (rank, step): ``idle_host_<cause>_ns`` for every cause in :data:`HOST_CAUSES`: the
     host-bound segments (``rank, step, t0, t1``) cut by what their launching thread (the
-    ``launch_tid`` of the starve interval holding them) was inside of."""
+    ``launch_tid`` of the starve interval holding them) was inside of.
+
+    By measure rather than a sweep: for the causes in priority order, the union of the thread's
+    ranges of the first one, of the first two, of the first three (:func:`_union`); the time a
+    union covers inside ``[t0, t1)`` is ``F(t1) - F(t0)``, ``F(x)`` its covered time before
+    ``x`` (:func:`_covered_before`). A cause gets what its union adds to the one before it, and
+    ``untraced`` the rest: the same integer nanoseconds as a boundary sweep of the ranges
+    inside the segments, with no segment per range boundary."""
     # starve intervals of one rank never overlap (gaps of one timeline): the one at or before t0 holds it
     held = (
         host_seg.select("rank", "step", "t0", "t1")
@@ -184,54 +194,76 @@ def host_split(events: pl.LazyFrame, host_seg: pl.LazyFrame, starve: pl.LazyFram
         .join_asof(starve.select("rank", pl.col("start_ns").alias("__s"), "launch_tid").sort("__s"),
                    left_on="t0", right_on="__s", by="rank", strategy="backward", check_sortedness=False)
         .with_columns(pl.col("launch_tid").fill_null(""))
-        .with_row_index("__id")
-        .with_columns(pl.col("__id").cast(pl.Int64))
         .collect(engine=query_engine())
     )
     # one key per (rank, thread) that holds host-bound idle
     keys = held.select("rank", "launch_tid").unique().with_row_index("__k").with_columns(pl.col("__k").cast(pl.Int64))
-    held = held.join(keys, on=["rank", "launch_tid"], how="left")
-    cls = (
-        pl.when((pl.col("kind") == "annotation") & pl.col("name").str.contains(DATALOADER_RANGE)).then(pl.lit("dataloader"))
-        .when((pl.col("kind") == "annotation") & pl.col("name").str.contains(OPTIMIZER_RANGE)).then(pl.lit("optimizer"))
-        .when(pl.col("kind").is_in(["cpu_op", "runtime"])).then(pl.lit("ops"))
-    )
-    host_iv = (
-        events.filter(pl.col("kind").is_in(["cpu_op", "runtime", "annotation"]))
-        .select("rank", pl.col("tid").alias("launch_tid"), "kind", "name", "start_ns", "end_ns")
-        .join(keys.lazy(), on=["rank", "launch_tid"], how="inner")
-        .with_columns(cls.alias("cls"))
-        .filter(pl.col("cls").is_not_null())
-        .select(pl.col("__k").alias("key"), "start_ns", "end_ns", "cls")
-    )
-    # only the ranges that overlap a host-bound segment of their key change the sweep inside those
-    # segments (the others add boundaries outside them and open and close outside them). A key's
-    # segments are disjoint, so a range [s, e) overlaps one exactly when the last segment that
-    # starts before e ends after s.
-    spans = held.lazy().select(pl.col("__k").alias("key"), pl.col("t0").alias("__t0"), pl.col("t1").alias("__t1")).sort("__t0")
-    host_iv = (
-        host_iv.filter(pl.col("end_ns") > pl.col("start_ns"))
-        .with_columns((pl.col("end_ns") - 1).alias("__q"))
-        .sort("__q")
-        .join_asof(spans, left_on="__q", right_on="__t0", by="key", strategy="backward", check_sortedness=False)
-        .filter(pl.col("__t1") > pl.col("start_ns"))
-        .select("key", "start_ns", "end_ns", "cls")
-    )
-    sub = segments(
-        host_iv,
-        held.lazy().select(pl.col("__k").alias("key"), pl.col("__id").alias("step"), pl.col("t0").alias("wstart_ns"), pl.col("t1").alias("wend_ns")),
-        HOST_CAUSES[:3],
-        key="key",
-    )
-    sub_cause = (
-        pl.when(pl.col("n_dataloader") > 0).then(pl.lit("dataloader"))
-        .when(pl.col("n_optimizer") > 0).then(pl.lit("optimizer"))
-        .when(pl.col("n_ops") > 0).then(pl.lit("ops"))
-        .otherwise(pl.lit("untraced"))
-    )
+    held = held.join(keys, on=["rank", "launch_tid"], how="left", maintain_order="left").rename({"__k": "key"})
+    # the ranges of those threads, with their key: for a few threads by equality tests (no hash
+    # of every row's thread); the causes' names matched on the annotations only
+    if keys.height <= FEW_THREADS:
+        key = pl.lit(None, pl.Int64)
+        for k, r, t in keys.select("__k", "rank", "launch_tid").iter_rows():
+            same = (pl.col("rank") == r) & (pl.col("tid") == t)  # a thread never null: "" (none known) matches none
+            key = pl.when(same).then(pl.lit(k, pl.Int64)).otherwise(key)
+        mine = events.with_columns(key.alias("key")).filter(pl.col("key").is_not_null())
+    else:
+        mine = events.join(
+            keys.lazy().select("rank", pl.col("launch_tid").alias("tid"), pl.col("__k").alias("key")), on=["rank", "tid"], how="inner"
+        )
+    mine = mine.filter(pl.col("end_ns") > pl.col("start_ns"))
+    host_iv = pl.concat([
+        mine.filter(pl.col("kind") == "annotation").select(
+            "key", "start_ns", "end_ns",
+            pl.when(pl.col("name").str.contains(DATALOADER_RANGE)).then(pl.lit("dataloader"))
+            .when(pl.col("name").str.contains(OPTIMIZER_RANGE)).then(pl.lit("optimizer"))
+            .alias("cls"),
+        ).filter(pl.col("cls").is_not_null()),
+        mine.filter(pl.col("kind").is_in(["cpu_op", "runtime"])).select("key", "start_ns", "end_ns", pl.lit("ops").alias("cls")),
+    ]).collect(engine=query_engine())
+    length = held.get_column("t1") - held.get_column("t0")
+    present = set(host_iv.get_column("cls").unique().to_list())
+    covered = []  # per segment, the time each nested union covers in it
+    for n in range(1, len(HOST_CAUSES)):
+        if HOST_CAUSES[n - 1] not in present:  # the same union as the one before
+            covered.append(covered[-1] if covered else length * 0)
+            continue
+        union = _union(host_iv.lazy().filter(pl.col("cls").is_in(HOST_CAUSES[:n])))
+        covered.append(_covered_before(held, "t1", union) - _covered_before(held, "t0", union))
+    parts = [covered[0], *(covered[i] - covered[i - 1] for i in range(1, len(covered))), length - covered[-1]]
     return (
-        sub.with_columns(sub_cause.alias("__c"), (pl.col("t1") - pl.col("t0")).alias("__len"))
-        .join(held.lazy().select(pl.col("__id").alias("step"), pl.col("rank").alias("__rank"), pl.col("step").alias("__step")), on="step", how="inner")
-        .group_by(pl.col("__rank").alias("rank"), pl.col("__step").alias("step"))
-        .agg(*[pl.col("__len").filter(pl.col("__c") == c).sum().alias(f"idle_host_{c}_ns") for c in HOST_CAUSES])
+        held.lazy().select("rank", "step", *[p.alias(f"idle_host_{c}_ns") for p, c in zip(parts, HOST_CAUSES)])
+        .group_by("rank", "step")
+        .agg(pl.col(f"idle_host_{c}_ns").sum() for c in HOST_CAUSES)
+    )
+
+
+def _union(intervals: pl.LazyFrame) -> pl.DataFrame:
+    """The union of ``intervals`` (``key, start_ns, end_ns``, all non-empty) per key as disjoint
+    ranges ``key, __s, __e`` in order, with ``__before``: the length of the key's ranges before
+    each one."""
+    x = intervals.select("key", "start_ns", "end_ns").sort("start_ns").collect(engine=query_engine())
+    x = x.lazy().sort("key", maintain_order=True)  # two stable sorts: (key, start) order
+    reach = pl.col("end_ns").cum_max().shift(1).over("key")  # the furthest end among the earlier ranges of the key
+    return (
+        x.with_columns(((pl.col("start_ns") > reach) | reach.is_null()).cum_sum().alias("__g"))
+        .group_by("__g", maintain_order=True)
+        .agg(pl.col("key").first(), pl.col("start_ns").min().alias("__s"), pl.col("end_ns").max().alias("__e"))
+        .with_columns(((pl.col("__e") - pl.col("__s")).cum_sum() - (pl.col("__e") - pl.col("__s"))).over("key").alias("__before"))
+        .select("key", "__s", "__e", "__before")
+        .collect(engine=query_engine())
+    )
+
+
+def _covered_before(points: pl.DataFrame, at: str, union: pl.DataFrame) -> pl.Series:
+    """For each row of ``points`` (``key`` and the time column ``at``), the time the key's
+    ``union`` (:func:`_union`) covers before that time; in ``points``' order."""
+    return (
+        points.lazy().select("key", pl.col(at).alias("__x")).with_row_index("__i")
+        .sort("__x")
+        .join_asof(union.lazy().sort("__s"), left_on="__x", right_on="__s", by="key", strategy="backward", check_sortedness=False)
+        .sort("__i")
+        .select((pl.col("__before") + pl.min_horizontal(pl.col("__x"), pl.col("__e")) - pl.col("__s")).fill_null(0).cast(pl.Int64))
+        .collect(engine=query_engine())
+        .to_series()
     )
