@@ -281,3 +281,26 @@ def test_last_descendant_by_hand(far):
     # D [40,90): rows starting before 90 -> 3; C [40,40): none after it -> itself; F: G starts at
     # its end -> itself
     assert _last_descendants(order).get_column("hi").to_list() == [3, 1, 3, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("far", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_preorder_by_hand(far, shuffle):
+    from traceanalyzer.classify.recompute import _preorder
+
+    # thread 0: rows 0..4; ranges [10,50) row 3 and [10,50) row 1 (equal: by row), [10,90) row 4
+    # (same start, longer: first), [0,5) row 2 (earliest), [60,70) row 0; thread 1: [1,2) row 5.
+    # ``far``: thread 1 2^61 ns later (the one-key sort would overflow: the multi-column sort)
+    shift = 2**61 if far else 0
+    rows = pl.DataFrame({
+        "__row": pl.Series([0, 1, 2, 3, 4, 5], dtype=pl.UInt32),
+        "__t": pl.Series([0, 0, 0, 0, 0, 1], dtype=pl.UInt32),
+        "start_ns": [60, 10, 0, 10, 10, 1 + shift],
+        "end_ns": [70, 50, 5, 50, 90, 2 + shift],
+    })
+    if shuffle:
+        rows = rows.sample(fraction=1.0, shuffle=True, seed=3)
+    got = _preorder(rows)
+    assert got.get_column("__row").to_list() == [2, 4, 1, 3, 0, 5]
+    # already in pre-order: given back as it is
+    assert _preorder(got).get_column("__row").to_list() == [2, 4, 1, 3, 0, 5]
