@@ -78,12 +78,14 @@ def _link_ranges(frame: pl.LazyFrame) -> pl.LazyFrame:
     """The rows of ``frame`` (host events) that can enclose a collective's launch, the name patterns
     tested once per distinct name (:func:`.names.name_columns`): an ``nccl:``/``gloo:``/``rccl:``
     range or op, or an annotation named for MoE dispatch/combine."""
-    flagged = name_columns(
-        frame.filter(pl.col("kind").is_in(["annotation", "cpu_op"])),
-        __link=pl.col("name").str.contains(LINK_RANGE).fill_null(False),
-        __moe=pl.col("name").str.contains(MOE_RANGE).fill_null(False),
-    )
-    return flagged.filter(pl.col("__link") | ((pl.col("kind") == "annotation") & pl.col("__moe"))).drop("__link", "__moe")
+    # the library prefixes on every row (a literal prefix: cheap), the MoE words on the
+    # annotations' distinct names only (no literal to search for: 12 ms per 100,000 names)
+    link = pl.col("name").str.contains(LINK_RANGE)
+    by_link = frame.filter(pl.col("kind").is_in(["annotation", "cpu_op"]) & link)
+    by_moe = name_columns(
+        frame.filter(pl.col("kind") == "annotation"), __moe=pl.col("name").str.contains(MOE_RANGE).fill_null(False)
+    ).filter(pl.col("__moe") & ~link.fill_null(False)).drop("__moe")
+    return pl.concat([by_link, by_moe])
 
 
 _DTYPE_SIZE = {
@@ -249,10 +251,10 @@ def collective_instances(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.Da
     launch = (
         tree.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
         .select(*THREAD, "pos", "correlation")
-        .unique(["rank", "correlation"])
         # the launches of communication kernels only: the lookups below are per launch, and the
         # others (most of them) are never read
         .join(k.select("rank", "correlation"), on=["rank", "correlation"], how="semi")
+        .unique(["rank", "correlation"])
     )
     rpc_rows = ev.filter((pl.col("kind") == "cpu_op") & (pl.col("name") == "record_param_comms"))
     rp_tree = (
