@@ -24,6 +24,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__GNUC__) || defined(__clang__)
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define LIKELY(x) (x)
+#define UNLIKELY(x) (x)
+#endif
+
 /* ---- Arrow C data interface (the specification's structs) ---------------------------------- */
 
 struct ArrowSchema {
@@ -202,9 +210,12 @@ enum { K_I64, K_F64, K_STR };
 typedef struct {
     const char *name;
     int kind;
-    Buf data;  /* int64 / double / int32 dictionary id per row */
+    Buf data;  /* int64 / double / int32 dictionary id per row (len unused: Parser.n_rows rows) */
     Buf valid; /* one byte per row */
     int64_t nulls;
+    int32_t last_id;  /* the dictionary id this column interned last (-1: none): a cache */
+    int32_t int_id;   /* pid / tid: the id of the text of int_val (-1: none) */
+    int64_t int_val;
 } Col;
 
 /* the args keys we read, in the order of kineto_events.ARG_SCHEMA (1: integer, 0: string) */
@@ -254,7 +265,7 @@ typedef struct {
     Dict dict;
     Col cols[N_COLS];
     Buf slow; /* Slow entries */
-    int64_t n_events, n_rows;
+    int64_t n_events, n_rows, cap_rows; /* every column has room for cap_rows rows */
     int oom;
     int32_t id_empty, id_ph[3];
 } Parser;
@@ -430,16 +441,15 @@ static int read_number(Parser *P, Val *v) {
     int neg = 0, is_int = 1, ovf = 0;
     uint64_t m = 0;
     if (p < end && *p == '-') neg = 1, p++;
-    if (p >= end) return GIVE_UP;
+    if (UNLIKELY(p >= end)) return GIVE_UP;
     if (*p == '0') {
         p++;
-    } else if (*p >= '1' && *p <= '9') {
-        while (p < end && *p >= '0' && *p <= '9') {
-            unsigned d = *p - '0';
-            if (m > (UINT64_MAX - d) / 10) ovf = 1;
-            else m = m * 10 + d;
-            p++;
-        }
+    } else if (LIKELY(*p >= '1' && *p <= '9')) {
+        const unsigned char *d = p;
+        /* up to 19 digits never overflow 64 bits; 20 or more (no leading zero) are >= 10^19,
+           above INT64_MAX: V_BIG whatever m holds */
+        while (p < end && (unsigned)(*p - '0') < 10) m = m * 10 + (unsigned)(*p++ - '0');
+        ovf = p - d > 19;
     } else {
         return GIVE_UP;
     }
@@ -551,28 +561,83 @@ static int read_value(Parser *P, Val *v, int depth) {
 
 /* a key (on its opening quote) -> its text; escaped keys: give up (the reference compares
  * unescaped names) */
-static int read_key(Parser *P, Str *k) {
-    int esc = 0;
-    int r = read_string(P, k, &esc);
-    if (r) return r;
-    if (esc) return GIVE_UP;
-    skip_ws(P);
-    if (P->p >= P->end || *P->p != ':') return GIVE_UP;
-    P->p++;
-    skip_ws(P);
+static inline int read_key(Parser *P, Str *k) {
+    const unsigned char *p = P->p + 1, *end = P->end, *b = p;
+    /* the usual key: printable ASCII without a backslash */
+    while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80) p++;
+    if (LIKELY(p < end && *p == '"')) {
+        *k = (Str){(const char *)b, (size_t)(p - b)};
+        p++;
+    } else {
+        int esc = 0;
+        int r = read_string(P, k, &esc);
+        if (r) return r;
+        if (esc) return GIVE_UP;
+        p = P->p;
+    }
+    if (LIKELY(p < end && *p == ':')) {
+        p++;
+    } else {
+        P->p = p;
+        skip_ws(P);
+        if (P->p >= P->end || *P->p != ':') return GIVE_UP;
+        p = P->p + 1;
+    }
+    if (p < end && *p == ' ') p++;
+    P->p = p;
+    if (UNLIKELY(p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))) skip_ws(P);
     return 0;
 }
 
 #define KEY_IS(k, lit) ((k).len == sizeof(lit) - 1 && memcmp((k).p, lit, sizeof(lit) - 1) == 0)
 
-static size_t ARG_LEN[N_ARGS];
+enum {
+    A_EXTERNAL_ID, A_EXTERNAL_ID_LOWER, A_CORRELATION, A_STREAM, A_DEVICE, A_SEQUENCE_NUMBER,
+    A_FWD_THREAD_ID, A_BYTES, A_COLLECTIVE_NAME, A_IN_NELEMS, A_OUT_NELEMS, A_GROUP_SIZE, A_DTYPE,
+    A_PG_NAME, A_PG_DESC, A_PG_RANKS, A_SEQ, A_SRC_RANK, A_DST_RANK
+};
 
+/* the index of an args key (ARGS, A_DIMS, A_TYPES), -1 for the others: by length, then the text
+ * (checked against ARGS when the module loads) */
 static int arg_index(Str k) {
-    if (KEY_IS(k, "Input Dims")) return A_DIMS;
-    if (KEY_IS(k, "Input type")) return A_TYPES;
-    for (int i = 0; i < N_ARGS; i++)
-        if (k.len == ARG_LEN[i] && k.p[0] == ARGS[i].key[0] && memcmp(k.p, ARGS[i].key, k.len) == 0) return i;
-    return -1;
+    switch (k.len) {
+        case 3: return KEY_IS(k, "Seq") ? A_SEQ : -1;
+        case 5:
+            if (KEY_IS(k, "bytes")) return A_BYTES;
+            if (KEY_IS(k, "dtype")) return A_DTYPE;
+            return -1;
+        case 6:
+            if (KEY_IS(k, "stream")) return A_STREAM;
+            if (KEY_IS(k, "device")) return A_DEVICE;
+            return -1;
+        case 8:
+            if (KEY_IS(k, "Src Rank")) return A_SRC_RANK;
+            if (KEY_IS(k, "Dst Rank")) return A_DST_RANK;
+            return -1;
+        case 10:
+            if (KEY_IS(k, "Input Dims")) return A_DIMS;
+            if (KEY_IS(k, "Input type")) return A_TYPES;
+            if (KEY_IS(k, "Group size")) return A_GROUP_SIZE;
+            return -1;
+        case 11:
+            if (KEY_IS(k, "External id")) return A_EXTERNAL_ID;
+            if (KEY_IS(k, "correlation")) return A_CORRELATION;
+            if (KEY_IS(k, "external id")) return A_EXTERNAL_ID_LOWER;
+            return -1;
+        case 13:
+            if (KEY_IS(k, "Fwd thread id")) return A_FWD_THREAD_ID;
+            if (KEY_IS(k, "In msg nelems")) return A_IN_NELEMS;
+            return -1;
+        case 14: return KEY_IS(k, "Out msg nelems") ? A_OUT_NELEMS : -1;
+        case 15:
+            if (KEY_IS(k, "Sequence number")) return A_SEQUENCE_NUMBER;
+            if (KEY_IS(k, "Collective name")) return A_COLLECTIVE_NAME;
+            return -1;
+        case 18: return KEY_IS(k, "Process Group Name") ? A_PG_NAME : -1;
+        case 19: return KEY_IS(k, "Process Group Ranks") ? A_PG_RANKS : -1;
+        case 25: return KEY_IS(k, "Process Group Description") ? A_PG_DESC : -1;
+        default: return -1;
+    }
 }
 
 /* the args object at P->p into a[] (V_ABSENT where missing) */
@@ -588,7 +653,7 @@ static int read_args(Parser *P, Val *a) {
         Str k;
         if (P->p >= P->end || *P->p != '"') return GIVE_UP;
         if ((r = read_key(P, &k))) return r;
-        int i = k.len >= 3 && k.len <= 25 ? arg_index(k) : -1;
+        int i = arg_index(k);
         if (i < 0) {
             if ((r = skip_value(P, 2))) return r;
         } else {
@@ -647,32 +712,47 @@ static int other_phase(Str s) {
     return s.len == 1 && s.p[0] != 0 && strchr(OTHER, s.p[0]) != NULL;
 }
 
-static int push_valid(Col *c, int ok) {
-    if (buf_grow(&c->valid, 1)) return NO_MEMORY;
-    c->valid.p[c->valid.len++] = (char)ok;
-    if (!ok) c->nulls++;
+static size_t elem_size(const Col *c) { return c->kind == K_STR ? sizeof(int32_t) : sizeof(int64_t); }
+
+/* room for one more row in every column (grown geometrically, all at once) */
+static int reserve_row(Parser *P) {
+    if (LIKELY(P->n_rows < P->cap_rows)) return 0;
+    int64_t cap = P->cap_rows ? P->cap_rows * 2 : 4096;
+    for (int i = 0; i < N_COLS; i++) {
+        Col *c = &P->cols[i];
+        char *d = realloc(c->data.p, (size_t)cap * elem_size(c));
+        if (!d) return NO_MEMORY;
+        c->data.p = d;
+        c->data.cap = (size_t)cap * elem_size(c);
+        char *v = realloc(c->valid.p, (size_t)cap);
+        if (!v) return NO_MEMORY;
+        c->valid.p = v;
+        c->valid.cap = (size_t)cap;
+    }
+    P->cap_rows = cap;
     return 0;
 }
 
-static int push_i64(Col *c, int64_t v, int ok) {
-    BUF_PUSH(&c->data, int64_t, ok ? v : 0, fail);
-    return push_valid(c, ok);
-fail:
-    return NO_MEMORY;
+/* the stores of the current row (P->n_rows - 1), room reserved */
+static inline void push_i64(Parser *P, Col *c, int64_t v, int ok) {
+    int64_t row = P->n_rows - 1;
+    ((int64_t *)(void *)c->data.p)[row] = ok ? v : 0;
+    c->valid.p[row] = (char)ok;
+    c->nulls += !ok;
 }
 
-static int push_f64(Col *c, double v, int ok) {
-    BUF_PUSH(&c->data, double, ok ? v : 0.0, fail);
-    return push_valid(c, ok);
-fail:
-    return NO_MEMORY;
+static inline void push_f64(Parser *P, Col *c, double v, int ok) {
+    int64_t row = P->n_rows - 1;
+    ((double *)(void *)c->data.p)[row] = ok ? v : 0.0;
+    c->valid.p[row] = (char)ok;
+    c->nulls += !ok;
 }
 
-static int push_id(Col *c, int32_t id) {
-    BUF_PUSH(&c->data, int32_t, id, fail);
-    return push_valid(c, id >= 0);
-fail:
-    return NO_MEMORY;
+static inline void push_id(Parser *P, Col *c, int32_t id) {
+    int64_t row = P->n_rows - 1;
+    ((int32_t *)(void *)c->data.p)[row] = id;
+    c->valid.p[row] = (char)(id >= 0);
+    c->nulls += id < 0;
 }
 
 static int intern(Parser *P, Str s, int32_t *id) {
@@ -729,33 +809,58 @@ static int push_time(Parser *P, int col, const Val *v) {
     Col *c = &P->cols[col];
     switch (v->type) {
         case V_ABSENT:
-        case V_NULL: return push_f64(c, 0, 0);
-        case V_INT: return push_f64(c, (double)v->i, 1); /* correctly rounded conversion */
+        case V_NULL: push_f64(P, c, 0, 0); return 0;
+        case V_INT: push_f64(P, c, (double)v->i, 1); return 0; /* correctly rounded conversion */
         case V_FLOAT:
         case V_BIG: {
             double d;
-            if (v->type == V_FLOAT && fast_double(v->b, v->e, &d)) return push_f64(c, d, 1);
+            if (v->type == V_FLOAT && fast_double(v->b, v->e, &d)) {
+                push_f64(P, c, d, 1);
+                return 0;
+            }
             Slow s = {col, P->n_rows - 1, v->b, v->e}; /* this row, counted already */
             if (buf_grow(&P->slow, sizeof(Slow))) return NO_MEMORY;
             memcpy(P->slow.p + P->slow.len, &s, sizeof(Slow));
             P->slow.len += sizeof(Slow);
-            return push_f64(c, 0, 1);
+            push_f64(P, c, 0, 1);
+            return 0;
         }
         default: return GIVE_UP;
     }
 }
 
+/* a string's dictionary id, through the column's cache of the last one */
+static inline int intern_col(Parser *P, Col *c, Str s, int32_t *id) {
+    int32_t last = c->last_id;
+    if (last >= 0) {
+        const Str *e = &P->dict.entries[last];
+        if (e->len == s.len && memcmp(e->p, s.p, s.len) == 0) {
+            *id = last;
+            return 0;
+        }
+    }
+    int r = intern(P, s, id);
+    if (!r) c->last_id = *id;
+    return r;
+}
+
 /* pid / tid: int64 | str, missing: "" (as text) */
 static int push_ident(Parser *P, int col, const Val *v) {
+    Col *c = &P->cols[col];
     int32_t id;
     int r;
     char tmp[24];
     switch (v->type) {
-        case V_ABSENT: return push_id(&P->cols[col], P->id_empty);
+        case V_ABSENT: push_id(P, c, P->id_empty); return 0;
         case V_STR:
-            if ((r = intern(P, v->s, &id))) return r;
-            return push_id(&P->cols[col], id);
+            if ((r = intern_col(P, c, v->s, &id))) return r;
+            push_id(P, c, id);
+            return 0;
         case V_INT: {
+            if (c->int_id >= 0 && c->int_val == v->i) { /* the same number as the last one */
+                push_id(P, c, c->int_id);
+                return 0;
+            }
             /* decimal text, as polars casts an Int64 to String and str() writes an int */
             uint64_t u = v->i < 0 ? (uint64_t)0 - (uint64_t)v->i : (uint64_t)v->i;
             size_t n = 0;
@@ -776,7 +881,10 @@ static int push_ident(Parser *P, int col, const Val *v) {
                 memcpy(stable, tmp, k);
                 P->dict.entries[id].p = stable;
             }
-            return push_id(&P->cols[col], id);
+            c->int_id = id;
+            c->int_val = v->i;
+            push_id(P, c, id);
+            return 0;
         }
         default: return GIVE_UP;
     }
@@ -789,16 +897,22 @@ static int push_int_arg(Parser *P, int col, const Val *v) {
     Col *c = &P->cols[col];
     switch (v->type) {
         case V_ABSENT:
-        case V_NULL: return push_i64(c, 0, 0);
-        case V_INT: return push_i64(c, v->i, 1);
+        case V_NULL: push_i64(P, c, 0, 0); return 0;
+        case V_INT: push_i64(P, c, v->i, 1); return 0;
         case V_STR: {
             const char *s = v->s.p;
             size_t n = v->s.len;
             for (size_t k = 0; k < n; k++) {
                 char ch = s[k];
-                if (!((ch >= '0' && ch <= '9') || ch == '+' || ch == '-')) return push_i64(c, 0, 0);
+                if (!((ch >= '0' && ch <= '9') || ch == '+' || ch == '-')) {
+                    push_i64(P, c, 0, 0);
+                    return 0;
+                }
             }
-            if (n == 0) return push_i64(c, 0, 0);
+            if (n == 0) {
+                push_i64(P, c, 0, 0);
+                return 0;
+            }
             size_t k = 0;
             int neg = 0;
             if (s[0] == '+' || s[0] == '-') neg = s[0] == '-', k = 1;
@@ -808,21 +922,24 @@ static int push_int_arg(Parser *P, int col, const Val *v) {
                 if (s[k] < '0' || s[k] > '9') return GIVE_UP;
                 x = x * 10 + (s[k] - '0');
             }
-            return push_i64(c, neg ? -x : x, 1);
+            push_i64(P, c, neg ? -x : x, 1);
+            return 0;
         }
         default: return GIVE_UP;
     }
 }
 
 static int push_str_arg(Parser *P, int col, const Val *v) {
+    Col *c = &P->cols[col];
     int32_t id;
     int r;
     switch (v->type) {
         case V_ABSENT:
-        case V_NULL: return push_id(&P->cols[col], -1);
+        case V_NULL: push_id(P, c, -1); return 0;
         case V_STR:
-            if ((r = intern(P, v->s, &id))) return r;
-            return push_id(&P->cols[col], id);
+            if ((r = intern_col(P, c, v->s, &id))) return r;
+            push_id(P, c, id);
+            return 0;
         default: return GIVE_UP;
     }
 }
@@ -885,9 +1002,10 @@ static int read_event(Parser *P) {
     }
     if (kept < 0) return other_phase(ph) ? 0 : GIVE_UP;
     if (f[F_ARGS].type != V_ABSENT && !have_args) return GIVE_UP; /* args not an object */
+    if ((r = reserve_row(P))) return r;
     P->n_rows++;
-    if ((r = push_i64(&P->cols[C_ROW], index, 1))) return r;
-    if ((r = push_id(&P->cols[C_PH], P->id_ph[kept]))) return r;
+    push_i64(P, &P->cols[C_ROW], index, 1);
+    push_id(P, &P->cols[C_PH], P->id_ph[kept]);
     if ((r = push_str_arg(P, C_CAT, &f[F_CAT]))) return r;
     if ((r = push_str_arg(P, C_NAME, &f[F_NAME]))) return r;
     if ((r = push_ident(P, C_PID, &f[F_PID]))) return r;
@@ -899,11 +1017,11 @@ static int read_event(Parser *P) {
         if (r) return r;
     }
     int dims = a[A_DIMS].type != V_ABSENT;
-    if ((r = push_i64(&P->cols[C_DIMS_OFF], dims ? a[A_DIMS].b - P->start : 0, dims))) return r;
-    if ((r = push_i64(&P->cols[C_DIMS_LEN], dims ? a[A_DIMS].e - a[A_DIMS].b : 0, dims))) return r;
+    push_i64(P, &P->cols[C_DIMS_OFF], dims ? a[A_DIMS].b - P->start : 0, dims);
+    push_i64(P, &P->cols[C_DIMS_LEN], dims ? a[A_DIMS].e - a[A_DIMS].b : 0, dims);
     int types = a[A_TYPES].type != V_ABSENT;
-    if ((r = push_i64(&P->cols[C_TYPES_OFF], types ? a[A_TYPES].b - P->start : 0, types))) return r;
-    if ((r = push_i64(&P->cols[C_TYPES_LEN], types ? a[A_TYPES].e - a[A_TYPES].b : 0, types))) return r;
+    push_i64(P, &P->cols[C_TYPES_OFF], types ? a[A_TYPES].b - P->start : 0, types);
+    push_i64(P, &P->cols[C_TYPES_LEN], types ? a[A_TYPES].e - a[A_TYPES].b : 0, types);
     return 0;
 }
 
@@ -1046,6 +1164,7 @@ static PyObject *export_col(Parser *P, Col *c) {
         fmt = "vu";
     } else {
         /* the frame keeps this buffer: without the slack of its doubling growth (up to half) */
+        c->data.len = (size_t)n * elem_size(c);
         if (c->data.p && c->data.cap > c->data.len && c->data.len) {
             char *p = realloc(c->data.p, c->data.len);
             if (p) c->data.p = p;
@@ -1121,6 +1240,7 @@ static PyObject *decode(PyObject *self, PyObject *arg) {
     P.end = P.start + view.len;
     for (int i = 0; i < N_COLS; i++) {
         Col *c = &P.cols[i];
+        c->last_id = c->int_id = -1;
         if (i < C_ARG0) {
             c->name = COL_NAMES[i];
             c->kind = i == C_ROW ? K_I64 : (i == C_TS || i == C_DUR) ? K_F64 : K_STR;
@@ -1236,6 +1356,16 @@ static struct PyModuleDef MODULE = {
 };
 
 PyMODINIT_FUNC PyInit__kineto(void) {
-    for (int i = 0; i < N_ARGS; i++) ARG_LEN[i] = strlen(ARGS[i].key);
+    /* arg_index must know every key of ARGS, at its index */
+    for (int i = 0; i < N_ARGS; i++) {
+        if (arg_index((Str){ARGS[i].key, strlen(ARGS[i].key)}) != i) {
+            PyErr_Format(PyExc_ImportError, "_kineto: arg_index does not know %s", ARGS[i].key);
+            return NULL;
+        }
+    }
+    if (arg_index((Str){"Input Dims", 10}) != A_DIMS || arg_index((Str){"Input type", 10}) != A_TYPES) {
+        PyErr_SetString(PyExc_ImportError, "_kineto: arg_index does not know the input spans");
+        return NULL;
+    }
     return PyModule_Create(&MODULE);
 }
