@@ -24,6 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* words read with memcpy hold their first byte in their lowest bits (else: byte loops) */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define LITTLE_ENDIAN_WORDS 1
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86) || defined(_M_ARM64))
+#define LITTLE_ENDIAN_WORDS 1
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -81,13 +88,6 @@ static int buf_grow(Buf *b, size_t extra) {
     b->cap = cap;
     return 0;
 }
-
-#define BUF_PUSH(b, T, v, fail)                                   \
-    do {                                                          \
-        if (buf_grow((b), sizeof(T))) goto fail;                  \
-        memcpy((b)->p + (b)->len, &(T){(v)}, sizeof(T));          \
-        (b)->len += sizeof(T);                                    \
-    } while (0)
 
 /* blocks that never move: unescaped strings and formatted integers live here */
 typedef struct Block {
@@ -211,7 +211,7 @@ typedef struct {
     const char *name;
     int kind;
     Buf data;  /* int64 / double / int32 dictionary id per row (len unused: Parser.n_rows rows) */
-    Buf valid; /* one byte per row */
+    Buf valid; /* the Arrow validity bitmap (one bit per row, zeroed ahead) */
     int64_t nulls;
     int32_t last_id;  /* the dictionary id this column interned last (-1: none): a cache */
     int32_t int_id;   /* pid / tid: the id of the text of int_val (-1: none) */
@@ -341,6 +341,37 @@ static size_t put_utf8(char *o, unsigned cp) {
     return 4;
 }
 
+/* The first byte from p on that a string's fast path stops at: a quote, a backslash, a control
+ * or a non-ASCII byte (end when none). Eight bytes at a time: per byte, the high bit of `hit` is
+ * set for those bytes (and maybe for bytes after one of them, through a borrow), so its lowest
+ * set bit is exact. */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) && \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FIRST_BYTE(hit) ((size_t)__builtin_ctzll(hit) >> 3)
+#endif
+
+static inline int plain_byte(unsigned c) { return c != '"' && c != '\\' && c >= 0x20 && c < 0x80; }
+
+static inline const unsigned char *scan_plain(const unsigned char *p, const unsigned char *end) {
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+        uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+        uint64_t hit = (((q - ones) & ~q) | ((b - ones) & ~b) | (w - ones * 0x20) | w) & highs;
+        if (hit) {
+#ifdef FIRST_BYTE
+            return p + FIRST_BYTE(hit);
+#else
+            break;
+#endif
+        }
+        p += 8;
+    }
+    while (p < end && plain_byte(*p)) p++;
+    return p;
+}
+
 /* The string at P->p (on its opening quote). Strict JSON: valid escapes, no raw control
  * characters, valid UTF-8, no lone surrogates. out != NULL: its text (unescaped into the arena
  * when it has escapes); *escaped tells whether it had any. */
@@ -349,17 +380,7 @@ static int read_string(Parser *P, Str *out, int *escaped) {
     const unsigned char *begin = p;
     int esc = 0;
     for (;;) {
-        /* eight bytes at a time while none is a quote, a backslash, a control or non-ASCII byte */
-        while (end - p >= 8) {
-            uint64_t w;
-            memcpy(&w, p, 8);
-            const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-            uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
-            uint64_t hit = ((q - ones) & ~q) | ((b - ones) & ~b) | (w - ones * 0x20) | w;
-            if (hit & highs) break;
-            p += 8;
-        }
-        while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80) p++;
+        p = scan_plain(p, end);
         if (p >= end) return GIVE_UP;
         unsigned c = *p;
         if (c == '"') break;
@@ -434,6 +455,23 @@ static int read_string(Parser *P, Str *out, int *escaped) {
     return 0;
 }
 
+#ifdef LITTLE_ENDIAN_WORDS
+/* eight ASCII digits in a word (the first digit in its lowest byte) */
+static inline int eight_digits(uint64_t w) {
+    return ((w & 0xF0F0F0F0F0F0F0F0ULL) | (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) ==
+           0x3333333333333333ULL;
+}
+
+/* their value (three multiplications instead of eight) */
+static inline uint64_t eight_digits_value(uint64_t w) {
+    const uint64_t mask = 0x000000FF000000FFULL;
+    const uint64_t mul1 = 100 + (1000000ULL << 32), mul2 = 1 + (10000ULL << 32);
+    w -= 0x3030303030303030ULL;
+    w = w * 10 + (w >> 8);
+    return (((w & mask) * mul1) + (((w >> 16) & mask) * mul2)) >> 32;
+}
+#endif
+
 /* A JSON number at P->p (strict grammar). Sets v: V_INT with its value when it is an integer
  * that fits int64, V_BIG for a larger integer, V_FLOAT otherwise; b/e: its text. */
 static int read_number(Parser *P, Val *v) {
@@ -447,7 +485,16 @@ static int read_number(Parser *P, Val *v) {
     } else if (LIKELY(*p >= '1' && *p <= '9')) {
         const unsigned char *d = p;
         /* up to 19 digits never overflow 64 bits; 20 or more (no leading zero) are >= 10^19,
-           above INT64_MAX: V_BIG whatever m holds */
+           above INT64_MAX: V_BIG whatever m holds (unsigned: it wraps) */
+#ifdef LITTLE_ENDIAN_WORDS
+        while (end - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (!eight_digits(w)) break;
+            m = m * 100000000u + eight_digits_value(w);
+            p += 8;
+        }
+#endif
         while (p < end && (unsigned)(*p - '0') < 10) m = m * 10 + (unsigned)(*p++ - '0');
         ovf = p - d > 19;
     } else {
@@ -564,7 +611,7 @@ static int read_value(Parser *P, Val *v, int depth) {
 static inline int read_key(Parser *P, Str *k) {
     const unsigned char *p = P->p + 1, *end = P->end, *b = p;
     /* the usual key: printable ASCII without a backslash */
-    while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80) p++;
+    p = scan_plain(p, end);
     if (LIKELY(p < end && *p == '"')) {
         *k = (Str){(const char *)b, (size_t)(p - b)};
         p++;
@@ -640,8 +687,9 @@ static int arg_index(Str k) {
     }
 }
 
-/* the args object at P->p into a[] (V_ABSENT where missing) */
-static int read_args(Parser *P, Val *a) {
+/* the args object at P->p into a[]: a[i] is set where bit i of *seen is (nothing is read from
+ * the others) */
+static int read_args(Parser *P, Val *a, uint32_t *seen) {
     P->p++;
     skip_ws(P);
     if (P->p < P->end && *P->p == '}') {
@@ -651,13 +699,14 @@ static int read_args(Parser *P, Val *a) {
     for (;;) {
         int r;
         Str k;
-        if (P->p >= P->end || *P->p != '"') return GIVE_UP;
+        if (UNLIKELY(P->p >= P->end || *P->p != '"')) return GIVE_UP;
         if ((r = read_key(P, &k))) return r;
         int i = arg_index(k);
         if (i < 0) {
             if ((r = skip_value(P, 2))) return r;
         } else {
-            if (a[i].type != V_ABSENT) return GIVE_UP; /* written twice */
+            if (*seen & (1u << i)) return GIVE_UP; /* written twice */
+            *seen |= 1u << i;
             if (i == A_DIMS || i == A_TYPES) {
                 a[i].type = V_OTHER;
                 a[i].b = P->p;
@@ -668,7 +717,7 @@ static int read_args(Parser *P, Val *a) {
             }
         }
         skip_ws(P);
-        if (P->p >= P->end) return GIVE_UP;
+        if (UNLIKELY(P->p >= P->end)) return GIVE_UP;
         if (*P->p == ',') {
             P->p++;
             skip_ws(P);
@@ -724,10 +773,11 @@ static int reserve_row(Parser *P) {
         if (!d) return NO_MEMORY;
         c->data.p = d;
         c->data.cap = (size_t)cap * elem_size(c);
-        char *v = realloc(c->valid.p, (size_t)cap);
+        char *v = realloc(c->valid.p, (size_t)cap / 8); /* cap: a multiple of 8 */
         if (!v) return NO_MEMORY;
+        memset(v + P->cap_rows / 8, 0, (size_t)(cap - P->cap_rows) / 8);
         c->valid.p = v;
-        c->valid.cap = (size_t)cap;
+        c->valid.cap = (size_t)cap / 8;
     }
     P->cap_rows = cap;
     return 0;
@@ -737,21 +787,21 @@ static int reserve_row(Parser *P) {
 static inline void push_i64(Parser *P, Col *c, int64_t v, int ok) {
     int64_t row = P->n_rows - 1;
     ((int64_t *)(void *)c->data.p)[row] = ok ? v : 0;
-    c->valid.p[row] = (char)ok;
+    c->valid.p[row >> 3] |= (char)((unsigned)ok << (row & 7));
     c->nulls += !ok;
 }
 
 static inline void push_f64(Parser *P, Col *c, double v, int ok) {
     int64_t row = P->n_rows - 1;
     ((double *)(void *)c->data.p)[row] = ok ? v : 0.0;
-    c->valid.p[row] = (char)ok;
+    c->valid.p[row >> 3] |= (char)((unsigned)ok << (row & 7));
     c->nulls += !ok;
 }
 
 static inline void push_id(Parser *P, Col *c, int32_t id) {
     int64_t row = P->n_rows - 1;
     ((int32_t *)(void *)c->data.p)[row] = id;
-    c->valid.p[row] = (char)(id >= 0);
+    c->valid.p[row >> 3] |= (char)((unsigned)(id >= 0) << (row & 7));
     c->nulls += id < 0;
 }
 
@@ -944,32 +994,34 @@ static int push_str_arg(Parser *P, int col, const Val *v) {
     }
 }
 
+static const Val ABSENT; /* V_ABSENT */
+
 /* the event object at P->p */
 static int read_event(Parser *P) {
-    Val f[N_F];
-    Val a[N_ARGS + 2];
+    Val f[N_F];        /* f[i]: set where bit i of seen_f is */
+    Val a[N_ARGS + 2]; /* a[i]: set where bit i of seen_a is */
+    uint32_t seen_f = 0, seen_a = 0;
     int have_args = 0;
     int r;
-    memset(f, 0, sizeof(f));
-    memset(a, 0, sizeof(a));
-    if (P->p >= P->end || *P->p != '{') return GIVE_UP; /* not an object */
+    if (UNLIKELY(P->p >= P->end || *P->p != '{')) return GIVE_UP; /* not an object */
     P->p++;
     skip_ws(P);
-    if (P->p < P->end && *P->p == '}') return GIVE_UP; /* no "ph" */
+    if (UNLIKELY(P->p < P->end && *P->p == '}')) return GIVE_UP; /* no "ph" */
     for (;;) {
         Str k;
-        if (P->p >= P->end || *P->p != '"') return GIVE_UP;
+        if (UNLIKELY(P->p >= P->end || *P->p != '"')) return GIVE_UP;
         if ((r = read_key(P, &k))) return r;
         int i = field_index(k);
         if (i < 0) {
             if ((r = skip_value(P, 1))) return r;
         } else {
-            if (f[i].type != V_ABSENT) return GIVE_UP; /* written twice */
+            if (seen_f & (1u << i)) return GIVE_UP; /* written twice */
+            seen_f |= 1u << i;
             if (i == F_ARGS) {
                 if (P->p < P->end && *P->p == '{') {
                     f[i].type = V_OTHER;
                     have_args = 1;
-                    if ((r = read_args(P, a))) return r;
+                    if ((r = read_args(P, a, &seen_a))) return r;
                 } else if ((r = read_value(P, &f[i], 1))) {
                     return r;
                 }
@@ -978,8 +1030,8 @@ static int read_event(Parser *P) {
             }
         }
         skip_ws(P);
-        if (P->p >= P->end) return GIVE_UP;
-        if (*P->p == ',') {
+        if (UNLIKELY(P->p >= P->end)) return GIVE_UP;
+        if (LIKELY(*P->p == ',')) {
             P->p++;
             skip_ws(P);
             continue;
@@ -992,7 +1044,7 @@ static int read_event(Parser *P) {
     }
     int64_t index = P->n_events++;
     /* the phase decides: kept (X, x, B, E), counted (the other phases), or the reference */
-    if (f[F_PH].type != V_STR) return GIVE_UP;
+    if (!(seen_f & (1u << F_PH)) || f[F_PH].type != V_STR) return GIVE_UP;
     Str ph = f[F_PH].s;
     int kept = -1;
     if (ph.len == 1) {
@@ -1001,25 +1053,33 @@ static int read_event(Parser *P) {
         kept = c == 'X' ? 0 : c == 'B' ? 1 : c == 'E' ? 2 : -1;
     }
     if (kept < 0) return other_phase(ph) ? 0 : GIVE_UP;
-    if (f[F_ARGS].type != V_ABSENT && !have_args) return GIVE_UP; /* args not an object */
+    if ((seen_f & (1u << F_ARGS)) && !have_args) return GIVE_UP; /* args not an object */
     if ((r = reserve_row(P))) return r;
     P->n_rows++;
+#define FIELD(i) ((seen_f & (1u << (i))) ? &f[i] : &ABSENT)
     push_i64(P, &P->cols[C_ROW], index, 1);
     push_id(P, &P->cols[C_PH], P->id_ph[kept]);
-    if ((r = push_str_arg(P, C_CAT, &f[F_CAT]))) return r;
-    if ((r = push_str_arg(P, C_NAME, &f[F_NAME]))) return r;
-    if ((r = push_ident(P, C_PID, &f[F_PID]))) return r;
-    if ((r = push_ident(P, C_TID, &f[F_TID]))) return r;
-    if ((r = push_time(P, C_TS, &f[F_TS]))) return r;
-    if ((r = push_time(P, C_DUR, &f[F_DUR]))) return r;
+    if ((r = push_str_arg(P, C_CAT, FIELD(F_CAT)))) return r;
+    if ((r = push_str_arg(P, C_NAME, FIELD(F_NAME)))) return r;
+    if ((r = push_ident(P, C_PID, FIELD(F_PID)))) return r;
+    if ((r = push_ident(P, C_TID, FIELD(F_TID)))) return r;
+    if ((r = push_time(P, C_TS, FIELD(F_TS)))) return r;
+    if ((r = push_time(P, C_DUR, FIELD(F_DUR)))) return r;
+#undef FIELD
     for (int i = 0; i < N_ARGS; i++) {
+        Col *c = &P->cols[C_ARG0 + i];
+        if (!(seen_a & (1u << i))) { /* missing: null */
+            if (ARGS[i].integer) push_i64(P, c, 0, 0);
+            else push_id(P, c, -1);
+            continue;
+        }
         r = ARGS[i].integer ? push_int_arg(P, C_ARG0 + i, &a[i]) : push_str_arg(P, C_ARG0 + i, &a[i]);
         if (r) return r;
     }
-    int dims = a[A_DIMS].type != V_ABSENT;
+    int dims = (seen_a >> A_DIMS) & 1;
     push_i64(P, &P->cols[C_DIMS_OFF], dims ? a[A_DIMS].b - P->start : 0, dims);
     push_i64(P, &P->cols[C_DIMS_LEN], dims ? a[A_DIMS].e - a[A_DIMS].b : 0, dims);
-    int types = a[A_TYPES].type != V_ABSENT;
+    int types = (seen_a >> A_TYPES) & 1;
     push_i64(P, &P->cols[C_TYPES_OFF], types ? a[A_TYPES].b - P->start : 0, types);
     push_i64(P, &P->cols[C_TYPES_LEN], types ? a[A_TYPES].e - a[A_TYPES].b : 0, types);
     return 0;
@@ -1089,30 +1149,24 @@ static void array_capsule_free(PyObject *cap) {
     }
 }
 
-/* validity bytes -> an Arrow bitmap (NULL when there is no null) */
-static void *bitmap(const Col *c, int64_t n, int *fail) {
+/* the column's validity bitmap, taken (NULL when there is no null) */
+static void *bitmap(Col *c) {
     if (!c->nulls) return NULL;
-    uint8_t *bm = calloc((size_t)(n + 7) / 8 + 1, 1);
-    if (!bm) {
-        *fail = 1;
-        return NULL;
-    }
-    for (int64_t i = 0; i < n; i++)
-        if (c->valid.p[i]) bm[i >> 3] |= (uint8_t)(1u << (i & 7));
+    void *bm = c->valid.p;
+    c->valid.p = NULL;
+    c->valid.len = c->valid.cap = 0;
     return bm;
 }
 
 /* one column as a (schema capsule, array capsule) pair; takes its buffers */
 static PyObject *export_col(Parser *P, Col *c) {
     int64_t n = P->n_rows;
-    int fail = 0;
     ArrayPrivate *pv = calloc(1, sizeof(ArrayPrivate));
     struct ArrowArray *arr = calloc(1, sizeof(struct ArrowArray));
     struct ArrowSchema *sch = calloc(1, sizeof(struct ArrowSchema));
     PyObject *cs = NULL, *ca = NULL;
     if (!pv || !arr || !sch) goto nomem;
-    pv->bufs[0] = bitmap(c, n, &fail);
-    if (fail) goto nomem;
+    pv->bufs[0] = bitmap(c);
     int nbuf = 2;
     const char *fmt;
     if (c->kind == K_STR) {
