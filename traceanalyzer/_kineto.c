@@ -10,8 +10,18 @@
  *
  * Only the fields the frame keeps are looked at; other keys and the events of other phases are
  * skipped (validated as JSON, nothing allocated). Strings are dictionary-encoded while parsing
- * (one copy of each distinct name) and copied once into the output columns. The parse runs
- * without the GIL.
+ * (one copy of each distinct name; each column remembers the last id it interned, and pid/tid
+ * the last number) and copied once into the output columns. The parse runs without the GIL.
+ *
+ * Where the time goes, and what keeps it low: strings, keys and runs of blanks are scanned
+ * eight bytes at a time (portable C11 word tricks; the exact position through ctz where the
+ * compiler has it, a byte loop elsewhere); the keys we keep are recognized by their quoted text
+ * (event keys) or by their length then their text (args keys); an event's fields are marked in
+ * bitmasks instead of cleared slots. The columns of every row (row, ph, cat, name, pid, tid, ts,
+ * dur) are reserved together, once per row, and written in place with their validity bits; the
+ * args columns and the input spans, null on most rows, keep only their values with their rows
+ * and are scattered at the end into zeroed buffers (large ones are fresh pages: the rows without
+ * a value cost no page fault).
  *
  * C11 and the CPython API only; the Arrow structs are those of the Arrow C data interface
  * specification.
@@ -29,6 +39,11 @@
 #define LITTLE_ENDIAN_WORDS 1
 #elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86) || defined(_M_ARM64))
 #define LITTLE_ENDIAN_WORDS 1
+#endif
+
+/* the index of the lowest byte of a nonzero word whose high bit is set */
+#if defined(LITTLE_ENDIAN_WORDS) && (defined(__GNUC__) || defined(__clang__))
+#define FIRST_BYTE(hit) ((size_t)__builtin_ctzll(hit) >> 3)
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -213,6 +228,8 @@ typedef struct {
     Buf data;  /* int64 / double / int32 dictionary id per row (len unused: Parser.n_rows rows) */
     Buf valid; /* the Arrow validity bitmap (one bit per row, zeroed ahead) */
     int64_t nulls;
+    int sparse; /* the args columns, mostly null: data holds the values of the rows in `rows` */
+    Buf rows;   /* sparse: the int64 row of each value, ascending */
     int32_t last_id;  /* the dictionary id this column interned last (-1: none): a cache */
     int32_t int_id;   /* pid / tid: the id of the text of int_val (-1: none) */
     int64_t int_val;
@@ -273,9 +290,39 @@ typedef struct {
 #define GIVE_UP (-1)
 #define NO_MEMORY (-2)
 
+static const unsigned char IS_WS[256] = {[' '] = 1, ['\n'] = 1, ['\r'] = 1, ['\t'] = 1};
+
+#ifdef LITTLE_ENDIAN_WORDS
+/* per byte of w: its high bit set where the byte is c (exact: no borrow between bytes) */
+static inline uint64_t bytes_equal(uint64_t w, unsigned char c) {
+    const uint64_t lows = 0x7F7F7F7F7F7F7F7FULL;
+    uint64_t x = w ^ (0x0101010101010101ULL * c);
+    return ~(((x & lows) + lows) | x) & ~lows;
+}
+#endif
+
 static inline void skip_ws(Parser *P) {
     const unsigned char *p = P->p, *end = P->end;
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    if (p < end && !IS_WS[*p]) return; /* the usual cases: no blank, or one */
+    if (end - p >= 2 && !IS_WS[p[1]]) {
+        P->p = p + 1;
+        return;
+    }
+#if defined(LITTLE_ENDIAN_WORDS) && defined(FIRST_BYTE)
+    /* runs of blanks (a newline and an indent), eight bytes at a time */
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t other = ~(bytes_equal(w, ' ') | bytes_equal(w, '\n') | bytes_equal(w, '\r') | bytes_equal(w, '\t')) &
+                         0x8080808080808080ULL;
+        if (other) {
+            P->p = p + FIRST_BYTE(other);
+            return;
+        }
+        p += 8;
+    }
+#endif
+    while (p < end && IS_WS[*p]) p++;
     P->p = p;
 }
 
@@ -345,10 +392,6 @@ static size_t put_utf8(char *o, unsigned cp) {
  * or a non-ASCII byte (end when none). Eight bytes at a time: per byte, the high bit of `hit` is
  * set for those bytes (and maybe for bytes after one of them, through a borrow), so its lowest
  * set bit is exact. */
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__BYTE_ORDER__) && \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define FIRST_BYTE(hit) ((size_t)__builtin_ctzll(hit) >> 3)
-#endif
 
 static inline int plain_byte(unsigned c) { return c != '"' && c != '\\' && c >= 0x20 && c < 0x80; }
 
@@ -455,23 +498,6 @@ static int read_string(Parser *P, Str *out, int *escaped) {
     return 0;
 }
 
-#ifdef LITTLE_ENDIAN_WORDS
-/* eight ASCII digits in a word (the first digit in its lowest byte) */
-static inline int eight_digits(uint64_t w) {
-    return ((w & 0xF0F0F0F0F0F0F0F0ULL) | (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) ==
-           0x3333333333333333ULL;
-}
-
-/* their value (three multiplications instead of eight) */
-static inline uint64_t eight_digits_value(uint64_t w) {
-    const uint64_t mask = 0x000000FF000000FFULL;
-    const uint64_t mul1 = 100 + (1000000ULL << 32), mul2 = 1 + (10000ULL << 32);
-    w -= 0x3030303030303030ULL;
-    w = w * 10 + (w >> 8);
-    return (((w & mask) * mul1) + (((w >> 16) & mask) * mul2)) >> 32;
-}
-#endif
-
 /* A JSON number at P->p (strict grammar). Sets v: V_INT with its value when it is an integer
  * that fits int64, V_BIG for a larger integer, V_FLOAT otherwise; b/e: its text. */
 static int read_number(Parser *P, Val *v) {
@@ -486,15 +512,6 @@ static int read_number(Parser *P, Val *v) {
         const unsigned char *d = p;
         /* up to 19 digits never overflow 64 bits; 20 or more (no leading zero) are >= 10^19,
            above INT64_MAX: V_BIG whatever m holds (unsigned: it wraps) */
-#ifdef LITTLE_ENDIAN_WORDS
-        while (end - p >= 8) {
-            uint64_t w;
-            memcpy(&w, p, 8);
-            if (!eight_digits(w)) break;
-            m = m * 100000000u + eight_digits_value(w);
-            p += 8;
-        }
-#endif
         while (p < end && (unsigned)(*p - '0') < 10) m = m * 10 + (unsigned)(*p++ - '0');
         ovf = p - d > 19;
     } else {
@@ -632,7 +649,7 @@ static inline int read_key(Parser *P, Str *k) {
     }
     if (p < end && *p == ' ') p++;
     P->p = p;
-    if (UNLIKELY(p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))) skip_ws(P);
+    if (UNLIKELY(p < end && IS_WS[*p])) skip_ws(P);
     return 0;
 }
 
@@ -755,6 +772,50 @@ static int field_index(Str k) {
     }
 }
 
+/* the event key at P->p (on its opening quote), the colon and the blanks after it: its F_ index,
+ * N_F for another key, or the error (GIVE_UP, NO_MEMORY: negative). The keys we keep, written plainly, are recognized by their
+ * quoted text ("ph" then a quote is the key ph, as read_key would read it); others are read. */
+static inline int event_key(Parser *P) {
+    const unsigned char *p = P->p;
+    int i = -1;
+    size_t n = 0;
+    if (LIKELY(P->end - p >= 8)) {
+#define QUOTED(lit, f) (memcmp(p, "\"" lit "\"", sizeof(lit) + 1) == 0 ? (i = (f), n = sizeof(lit) + 1) : 0)
+        switch (p[1]) {
+            case 'p': QUOTED("ph", F_PH) || QUOTED("pid", F_PID); break;
+            case 't': QUOTED("ts", F_TS) || QUOTED("tid", F_TID); break;
+            case 'c': QUOTED("cat", F_CAT); break;
+            case 'n': QUOTED("name", F_NAME); break;
+            case 'd': QUOTED("dur", F_DUR); break;
+            case 'a': QUOTED("args", F_ARGS); break;
+            default: break;
+        }
+#undef QUOTED
+    }
+    if (i < 0) {
+        Str k;
+        int r = read_key(P, &k);
+        if (r) return r;
+        int fi = field_index(k);
+        return fi < 0 ? N_F : fi;
+    }
+    /* the colon and the blanks, as read_key takes them */
+    p += n;
+    const unsigned char *end = P->end;
+    if (LIKELY(p < end && *p == ':')) {
+        p++;
+    } else {
+        P->p = p;
+        skip_ws(P);
+        if (P->p >= P->end || *P->p != ':') return GIVE_UP;
+        p = P->p + 1;
+    }
+    if (p < end && *p == ' ') p++;
+    P->p = p;
+    if (UNLIKELY(p < end && IS_WS[*p])) skip_ws(P);
+    return i;
+}
+
 /* the phases of kineto_events.OTHER_PHASES: decoded as nothing, only counted */
 static int other_phase(Str s) {
     static const char *const OTHER = "iICbneSTpFstfPNODMVvRc()";
@@ -769,6 +830,7 @@ static int reserve_row(Parser *P) {
     int64_t cap = P->cap_rows ? P->cap_rows * 2 : 4096;
     for (int i = 0; i < N_COLS; i++) {
         Col *c = &P->cols[i];
+        if (c->sparse) continue;
         char *d = realloc(c->data.p, (size_t)cap * elem_size(c));
         if (!d) return NO_MEMORY;
         c->data.p = d;
@@ -796,6 +858,27 @@ static inline void push_f64(Parser *P, Col *c, double v, int ok) {
     ((double *)(void *)c->data.p)[row] = ok ? v : 0.0;
     c->valid.p[row >> 3] |= (char)((unsigned)ok << (row & 7));
     c->nulls += !ok;
+}
+
+/* a value of a sparse column in the current row (a null is nothing) */
+static inline int put_i64(Parser *P, Col *c, int64_t v) {
+    if (UNLIKELY(buf_grow(&c->rows, sizeof(int64_t)) || buf_grow(&c->data, sizeof(int64_t)))) return NO_MEMORY;
+    int64_t row = P->n_rows - 1;
+    memcpy(c->rows.p + c->rows.len, &row, sizeof(int64_t));
+    memcpy(c->data.p + c->data.len, &v, sizeof(int64_t));
+    c->rows.len += sizeof(int64_t);
+    c->data.len += sizeof(int64_t);
+    return 0;
+}
+
+static inline int put_id(Parser *P, Col *c, int32_t id) {
+    if (UNLIKELY(buf_grow(&c->rows, sizeof(int64_t)) || buf_grow(&c->data, sizeof(int32_t)))) return NO_MEMORY;
+    int64_t row = P->n_rows - 1;
+    memcpy(c->rows.p + c->rows.len, &row, sizeof(int64_t));
+    memcpy(c->data.p + c->data.len, &id, sizeof(int32_t));
+    c->rows.len += sizeof(int64_t);
+    c->data.len += sizeof(int32_t);
+    return 0;
 }
 
 static inline void push_id(Parser *P, Col *c, int32_t id) {
@@ -944,25 +1027,19 @@ static int push_ident(Parser *P, int col, const Val *v) {
  * with an optional sign: the number; text with other characters: null); anything in between
  * (a bare sign, an out-of-range number, a float): the reference decides */
 static int push_int_arg(Parser *P, int col, const Val *v) {
-    Col *c = &P->cols[col];
+    Col *c = &P->cols[col]; /* sparse: nothing for a null */
     switch (v->type) {
         case V_ABSENT:
-        case V_NULL: push_i64(P, c, 0, 0); return 0;
-        case V_INT: push_i64(P, c, v->i, 1); return 0;
+        case V_NULL: return 0;
+        case V_INT: return put_i64(P, c, v->i);
         case V_STR: {
             const char *s = v->s.p;
             size_t n = v->s.len;
             for (size_t k = 0; k < n; k++) {
                 char ch = s[k];
-                if (!((ch >= '0' && ch <= '9') || ch == '+' || ch == '-')) {
-                    push_i64(P, c, 0, 0);
-                    return 0;
-                }
+                if (!((ch >= '0' && ch <= '9') || ch == '+' || ch == '-')) return 0;
             }
-            if (n == 0) {
-                push_i64(P, c, 0, 0);
-                return 0;
-            }
+            if (n == 0) return 0;
             size_t k = 0;
             int neg = 0;
             if (s[0] == '+' || s[0] == '-') neg = s[0] == '-', k = 1;
@@ -972,22 +1049,25 @@ static int push_int_arg(Parser *P, int col, const Val *v) {
                 if (s[k] < '0' || s[k] > '9') return GIVE_UP;
                 x = x * 10 + (s[k] - '0');
             }
-            push_i64(P, c, neg ? -x : x, 1);
-            return 0;
+            return put_i64(P, c, neg ? -x : x);
         }
         default: return GIVE_UP;
     }
 }
 
+/* cat, name (dense) and the string args (sparse) */
 static int push_str_arg(Parser *P, int col, const Val *v) {
     Col *c = &P->cols[col];
     int32_t id;
     int r;
     switch (v->type) {
         case V_ABSENT:
-        case V_NULL: push_id(P, c, -1); return 0;
+        case V_NULL:
+            if (!c->sparse) push_id(P, c, -1);
+            return 0;
         case V_STR:
             if ((r = intern_col(P, c, v->s, &id))) return r;
+            if (c->sparse) return put_id(P, c, id);
             push_id(P, c, id);
             return 0;
         default: return GIVE_UP;
@@ -1008,11 +1088,10 @@ static int read_event(Parser *P) {
     skip_ws(P);
     if (UNLIKELY(P->p < P->end && *P->p == '}')) return GIVE_UP; /* no "ph" */
     for (;;) {
-        Str k;
         if (UNLIKELY(P->p >= P->end || *P->p != '"')) return GIVE_UP;
-        if ((r = read_key(P, &k))) return r;
-        int i = field_index(k);
-        if (i < 0) {
+        int i = event_key(P);
+        if (i < 0) return i;
+        if (i == N_F) {
             if ((r = skip_value(P, 1))) return r;
         } else {
             if (seen_f & (1u << i)) return GIVE_UP; /* written twice */
@@ -1067,21 +1146,18 @@ static int read_event(Parser *P) {
     if ((r = push_time(P, C_DUR, FIELD(F_DUR)))) return r;
 #undef FIELD
     for (int i = 0; i < N_ARGS; i++) {
-        Col *c = &P->cols[C_ARG0 + i];
-        if (!(seen_a & (1u << i))) { /* missing: null */
-            if (ARGS[i].integer) push_i64(P, c, 0, 0);
-            else push_id(P, c, -1);
-            continue;
-        }
+        if (!(seen_a & (1u << i))) continue; /* missing: null (nothing in a sparse column) */
         r = ARGS[i].integer ? push_int_arg(P, C_ARG0 + i, &a[i]) : push_str_arg(P, C_ARG0 + i, &a[i]);
         if (r) return r;
     }
-    int dims = (seen_a >> A_DIMS) & 1;
-    push_i64(P, &P->cols[C_DIMS_OFF], dims ? a[A_DIMS].b - P->start : 0, dims);
-    push_i64(P, &P->cols[C_DIMS_LEN], dims ? a[A_DIMS].e - a[A_DIMS].b : 0, dims);
-    int types = (seen_a >> A_TYPES) & 1;
-    push_i64(P, &P->cols[C_TYPES_OFF], types ? a[A_TYPES].b - P->start : 0, types);
-    push_i64(P, &P->cols[C_TYPES_LEN], types ? a[A_TYPES].e - a[A_TYPES].b : 0, types);
+    if ((seen_a >> A_DIMS) & 1) {
+        if ((r = put_i64(P, &P->cols[C_DIMS_OFF], a[A_DIMS].b - P->start))) return r;
+        if ((r = put_i64(P, &P->cols[C_DIMS_LEN], a[A_DIMS].e - a[A_DIMS].b))) return r;
+    }
+    if ((seen_a >> A_TYPES) & 1) {
+        if ((r = put_i64(P, &P->cols[C_TYPES_OFF], a[A_TYPES].b - P->start))) return r;
+        if ((r = put_i64(P, &P->cols[C_TYPES_LEN], a[A_TYPES].e - a[A_TYPES].b))) return r;
+    }
     return 0;
 }
 
@@ -1149,9 +1225,20 @@ static void array_capsule_free(PyObject *cap) {
     }
 }
 
-/* the column's validity bitmap, taken (NULL when there is no null) */
-static void *bitmap(Col *c) {
+/* the column's validity bitmap, taken (NULL when there is no null; *fail: out of memory) */
+static void *bitmap(Col *c, int64_t n, int *fail) {
+    if (c->sparse) c->nulls = n - (int64_t)(c->rows.len / sizeof(int64_t));
     if (!c->nulls) return NULL;
+    if (c->sparse) {
+        uint8_t *bm = calloc((size_t)(n + 7) / 8 + 1, 1);
+        if (!bm) {
+            *fail = 1;
+            return NULL;
+        }
+        const int64_t *rows = (const int64_t *)(void *)c->rows.p;
+        for (size_t k = 0; k < c->rows.len / sizeof(int64_t); k++) bm[rows[k] >> 3] |= (uint8_t)(1u << (rows[k] & 7));
+        return bm;
+    }
     void *bm = c->valid.p;
     c->valid.p = NULL;
     c->valid.len = c->valid.cap = 0;
@@ -1166,14 +1253,19 @@ static PyObject *export_col(Parser *P, Col *c) {
     struct ArrowSchema *sch = calloc(1, sizeof(struct ArrowSchema));
     PyObject *cs = NULL, *ca = NULL;
     if (!pv || !arr || !sch) goto nomem;
-    pv->bufs[0] = bitmap(c);
+    int fail = 0;
+    pv->bufs[0] = bitmap(c, n, &fail);
+    if (fail) goto nomem;
     int nbuf = 2;
     const char *fmt;
     if (c->kind == K_STR) {
         /* utf8 views (polars' own string layout, taken without a copy): a string of up to 12
          * bytes sits in its 16-byte view; a longer one is in the data buffer once per column
          * (dictionary-encoded: every row naming it points at the same bytes) */
-        const int32_t *ids = (const int32_t *)c->data.p;
+        /* (row, id) pairs: every row of a dense column, the rows with a value of a sparse one */
+        const int32_t *ids = (const int32_t *)(void *)c->data.p;
+        const int64_t *rows = c->sparse ? (const int64_t *)(void *)c->rows.p : NULL;
+        int64_t count = c->sparse ? (int64_t)(c->rows.len / sizeof(int64_t)) : n;
         int64_t *at = malloc((P->dict.n ? P->dict.n : 1) * sizeof(int64_t));
         uint8_t *views = calloc((size_t)(n ? n : 1), 16);
         Buf data = {0};
@@ -1185,9 +1277,11 @@ static PyObject *export_col(Parser *P, Col *c) {
             goto nomem;
         }
         memset(at, 0xff, (P->dict.n ? P->dict.n : 1) * sizeof(int64_t));
-        for (int64_t i = 0; i < n; i++) {
-            if (ids[i] < 0) continue;
-            const Str *s = &P->dict.entries[ids[i]];
+        for (int64_t k = 0; k < count; k++) {
+            int64_t i = rows ? rows[k] : k;
+            int32_t id = ids[k];
+            if (id < 0) continue;
+            const Str *s = &P->dict.entries[id];
             uint8_t *v = views + 16 * i;
             int32_t len = (int32_t)s->len;
             memcpy(v, &len, 4);
@@ -1195,17 +1289,17 @@ static PyObject *export_col(Parser *P, Col *c) {
                 memcpy(v + 4, s->p, s->len);
                 continue;
             }
-            if (at[ids[i]] < 0) {
+            if (at[id] < 0) {
                 if (buf_grow(&data, s->len)) { /* below 2 GiB: checked by decode() */
                     free(at);
                     free(data.p);
                     goto nomem;
                 }
-                at[ids[i]] = (int64_t)data.len;
+                at[id] = (int64_t)data.len;
                 memcpy(data.p + data.len, s->p, s->len);
                 data.len += s->len;
             }
-            int32_t buf_index = 0, off = (int32_t)at[ids[i]];
+            int32_t buf_index = 0, off = (int32_t)at[id];
             memcpy(v + 4, s->p, 4);
             memcpy(v + 8, &buf_index, 4);
             memcpy(v + 12, &off, 4);
@@ -1216,6 +1310,16 @@ static PyObject *export_col(Parser *P, Col *c) {
         sizes[0] = (int64_t)data.len;
         nbuf = 4;
         fmt = "vu";
+    } else if (c->sparse) {
+        /* zeroed (fresh pages where it is large: those of rows without a value stay untouched),
+           the values scattered */
+        int64_t *dense = calloc((size_t)(n ? n : 1), sizeof(int64_t));
+        if (!dense) goto nomem;
+        const int64_t *rows = (const int64_t *)(void *)c->rows.p;
+        const int64_t *vals = (const int64_t *)(void *)c->data.p;
+        for (size_t k = 0; k < c->rows.len / sizeof(int64_t); k++) dense[rows[k]] = vals[k];
+        pv->bufs[1] = dense;
+        fmt = "l";
     } else {
         /* the frame keeps this buffer: without the slack of its doubling growth (up to half) */
         c->data.len = (size_t)n * elem_size(c);
@@ -1278,6 +1382,7 @@ static void parser_free(Parser *P) {
     for (int i = 0; i < N_COLS; i++) {
         free(P->cols[i].data.p);
         free(P->cols[i].valid.p);
+        free(P->cols[i].rows.p);
     }
     free(P->slow.p);
     dict_free(&P->dict);
@@ -1295,6 +1400,7 @@ static PyObject *decode(PyObject *self, PyObject *arg) {
     for (int i = 0; i < N_COLS; i++) {
         Col *c = &P.cols[i];
         c->last_id = c->int_id = -1;
+        c->sparse = i >= C_ARG0;
         if (i < C_ARG0) {
             c->name = COL_NAMES[i];
             c->kind = i == C_ROW ? K_I64 : (i == C_TS || i == C_DUR) ? K_F64 : K_STR;
