@@ -10,8 +10,18 @@
  *
  * Only the fields the frame keeps are looked at; other keys and the events of other phases are
  * skipped (validated as JSON, nothing allocated). Strings are dictionary-encoded while parsing
- * (one copy of each distinct name) and copied once into the output columns. The parse runs
- * without the GIL.
+ * (one copy of each distinct name; each column remembers the last id it interned, and pid/tid
+ * the last number) and copied once into the output columns. The parse runs without the GIL.
+ *
+ * Where the time goes, and what keeps it low: strings, keys and runs of blanks are scanned
+ * eight bytes at a time (portable C11 word tricks; the exact position through ctz where the
+ * compiler has it, a byte loop elsewhere); the keys we keep are recognized by their quoted text
+ * (event keys) or by their length then their text (args keys); an event's fields are marked in
+ * bitmasks instead of cleared slots. The columns of every row (row, ph, cat, name, pid, tid, ts,
+ * dur) are reserved together, once per row, and written in place with their validity bits; the
+ * args columns and the input spans, null on most rows, keep only their values with their rows
+ * and are scattered at the end into zeroed buffers (large ones are fresh pages: the rows without
+ * a value cost no page fault).
  *
  * C11 and the CPython API only; the Arrow structs are those of the Arrow C data interface
  * specification.
@@ -23,6 +33,26 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* words read with memcpy hold their first byte in their lowest bits (else: byte loops) */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define LITTLE_ENDIAN_WORDS 1
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86) || defined(_M_ARM64))
+#define LITTLE_ENDIAN_WORDS 1
+#endif
+
+/* the index of the lowest byte of a nonzero word whose high bit is set */
+#if defined(LITTLE_ENDIAN_WORDS) && (defined(__GNUC__) || defined(__clang__))
+#define FIRST_BYTE(hit) ((size_t)__builtin_ctzll(hit) >> 3)
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define LIKELY(x) (x)
+#define UNLIKELY(x) (x)
+#endif
 
 /* ---- Arrow C data interface (the specification's structs) ---------------------------------- */
 
@@ -73,13 +103,6 @@ static int buf_grow(Buf *b, size_t extra) {
     b->cap = cap;
     return 0;
 }
-
-#define BUF_PUSH(b, T, v, fail)                                   \
-    do {                                                          \
-        if (buf_grow((b), sizeof(T))) goto fail;                  \
-        memcpy((b)->p + (b)->len, &(T){(v)}, sizeof(T));          \
-        (b)->len += sizeof(T);                                    \
-    } while (0)
 
 /* blocks that never move: unescaped strings and formatted integers live here */
 typedef struct Block {
@@ -202,9 +225,14 @@ enum { K_I64, K_F64, K_STR };
 typedef struct {
     const char *name;
     int kind;
-    Buf data;  /* int64 / double / int32 dictionary id per row */
-    Buf valid; /* one byte per row */
+    Buf data;  /* int64 / double / int32 dictionary id per row (len unused: Parser.n_rows rows) */
+    Buf valid; /* the Arrow validity bitmap (one bit per row, zeroed ahead) */
     int64_t nulls;
+    int sparse; /* the args columns, mostly null: data holds the values of the rows in `rows` */
+    Buf rows;   /* sparse: the int64 row of each value, ascending */
+    int32_t last_id;  /* the dictionary id this column interned last (-1: none): a cache */
+    int32_t int_id;   /* pid / tid: the id of the text of int_val (-1: none) */
+    int64_t int_val;
 } Col;
 
 /* the args keys we read, in the order of kineto_events.ARG_SCHEMA (1: integer, 0: string) */
@@ -254,7 +282,7 @@ typedef struct {
     Dict dict;
     Col cols[N_COLS];
     Buf slow; /* Slow entries */
-    int64_t n_events, n_rows;
+    int64_t n_events, n_rows, cap_rows; /* every column has room for cap_rows rows */
     int oom;
     int32_t id_empty, id_ph[3];
 } Parser;
@@ -262,9 +290,39 @@ typedef struct {
 #define GIVE_UP (-1)
 #define NO_MEMORY (-2)
 
+static const unsigned char IS_WS[256] = {[' '] = 1, ['\n'] = 1, ['\r'] = 1, ['\t'] = 1};
+
+#ifdef LITTLE_ENDIAN_WORDS
+/* per byte of w: its high bit set where the byte is c (exact: no borrow between bytes) */
+static inline uint64_t bytes_equal(uint64_t w, unsigned char c) {
+    const uint64_t lows = 0x7F7F7F7F7F7F7F7FULL;
+    uint64_t x = w ^ (0x0101010101010101ULL * c);
+    return ~(((x & lows) + lows) | x) & ~lows;
+}
+#endif
+
 static inline void skip_ws(Parser *P) {
     const unsigned char *p = P->p, *end = P->end;
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    if (p < end && !IS_WS[*p]) return; /* the usual cases: no blank, or one */
+    if (end - p >= 2 && !IS_WS[p[1]]) {
+        P->p = p + 1;
+        return;
+    }
+#if defined(LITTLE_ENDIAN_WORDS) && defined(FIRST_BYTE)
+    /* runs of blanks (a newline and an indent), eight bytes at a time */
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t other = ~(bytes_equal(w, ' ') | bytes_equal(w, '\n') | bytes_equal(w, '\r') | bytes_equal(w, '\t')) &
+                         0x8080808080808080ULL;
+        if (other) {
+            P->p = p + FIRST_BYTE(other);
+            return;
+        }
+        p += 8;
+    }
+#endif
+    while (p < end && IS_WS[*p]) p++;
     P->p = p;
 }
 
@@ -330,6 +388,33 @@ static size_t put_utf8(char *o, unsigned cp) {
     return 4;
 }
 
+/* The first byte from p on that a string's fast path stops at: a quote, a backslash, a control
+ * or a non-ASCII byte (end when none). Eight bytes at a time: per byte, the high bit of `hit` is
+ * set for those bytes (and maybe for bytes after one of them, through a borrow), so its lowest
+ * set bit is exact. */
+
+static inline int plain_byte(unsigned c) { return c != '"' && c != '\\' && c >= 0x20 && c < 0x80; }
+
+static inline const unsigned char *scan_plain(const unsigned char *p, const unsigned char *end) {
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+        uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+        uint64_t hit = (((q - ones) & ~q) | ((b - ones) & ~b) | (w - ones * 0x20) | w) & highs;
+        if (hit) {
+#ifdef FIRST_BYTE
+            return p + FIRST_BYTE(hit);
+#else
+            break;
+#endif
+        }
+        p += 8;
+    }
+    while (p < end && plain_byte(*p)) p++;
+    return p;
+}
+
 /* The string at P->p (on its opening quote). Strict JSON: valid escapes, no raw control
  * characters, valid UTF-8, no lone surrogates. out != NULL: its text (unescaped into the arena
  * when it has escapes); *escaped tells whether it had any. */
@@ -338,17 +423,7 @@ static int read_string(Parser *P, Str *out, int *escaped) {
     const unsigned char *begin = p;
     int esc = 0;
     for (;;) {
-        /* eight bytes at a time while none is a quote, a backslash, a control or non-ASCII byte */
-        while (end - p >= 8) {
-            uint64_t w;
-            memcpy(&w, p, 8);
-            const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-            uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
-            uint64_t hit = ((q - ones) & ~q) | ((b - ones) & ~b) | (w - ones * 0x20) | w;
-            if (hit & highs) break;
-            p += 8;
-        }
-        while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80) p++;
+        p = scan_plain(p, end);
         if (p >= end) return GIVE_UP;
         unsigned c = *p;
         if (c == '"') break;
@@ -430,16 +505,15 @@ static int read_number(Parser *P, Val *v) {
     int neg = 0, is_int = 1, ovf = 0;
     uint64_t m = 0;
     if (p < end && *p == '-') neg = 1, p++;
-    if (p >= end) return GIVE_UP;
+    if (UNLIKELY(p >= end)) return GIVE_UP;
     if (*p == '0') {
         p++;
-    } else if (*p >= '1' && *p <= '9') {
-        while (p < end && *p >= '0' && *p <= '9') {
-            unsigned d = *p - '0';
-            if (m > (UINT64_MAX - d) / 10) ovf = 1;
-            else m = m * 10 + d;
-            p++;
-        }
+    } else if (LIKELY(*p >= '1' && *p <= '9')) {
+        const unsigned char *d = p;
+        /* up to 19 digits never overflow 64 bits; 20 or more (no leading zero) are >= 10^19,
+           above INT64_MAX: V_BIG whatever m holds (unsigned: it wraps) */
+        while (p < end && (unsigned)(*p - '0') < 10) m = m * 10 + (unsigned)(*p++ - '0');
+        ovf = p - d > 19;
     } else {
         return GIVE_UP;
     }
@@ -551,32 +625,88 @@ static int read_value(Parser *P, Val *v, int depth) {
 
 /* a key (on its opening quote) -> its text; escaped keys: give up (the reference compares
  * unescaped names) */
-static int read_key(Parser *P, Str *k) {
-    int esc = 0;
-    int r = read_string(P, k, &esc);
-    if (r) return r;
-    if (esc) return GIVE_UP;
-    skip_ws(P);
-    if (P->p >= P->end || *P->p != ':') return GIVE_UP;
-    P->p++;
-    skip_ws(P);
+static inline int read_key(Parser *P, Str *k) {
+    const unsigned char *p = P->p + 1, *end = P->end, *b = p;
+    /* the usual key: printable ASCII without a backslash */
+    p = scan_plain(p, end);
+    if (LIKELY(p < end && *p == '"')) {
+        *k = (Str){(const char *)b, (size_t)(p - b)};
+        p++;
+    } else {
+        int esc = 0;
+        int r = read_string(P, k, &esc);
+        if (r) return r;
+        if (esc) return GIVE_UP;
+        p = P->p;
+    }
+    if (LIKELY(p < end && *p == ':')) {
+        p++;
+    } else {
+        P->p = p;
+        skip_ws(P);
+        if (P->p >= P->end || *P->p != ':') return GIVE_UP;
+        p = P->p + 1;
+    }
+    if (p < end && *p == ' ') p++;
+    P->p = p;
+    if (UNLIKELY(p < end && IS_WS[*p])) skip_ws(P);
     return 0;
 }
 
 #define KEY_IS(k, lit) ((k).len == sizeof(lit) - 1 && memcmp((k).p, lit, sizeof(lit) - 1) == 0)
 
-static size_t ARG_LEN[N_ARGS];
+enum {
+    A_EXTERNAL_ID, A_EXTERNAL_ID_LOWER, A_CORRELATION, A_STREAM, A_DEVICE, A_SEQUENCE_NUMBER,
+    A_FWD_THREAD_ID, A_BYTES, A_COLLECTIVE_NAME, A_IN_NELEMS, A_OUT_NELEMS, A_GROUP_SIZE, A_DTYPE,
+    A_PG_NAME, A_PG_DESC, A_PG_RANKS, A_SEQ, A_SRC_RANK, A_DST_RANK
+};
 
+/* the index of an args key (ARGS, A_DIMS, A_TYPES), -1 for the others: by length, then the text
+ * (checked against ARGS when the module loads) */
 static int arg_index(Str k) {
-    if (KEY_IS(k, "Input Dims")) return A_DIMS;
-    if (KEY_IS(k, "Input type")) return A_TYPES;
-    for (int i = 0; i < N_ARGS; i++)
-        if (k.len == ARG_LEN[i] && k.p[0] == ARGS[i].key[0] && memcmp(k.p, ARGS[i].key, k.len) == 0) return i;
-    return -1;
+    switch (k.len) {
+        case 3: return KEY_IS(k, "Seq") ? A_SEQ : -1;
+        case 5:
+            if (KEY_IS(k, "bytes")) return A_BYTES;
+            if (KEY_IS(k, "dtype")) return A_DTYPE;
+            return -1;
+        case 6:
+            if (KEY_IS(k, "stream")) return A_STREAM;
+            if (KEY_IS(k, "device")) return A_DEVICE;
+            return -1;
+        case 8:
+            if (KEY_IS(k, "Src Rank")) return A_SRC_RANK;
+            if (KEY_IS(k, "Dst Rank")) return A_DST_RANK;
+            return -1;
+        case 10:
+            if (KEY_IS(k, "Input Dims")) return A_DIMS;
+            if (KEY_IS(k, "Input type")) return A_TYPES;
+            if (KEY_IS(k, "Group size")) return A_GROUP_SIZE;
+            return -1;
+        case 11:
+            if (KEY_IS(k, "External id")) return A_EXTERNAL_ID;
+            if (KEY_IS(k, "correlation")) return A_CORRELATION;
+            if (KEY_IS(k, "external id")) return A_EXTERNAL_ID_LOWER;
+            return -1;
+        case 13:
+            if (KEY_IS(k, "Fwd thread id")) return A_FWD_THREAD_ID;
+            if (KEY_IS(k, "In msg nelems")) return A_IN_NELEMS;
+            return -1;
+        case 14: return KEY_IS(k, "Out msg nelems") ? A_OUT_NELEMS : -1;
+        case 15:
+            if (KEY_IS(k, "Sequence number")) return A_SEQUENCE_NUMBER;
+            if (KEY_IS(k, "Collective name")) return A_COLLECTIVE_NAME;
+            return -1;
+        case 18: return KEY_IS(k, "Process Group Name") ? A_PG_NAME : -1;
+        case 19: return KEY_IS(k, "Process Group Ranks") ? A_PG_RANKS : -1;
+        case 25: return KEY_IS(k, "Process Group Description") ? A_PG_DESC : -1;
+        default: return -1;
+    }
 }
 
-/* the args object at P->p into a[] (V_ABSENT where missing) */
-static int read_args(Parser *P, Val *a) {
+/* the args object at P->p into a[]: a[i] is set where bit i of *seen is (nothing is read from
+ * the others) */
+static int read_args(Parser *P, Val *a, uint32_t *seen) {
     P->p++;
     skip_ws(P);
     if (P->p < P->end && *P->p == '}') {
@@ -586,13 +716,14 @@ static int read_args(Parser *P, Val *a) {
     for (;;) {
         int r;
         Str k;
-        if (P->p >= P->end || *P->p != '"') return GIVE_UP;
+        if (UNLIKELY(P->p >= P->end || *P->p != '"')) return GIVE_UP;
         if ((r = read_key(P, &k))) return r;
-        int i = k.len >= 3 && k.len <= 25 ? arg_index(k) : -1;
+        int i = arg_index(k);
         if (i < 0) {
             if ((r = skip_value(P, 2))) return r;
         } else {
-            if (a[i].type != V_ABSENT) return GIVE_UP; /* written twice */
+            if (*seen & (1u << i)) return GIVE_UP; /* written twice */
+            *seen |= 1u << i;
             if (i == A_DIMS || i == A_TYPES) {
                 a[i].type = V_OTHER;
                 a[i].b = P->p;
@@ -603,7 +734,7 @@ static int read_args(Parser *P, Val *a) {
             }
         }
         skip_ws(P);
-        if (P->p >= P->end) return GIVE_UP;
+        if (UNLIKELY(P->p >= P->end)) return GIVE_UP;
         if (*P->p == ',') {
             P->p++;
             skip_ws(P);
@@ -641,38 +772,120 @@ static int field_index(Str k) {
     }
 }
 
+/* the event key at P->p (on its opening quote), the colon and the blanks after it: its F_ index,
+ * N_F for another key, or the error (GIVE_UP, NO_MEMORY: negative). The keys we keep, written plainly, are recognized by their
+ * quoted text ("ph" then a quote is the key ph, as read_key would read it); others are read. */
+static inline int event_key(Parser *P) {
+    const unsigned char *p = P->p;
+    int i = -1;
+    size_t n = 0;
+    if (LIKELY(P->end - p >= 8)) {
+#define QUOTED(lit, f) (memcmp(p, "\"" lit "\"", sizeof(lit) + 1) == 0 ? (i = (f), n = sizeof(lit) + 1) : 0)
+        switch (p[1]) {
+            case 'p': QUOTED("ph", F_PH) || QUOTED("pid", F_PID); break;
+            case 't': QUOTED("ts", F_TS) || QUOTED("tid", F_TID); break;
+            case 'c': QUOTED("cat", F_CAT); break;
+            case 'n': QUOTED("name", F_NAME); break;
+            case 'd': QUOTED("dur", F_DUR); break;
+            case 'a': QUOTED("args", F_ARGS); break;
+            default: break;
+        }
+#undef QUOTED
+    }
+    if (i < 0) {
+        Str k;
+        int r = read_key(P, &k);
+        if (r) return r;
+        int fi = field_index(k);
+        return fi < 0 ? N_F : fi;
+    }
+    /* the colon and the blanks, as read_key takes them */
+    p += n;
+    const unsigned char *end = P->end;
+    if (LIKELY(p < end && *p == ':')) {
+        p++;
+    } else {
+        P->p = p;
+        skip_ws(P);
+        if (P->p >= P->end || *P->p != ':') return GIVE_UP;
+        p = P->p + 1;
+    }
+    if (p < end && *p == ' ') p++;
+    P->p = p;
+    if (UNLIKELY(p < end && IS_WS[*p])) skip_ws(P);
+    return i;
+}
+
 /* the phases of kineto_events.OTHER_PHASES: decoded as nothing, only counted */
 static int other_phase(Str s) {
     static const char *const OTHER = "iICbneSTpFstfPNODMVvRc()";
     return s.len == 1 && s.p[0] != 0 && strchr(OTHER, s.p[0]) != NULL;
 }
 
-static int push_valid(Col *c, int ok) {
-    if (buf_grow(&c->valid, 1)) return NO_MEMORY;
-    c->valid.p[c->valid.len++] = (char)ok;
-    if (!ok) c->nulls++;
+static size_t elem_size(const Col *c) { return c->kind == K_STR ? sizeof(int32_t) : sizeof(int64_t); }
+
+/* room for one more row in every column (grown geometrically, all at once) */
+static int reserve_row(Parser *P) {
+    if (LIKELY(P->n_rows < P->cap_rows)) return 0;
+    int64_t cap = P->cap_rows ? P->cap_rows * 2 : 4096;
+    for (int i = 0; i < N_COLS; i++) {
+        Col *c = &P->cols[i];
+        if (c->sparse) continue;
+        char *d = realloc(c->data.p, (size_t)cap * elem_size(c));
+        if (!d) return NO_MEMORY;
+        c->data.p = d;
+        c->data.cap = (size_t)cap * elem_size(c);
+        char *v = realloc(c->valid.p, (size_t)cap / 8); /* cap: a multiple of 8 */
+        if (!v) return NO_MEMORY;
+        memset(v + P->cap_rows / 8, 0, (size_t)(cap - P->cap_rows) / 8);
+        c->valid.p = v;
+        c->valid.cap = (size_t)cap / 8;
+    }
+    P->cap_rows = cap;
     return 0;
 }
 
-static int push_i64(Col *c, int64_t v, int ok) {
-    BUF_PUSH(&c->data, int64_t, ok ? v : 0, fail);
-    return push_valid(c, ok);
-fail:
-    return NO_MEMORY;
+/* the stores of the current row (P->n_rows - 1), room reserved */
+static inline void push_i64(Parser *P, Col *c, int64_t v, int ok) {
+    int64_t row = P->n_rows - 1;
+    ((int64_t *)(void *)c->data.p)[row] = ok ? v : 0;
+    c->valid.p[row >> 3] |= (char)((unsigned)ok << (row & 7));
+    c->nulls += !ok;
 }
 
-static int push_f64(Col *c, double v, int ok) {
-    BUF_PUSH(&c->data, double, ok ? v : 0.0, fail);
-    return push_valid(c, ok);
-fail:
-    return NO_MEMORY;
+static inline void push_f64(Parser *P, Col *c, double v, int ok) {
+    int64_t row = P->n_rows - 1;
+    ((double *)(void *)c->data.p)[row] = ok ? v : 0.0;
+    c->valid.p[row >> 3] |= (char)((unsigned)ok << (row & 7));
+    c->nulls += !ok;
 }
 
-static int push_id(Col *c, int32_t id) {
-    BUF_PUSH(&c->data, int32_t, id, fail);
-    return push_valid(c, id >= 0);
-fail:
-    return NO_MEMORY;
+/* a value of a sparse column in the current row (a null is nothing) */
+static inline int put_i64(Parser *P, Col *c, int64_t v) {
+    if (UNLIKELY(buf_grow(&c->rows, sizeof(int64_t)) || buf_grow(&c->data, sizeof(int64_t)))) return NO_MEMORY;
+    int64_t row = P->n_rows - 1;
+    memcpy(c->rows.p + c->rows.len, &row, sizeof(int64_t));
+    memcpy(c->data.p + c->data.len, &v, sizeof(int64_t));
+    c->rows.len += sizeof(int64_t);
+    c->data.len += sizeof(int64_t);
+    return 0;
+}
+
+static inline int put_id(Parser *P, Col *c, int32_t id) {
+    if (UNLIKELY(buf_grow(&c->rows, sizeof(int64_t)) || buf_grow(&c->data, sizeof(int32_t)))) return NO_MEMORY;
+    int64_t row = P->n_rows - 1;
+    memcpy(c->rows.p + c->rows.len, &row, sizeof(int64_t));
+    memcpy(c->data.p + c->data.len, &id, sizeof(int32_t));
+    c->rows.len += sizeof(int64_t);
+    c->data.len += sizeof(int32_t);
+    return 0;
+}
+
+static inline void push_id(Parser *P, Col *c, int32_t id) {
+    int64_t row = P->n_rows - 1;
+    ((int32_t *)(void *)c->data.p)[row] = id;
+    c->valid.p[row >> 3] |= (char)((unsigned)(id >= 0) << (row & 7));
+    c->nulls += id < 0;
 }
 
 static int intern(Parser *P, Str s, int32_t *id) {
@@ -729,33 +942,58 @@ static int push_time(Parser *P, int col, const Val *v) {
     Col *c = &P->cols[col];
     switch (v->type) {
         case V_ABSENT:
-        case V_NULL: return push_f64(c, 0, 0);
-        case V_INT: return push_f64(c, (double)v->i, 1); /* correctly rounded conversion */
+        case V_NULL: push_f64(P, c, 0, 0); return 0;
+        case V_INT: push_f64(P, c, (double)v->i, 1); return 0; /* correctly rounded conversion */
         case V_FLOAT:
         case V_BIG: {
             double d;
-            if (v->type == V_FLOAT && fast_double(v->b, v->e, &d)) return push_f64(c, d, 1);
+            if (v->type == V_FLOAT && fast_double(v->b, v->e, &d)) {
+                push_f64(P, c, d, 1);
+                return 0;
+            }
             Slow s = {col, P->n_rows - 1, v->b, v->e}; /* this row, counted already */
             if (buf_grow(&P->slow, sizeof(Slow))) return NO_MEMORY;
             memcpy(P->slow.p + P->slow.len, &s, sizeof(Slow));
             P->slow.len += sizeof(Slow);
-            return push_f64(c, 0, 1);
+            push_f64(P, c, 0, 1);
+            return 0;
         }
         default: return GIVE_UP;
     }
 }
 
+/* a string's dictionary id, through the column's cache of the last one */
+static inline int intern_col(Parser *P, Col *c, Str s, int32_t *id) {
+    int32_t last = c->last_id;
+    if (last >= 0) {
+        const Str *e = &P->dict.entries[last];
+        if (e->len == s.len && memcmp(e->p, s.p, s.len) == 0) {
+            *id = last;
+            return 0;
+        }
+    }
+    int r = intern(P, s, id);
+    if (!r) c->last_id = *id;
+    return r;
+}
+
 /* pid / tid: int64 | str, missing: "" (as text) */
 static int push_ident(Parser *P, int col, const Val *v) {
+    Col *c = &P->cols[col];
     int32_t id;
     int r;
     char tmp[24];
     switch (v->type) {
-        case V_ABSENT: return push_id(&P->cols[col], P->id_empty);
+        case V_ABSENT: push_id(P, c, P->id_empty); return 0;
         case V_STR:
-            if ((r = intern(P, v->s, &id))) return r;
-            return push_id(&P->cols[col], id);
+            if ((r = intern_col(P, c, v->s, &id))) return r;
+            push_id(P, c, id);
+            return 0;
         case V_INT: {
+            if (c->int_id >= 0 && c->int_val == v->i) { /* the same number as the last one */
+                push_id(P, c, c->int_id);
+                return 0;
+            }
             /* decimal text, as polars casts an Int64 to String and str() writes an int */
             uint64_t u = v->i < 0 ? (uint64_t)0 - (uint64_t)v->i : (uint64_t)v->i;
             size_t n = 0;
@@ -776,7 +1014,10 @@ static int push_ident(Parser *P, int col, const Val *v) {
                 memcpy(stable, tmp, k);
                 P->dict.entries[id].p = stable;
             }
-            return push_id(&P->cols[col], id);
+            c->int_id = id;
+            c->int_val = v->i;
+            push_id(P, c, id);
+            return 0;
         }
         default: return GIVE_UP;
     }
@@ -786,19 +1027,19 @@ static int push_ident(Parser *P, int col, const Val *v) {
  * with an optional sign: the number; text with other characters: null); anything in between
  * (a bare sign, an out-of-range number, a float): the reference decides */
 static int push_int_arg(Parser *P, int col, const Val *v) {
-    Col *c = &P->cols[col];
+    Col *c = &P->cols[col]; /* sparse: nothing for a null */
     switch (v->type) {
         case V_ABSENT:
-        case V_NULL: return push_i64(c, 0, 0);
-        case V_INT: return push_i64(c, v->i, 1);
+        case V_NULL: return 0;
+        case V_INT: return put_i64(P, c, v->i);
         case V_STR: {
             const char *s = v->s.p;
             size_t n = v->s.len;
             for (size_t k = 0; k < n; k++) {
                 char ch = s[k];
-                if (!((ch >= '0' && ch <= '9') || ch == '+' || ch == '-')) return push_i64(c, 0, 0);
+                if (!((ch >= '0' && ch <= '9') || ch == '+' || ch == '-')) return 0;
             }
-            if (n == 0) return push_i64(c, 0, 0);
+            if (n == 0) return 0;
             size_t k = 0;
             int neg = 0;
             if (s[0] == '+' || s[0] == '-') neg = s[0] == '-', k = 1;
@@ -808,51 +1049,58 @@ static int push_int_arg(Parser *P, int col, const Val *v) {
                 if (s[k] < '0' || s[k] > '9') return GIVE_UP;
                 x = x * 10 + (s[k] - '0');
             }
-            return push_i64(c, neg ? -x : x, 1);
+            return put_i64(P, c, neg ? -x : x);
         }
         default: return GIVE_UP;
     }
 }
 
+/* cat, name (dense) and the string args (sparse) */
 static int push_str_arg(Parser *P, int col, const Val *v) {
+    Col *c = &P->cols[col];
     int32_t id;
     int r;
     switch (v->type) {
         case V_ABSENT:
-        case V_NULL: return push_id(&P->cols[col], -1);
+        case V_NULL:
+            if (!c->sparse) push_id(P, c, -1);
+            return 0;
         case V_STR:
-            if ((r = intern(P, v->s, &id))) return r;
-            return push_id(&P->cols[col], id);
+            if ((r = intern_col(P, c, v->s, &id))) return r;
+            if (c->sparse) return put_id(P, c, id);
+            push_id(P, c, id);
+            return 0;
         default: return GIVE_UP;
     }
 }
 
+static const Val ABSENT; /* V_ABSENT */
+
 /* the event object at P->p */
 static int read_event(Parser *P) {
-    Val f[N_F];
-    Val a[N_ARGS + 2];
+    Val f[N_F];        /* f[i]: set where bit i of seen_f is */
+    Val a[N_ARGS + 2]; /* a[i]: set where bit i of seen_a is */
+    uint32_t seen_f = 0, seen_a = 0;
     int have_args = 0;
     int r;
-    memset(f, 0, sizeof(f));
-    memset(a, 0, sizeof(a));
-    if (P->p >= P->end || *P->p != '{') return GIVE_UP; /* not an object */
+    if (UNLIKELY(P->p >= P->end || *P->p != '{')) return GIVE_UP; /* not an object */
     P->p++;
     skip_ws(P);
-    if (P->p < P->end && *P->p == '}') return GIVE_UP; /* no "ph" */
+    if (UNLIKELY(P->p < P->end && *P->p == '}')) return GIVE_UP; /* no "ph" */
     for (;;) {
-        Str k;
-        if (P->p >= P->end || *P->p != '"') return GIVE_UP;
-        if ((r = read_key(P, &k))) return r;
-        int i = field_index(k);
-        if (i < 0) {
+        if (UNLIKELY(P->p >= P->end || *P->p != '"')) return GIVE_UP;
+        int i = event_key(P);
+        if (i < 0) return i;
+        if (i == N_F) {
             if ((r = skip_value(P, 1))) return r;
         } else {
-            if (f[i].type != V_ABSENT) return GIVE_UP; /* written twice */
+            if (seen_f & (1u << i)) return GIVE_UP; /* written twice */
+            seen_f |= 1u << i;
             if (i == F_ARGS) {
                 if (P->p < P->end && *P->p == '{') {
                     f[i].type = V_OTHER;
                     have_args = 1;
-                    if ((r = read_args(P, a))) return r;
+                    if ((r = read_args(P, a, &seen_a))) return r;
                 } else if ((r = read_value(P, &f[i], 1))) {
                     return r;
                 }
@@ -861,8 +1109,8 @@ static int read_event(Parser *P) {
             }
         }
         skip_ws(P);
-        if (P->p >= P->end) return GIVE_UP;
-        if (*P->p == ',') {
+        if (UNLIKELY(P->p >= P->end)) return GIVE_UP;
+        if (LIKELY(*P->p == ',')) {
             P->p++;
             skip_ws(P);
             continue;
@@ -875,7 +1123,7 @@ static int read_event(Parser *P) {
     }
     int64_t index = P->n_events++;
     /* the phase decides: kept (X, x, B, E), counted (the other phases), or the reference */
-    if (f[F_PH].type != V_STR) return GIVE_UP;
+    if (!(seen_f & (1u << F_PH)) || f[F_PH].type != V_STR) return GIVE_UP;
     Str ph = f[F_PH].s;
     int kept = -1;
     if (ph.len == 1) {
@@ -884,26 +1132,32 @@ static int read_event(Parser *P) {
         kept = c == 'X' ? 0 : c == 'B' ? 1 : c == 'E' ? 2 : -1;
     }
     if (kept < 0) return other_phase(ph) ? 0 : GIVE_UP;
-    if (f[F_ARGS].type != V_ABSENT && !have_args) return GIVE_UP; /* args not an object */
+    if ((seen_f & (1u << F_ARGS)) && !have_args) return GIVE_UP; /* args not an object */
+    if ((r = reserve_row(P))) return r;
     P->n_rows++;
-    if ((r = push_i64(&P->cols[C_ROW], index, 1))) return r;
-    if ((r = push_id(&P->cols[C_PH], P->id_ph[kept]))) return r;
-    if ((r = push_str_arg(P, C_CAT, &f[F_CAT]))) return r;
-    if ((r = push_str_arg(P, C_NAME, &f[F_NAME]))) return r;
-    if ((r = push_ident(P, C_PID, &f[F_PID]))) return r;
-    if ((r = push_ident(P, C_TID, &f[F_TID]))) return r;
-    if ((r = push_time(P, C_TS, &f[F_TS]))) return r;
-    if ((r = push_time(P, C_DUR, &f[F_DUR]))) return r;
+#define FIELD(i) ((seen_f & (1u << (i))) ? &f[i] : &ABSENT)
+    push_i64(P, &P->cols[C_ROW], index, 1);
+    push_id(P, &P->cols[C_PH], P->id_ph[kept]);
+    if ((r = push_str_arg(P, C_CAT, FIELD(F_CAT)))) return r;
+    if ((r = push_str_arg(P, C_NAME, FIELD(F_NAME)))) return r;
+    if ((r = push_ident(P, C_PID, FIELD(F_PID)))) return r;
+    if ((r = push_ident(P, C_TID, FIELD(F_TID)))) return r;
+    if ((r = push_time(P, C_TS, FIELD(F_TS)))) return r;
+    if ((r = push_time(P, C_DUR, FIELD(F_DUR)))) return r;
+#undef FIELD
     for (int i = 0; i < N_ARGS; i++) {
+        if (!(seen_a & (1u << i))) continue; /* missing: null (nothing in a sparse column) */
         r = ARGS[i].integer ? push_int_arg(P, C_ARG0 + i, &a[i]) : push_str_arg(P, C_ARG0 + i, &a[i]);
         if (r) return r;
     }
-    int dims = a[A_DIMS].type != V_ABSENT;
-    if ((r = push_i64(&P->cols[C_DIMS_OFF], dims ? a[A_DIMS].b - P->start : 0, dims))) return r;
-    if ((r = push_i64(&P->cols[C_DIMS_LEN], dims ? a[A_DIMS].e - a[A_DIMS].b : 0, dims))) return r;
-    int types = a[A_TYPES].type != V_ABSENT;
-    if ((r = push_i64(&P->cols[C_TYPES_OFF], types ? a[A_TYPES].b - P->start : 0, types))) return r;
-    if ((r = push_i64(&P->cols[C_TYPES_LEN], types ? a[A_TYPES].e - a[A_TYPES].b : 0, types))) return r;
+    if ((seen_a >> A_DIMS) & 1) {
+        if ((r = put_i64(P, &P->cols[C_DIMS_OFF], a[A_DIMS].b - P->start))) return r;
+        if ((r = put_i64(P, &P->cols[C_DIMS_LEN], a[A_DIMS].e - a[A_DIMS].b))) return r;
+    }
+    if ((seen_a >> A_TYPES) & 1) {
+        if ((r = put_i64(P, &P->cols[C_TYPES_OFF], a[A_TYPES].b - P->start))) return r;
+        if ((r = put_i64(P, &P->cols[C_TYPES_LEN], a[A_TYPES].e - a[A_TYPES].b))) return r;
+    }
     return 0;
 }
 
@@ -971,28 +1225,35 @@ static void array_capsule_free(PyObject *cap) {
     }
 }
 
-/* validity bytes -> an Arrow bitmap (NULL when there is no null) */
-static void *bitmap(const Col *c, int64_t n, int *fail) {
+/* the column's validity bitmap, taken (NULL when there is no null; *fail: out of memory) */
+static void *bitmap(Col *c, int64_t n, int *fail) {
+    if (c->sparse) c->nulls = n - (int64_t)(c->rows.len / sizeof(int64_t));
     if (!c->nulls) return NULL;
-    uint8_t *bm = calloc((size_t)(n + 7) / 8 + 1, 1);
-    if (!bm) {
-        *fail = 1;
-        return NULL;
+    if (c->sparse) {
+        uint8_t *bm = calloc((size_t)(n + 7) / 8 + 1, 1);
+        if (!bm) {
+            *fail = 1;
+            return NULL;
+        }
+        const int64_t *rows = (const int64_t *)(void *)c->rows.p;
+        for (size_t k = 0; k < c->rows.len / sizeof(int64_t); k++) bm[rows[k] >> 3] |= (uint8_t)(1u << (rows[k] & 7));
+        return bm;
     }
-    for (int64_t i = 0; i < n; i++)
-        if (c->valid.p[i]) bm[i >> 3] |= (uint8_t)(1u << (i & 7));
+    void *bm = c->valid.p;
+    c->valid.p = NULL;
+    c->valid.len = c->valid.cap = 0;
     return bm;
 }
 
 /* one column as a (schema capsule, array capsule) pair; takes its buffers */
 static PyObject *export_col(Parser *P, Col *c) {
     int64_t n = P->n_rows;
-    int fail = 0;
     ArrayPrivate *pv = calloc(1, sizeof(ArrayPrivate));
     struct ArrowArray *arr = calloc(1, sizeof(struct ArrowArray));
     struct ArrowSchema *sch = calloc(1, sizeof(struct ArrowSchema));
     PyObject *cs = NULL, *ca = NULL;
     if (!pv || !arr || !sch) goto nomem;
+    int fail = 0;
     pv->bufs[0] = bitmap(c, n, &fail);
     if (fail) goto nomem;
     int nbuf = 2;
@@ -1001,7 +1262,10 @@ static PyObject *export_col(Parser *P, Col *c) {
         /* utf8 views (polars' own string layout, taken without a copy): a string of up to 12
          * bytes sits in its 16-byte view; a longer one is in the data buffer once per column
          * (dictionary-encoded: every row naming it points at the same bytes) */
-        const int32_t *ids = (const int32_t *)c->data.p;
+        /* (row, id) pairs: every row of a dense column, the rows with a value of a sparse one */
+        const int32_t *ids = (const int32_t *)(void *)c->data.p;
+        const int64_t *rows = c->sparse ? (const int64_t *)(void *)c->rows.p : NULL;
+        int64_t count = c->sparse ? (int64_t)(c->rows.len / sizeof(int64_t)) : n;
         int64_t *at = malloc((P->dict.n ? P->dict.n : 1) * sizeof(int64_t));
         uint8_t *views = calloc((size_t)(n ? n : 1), 16);
         Buf data = {0};
@@ -1013,9 +1277,11 @@ static PyObject *export_col(Parser *P, Col *c) {
             goto nomem;
         }
         memset(at, 0xff, (P->dict.n ? P->dict.n : 1) * sizeof(int64_t));
-        for (int64_t i = 0; i < n; i++) {
-            if (ids[i] < 0) continue;
-            const Str *s = &P->dict.entries[ids[i]];
+        for (int64_t k = 0; k < count; k++) {
+            int64_t i = rows ? rows[k] : k;
+            int32_t id = ids[k];
+            if (id < 0) continue;
+            const Str *s = &P->dict.entries[id];
             uint8_t *v = views + 16 * i;
             int32_t len = (int32_t)s->len;
             memcpy(v, &len, 4);
@@ -1023,17 +1289,17 @@ static PyObject *export_col(Parser *P, Col *c) {
                 memcpy(v + 4, s->p, s->len);
                 continue;
             }
-            if (at[ids[i]] < 0) {
+            if (at[id] < 0) {
                 if (buf_grow(&data, s->len)) { /* below 2 GiB: checked by decode() */
                     free(at);
                     free(data.p);
                     goto nomem;
                 }
-                at[ids[i]] = (int64_t)data.len;
+                at[id] = (int64_t)data.len;
                 memcpy(data.p + data.len, s->p, s->len);
                 data.len += s->len;
             }
-            int32_t buf_index = 0, off = (int32_t)at[ids[i]];
+            int32_t buf_index = 0, off = (int32_t)at[id];
             memcpy(v + 4, s->p, 4);
             memcpy(v + 8, &buf_index, 4);
             memcpy(v + 12, &off, 4);
@@ -1044,8 +1310,19 @@ static PyObject *export_col(Parser *P, Col *c) {
         sizes[0] = (int64_t)data.len;
         nbuf = 4;
         fmt = "vu";
+    } else if (c->sparse) {
+        /* zeroed (fresh pages where it is large: those of rows without a value stay untouched),
+           the values scattered */
+        int64_t *dense = calloc((size_t)(n ? n : 1), sizeof(int64_t));
+        if (!dense) goto nomem;
+        const int64_t *rows = (const int64_t *)(void *)c->rows.p;
+        const int64_t *vals = (const int64_t *)(void *)c->data.p;
+        for (size_t k = 0; k < c->rows.len / sizeof(int64_t); k++) dense[rows[k]] = vals[k];
+        pv->bufs[1] = dense;
+        fmt = "l";
     } else {
         /* the frame keeps this buffer: without the slack of its doubling growth (up to half) */
+        c->data.len = (size_t)n * elem_size(c);
         if (c->data.p && c->data.cap > c->data.len && c->data.len) {
             char *p = realloc(c->data.p, c->data.len);
             if (p) c->data.p = p;
@@ -1105,6 +1382,7 @@ static void parser_free(Parser *P) {
     for (int i = 0; i < N_COLS; i++) {
         free(P->cols[i].data.p);
         free(P->cols[i].valid.p);
+        free(P->cols[i].rows.p);
     }
     free(P->slow.p);
     dict_free(&P->dict);
@@ -1121,6 +1399,8 @@ static PyObject *decode(PyObject *self, PyObject *arg) {
     P.end = P.start + view.len;
     for (int i = 0; i < N_COLS; i++) {
         Col *c = &P.cols[i];
+        c->last_id = c->int_id = -1;
+        c->sparse = i >= C_ARG0;
         if (i < C_ARG0) {
             c->name = COL_NAMES[i];
             c->kind = i == C_ROW ? K_I64 : (i == C_TS || i == C_DUR) ? K_F64 : K_STR;
@@ -1236,6 +1516,16 @@ static struct PyModuleDef MODULE = {
 };
 
 PyMODINIT_FUNC PyInit__kineto(void) {
-    for (int i = 0; i < N_ARGS; i++) ARG_LEN[i] = strlen(ARGS[i].key);
+    /* arg_index must know every key of ARGS, at its index */
+    for (int i = 0; i < N_ARGS; i++) {
+        if (arg_index((Str){ARGS[i].key, strlen(ARGS[i].key)}) != i) {
+            PyErr_Format(PyExc_ImportError, "_kineto: arg_index does not know %s", ARGS[i].key);
+            return NULL;
+        }
+    }
+    if (arg_index((Str){"Input Dims", 10}) != A_DIMS || arg_index((Str){"Input type", 10}) != A_TYPES) {
+        PyErr_SetString(PyExc_ImportError, "_kineto: arg_index does not know the input spans");
+        return NULL;
+    }
     return PyModule_Create(&MODULE);
 }
