@@ -202,8 +202,8 @@ class Stream:
     def _plain_into(self, fh, block: int, read: int, report):
         """The rest of a plain file read into :attr:`reuse` buffers in turn: no allocation and no
         fresh pages per block (a new 4 MiB ``bytes`` a block cost some 13,000 page faults, 35 ms
-        of system time, per 54 MB)."""
-        ring = [bytearray(min(block, 1 << 20)) for _ in range(self.reuse)]
+        of system time, per 54 MB of JSON)."""
+        ring = [bytearray(block) for _ in range(self.reuse)]
         i = 0
         while True:
             buf = ring[i % len(ring)]
