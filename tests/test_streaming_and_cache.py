@@ -53,6 +53,19 @@ def test_streaming_in_many_chunks_equals_the_whole_document_path(small_chunks, p
     assert len(gzip.open(path).read()) > 8 * kineto._CHUNK or path == ROCM
 
 
+@pytest.mark.parametrize("path", [DEMO, sorted(DLRM.glob("*.json.gz"))[0]], ids=lambda p: p.name)
+def test_a_plain_file_read_into_reused_buffers_equals_the_whole_document_path(small_chunks, tmp_path, path):
+    # a plain file is read into a few buffers in turn (16 KiB blocks here: each buffer is
+    # refilled dozens of times while the chunks before are decoded); the events are those of
+    # the gzip file and of the whole-document path
+    plain = tmp_path / "trace.json"
+    plain.write_bytes(gzip.open(path).read())
+    assert plain.stat().st_size > 40 * kineto._BLOCK
+    streamed = kineto._parse_streaming(plain)
+    _same(streamed, kineto._parse_whole(plain))
+    assert_frame_equal(streamed[0], kineto._parse_streaming(path)[0])
+
+
 @pytest.mark.parametrize("fraction", [0.07, 0.33, 0.6, 0.999])
 def test_truncated_plain_file_recovers_the_same_events_as_the_whole_document_path(small_chunks, tmp_path, fraction):
     raw = gzip.open(DEMO).read()

@@ -86,8 +86,11 @@ class Stream:
     zlib error after some output ends the stream as a cut (the streaming path).
     """
 
-    def __init__(self, path: Path, block: int, strict: bool = False, progress=None):
+    def __init__(self, path: Path, block: int, strict: bool = False, progress=None, reuse: int = 0):
         self.path = path
+        #: ``reuse``: a plain file is read into this many buffers in turn, each block a memoryview
+        #: of one, valid until ``reuse - 1`` more blocks have been taken (0: a new ``bytes`` each)
+        self.reuse = reuse
         #: ``progress(n)``: called with the bytes of the file (compressed, for gzip) read since the last call
         self.progress = progress or (lambda n: None)
         self.block = block
@@ -134,8 +137,14 @@ class Stream:
         if not first:
             raise InvalidTrace("empty file (0 bytes)", path)
         if first[:2] != _GZIP_MAGIC:
-            data = first
-            read = 0
+            read = len(first)
+            self.total += read
+            report(read)
+            yield first
+            if self.reuse:
+                yield from self._plain_into(fh, block, read, report)
+                return
+            data = fh.read(block)
             while data:
                 read += len(data)
                 self.total += len(data)
@@ -190,6 +199,23 @@ class Stream:
             yield out
         self.cut = not d.eof
 
+    def _plain_into(self, fh, block: int, read: int, report):
+        """The rest of a plain file read into :attr:`reuse` buffers in turn: no allocation and no
+        fresh pages per block (a new 4 MiB ``bytes`` a block cost some 13,000 page faults, 35 ms
+        of system time, per 54 MB of JSON)."""
+        ring = [bytearray(block) for _ in range(self.reuse)]
+        i = 0
+        while True:
+            buf = ring[i % len(ring)]
+            i += 1
+            n = fh.readinto(buf)
+            if not n:
+                return
+            read += n
+            self.total += n
+            report(read)
+            yield memoryview(buf)[:n]
+
     def _trailing(self, rest: bytes, fh) -> None:
         n = len(rest) - len(rest.lstrip(b"\x00"))
         garbage = len(rest) - n
@@ -214,9 +240,17 @@ def read_all(path: Path, block: int = 1 << 22) -> tuple[bytes, bool, list[str]]:
     return data, s.cut, s.warnings
 
 
-def prefetched(blocks, depth: int = 3):
+#: blocks :func:`prefetched` reads ahead
+PREFETCH = 3
+#: buffers a :class:`Stream` read through :func:`prefetched` may use in turn (``reuse``): the
+#: block being filled, those queued, the one the consumer holds and the one it held before
+REUSE = PREFETCH + 3
+
+
+def prefetched(blocks, depth: int = PREFETCH):
     """Run the ``blocks`` generator in a thread, ``depth`` blocks ahead: zlib and file reads
-    release the GIL, so decompression overlaps with decoding. Exceptions are re-raised here."""
+    release the GIL, so decompression overlaps with decoding. Exceptions are re-raised here.
+    A block the consumer took stays as it is until it has taken ``depth + 1`` more."""
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     done = object()
