@@ -69,3 +69,25 @@ def test_launch_times_given_or_computed_give_the_same_windows_and_idle_split():
     split_given = idle.idle_split(events, gpu, own, launched=launched).sort("rank", "step")
     assert split_own.equals(split_given)
     assert split_own.get_column("idle_host_bound_ns").sum() > 0
+
+
+@pytest.mark.parametrize("with_k2", [True, False])
+@pytest.mark.parametrize("tid", [True, False])
+def test_launch_times_by_hand(tid, with_k2):
+    # k1 launched by a runtime call (correlation 1, thread "7") under op X (external id 10,
+    # thread "5"); k2 by no runtime call: its op Y (external id 20) started at 300 on thread "5";
+    # k3 by a runtime call with no thread (the op's thread is taken, the call's time kept)
+    host = pl.DataFrame({
+        "rank": [0] * 5, "kind": ["cpu_op", "runtime", "cpu_op", "runtime", "cpu_op"],
+        "start_ns": [100, 110, 300, 500, 490], "correlation": [None, 1, None, 3, None],
+        "external_id": [10, 10, 20, 30, 30], "tid": ["5", "7", "5", None, "5"],
+    }, schema_overrides={"rank": pl.Int32})
+    gpu = pl.DataFrame({
+        "rank": [0, 0, 0], "start_ns": [200, 400, 600], "end_ns": [250, 450, 650],
+        "correlation": [1, None, 3], "external_id": [10, 20, 30],
+    }, schema_overrides={"rank": pl.Int32})
+    keep = [True, with_k2, True]  # without k2, only k3's thread needs the ops
+    out = idle.launch_times(host.lazy(), gpu.filter(keep).lazy(), tid=tid).collect(engine="in-memory").sort("start_ns")
+    assert out.get_column("launch_ns").to_list() == [x for x, k in zip([110, 300, 500], keep) if k]
+    if tid:
+        assert out.get_column("launch_tid").to_list() == [x for x, k in zip(["7", "5", "5"], keep) if k]

@@ -63,12 +63,15 @@ def launch_times(events: pl.LazyFrame, gpu: pl.LazyFrame, tid: bool = False) -> 
         .group_by("rank", "external_id")
         .agg(pl.col("start_ns").min().alias("__o"), *([pl.col("tid").sort_by("start_ns").first().alias("__ot")] if tid else []))
     )
-    out = (
-        gpu.join(launches, on=["rank", "correlation"], how="left")
-        .join(ops, on=["rank", "external_id"], how="left")
-        .with_columns(pl.coalesce("__l", "__o").alias("launch_ns"))
-        .drop("__l", "__o")
-    )
+    by_call = gpu.join(launches, on=["rank", "correlation"], how="left").collect(engine=query_engine())
+    # the launching ops are read only for work that no launch call (or its thread) accounts for:
+    # usually none, and then the group-by over every host op is not run
+    unlaunched = pl.col("__l").is_null() | (pl.col("__lt").is_null() if tid else pl.lit(False))
+    if by_call.select((unlaunched & pl.col("external_id").is_not_null()).any()).item():
+        out = by_call.lazy().join(ops, on=["rank", "external_id"], how="left")
+    else:
+        out = by_call.lazy().with_columns(pl.lit(None, pl.Int64).alias("__o"), *([pl.lit(None, pl.String).alias("__ot")] if tid else []))
+    out = out.with_columns(pl.coalesce("__l", "__o").alias("launch_ns")).drop("__l", "__o")
     if tid:
         out = out.with_columns(pl.when(pl.col("__lt").is_not_null()).then(pl.col("__lt")).otherwise(pl.col("__ot")).alias("launch_tid")).drop("__lt", "__ot")
     return out
