@@ -113,39 +113,72 @@ def flag_raw(raw: pl.DataFrame, n: int | None = None, no_ph: int | None = None) 
     and judged together, so thresholds apply to the whole file. ``n`` / ``no_ph``: the chunk's
     number of events and of events without ``ph`` when ``raw`` holds only some of its rows (the
     parser keeps the rows of complete and begin/end events only); default: counted in ``raw``."""
+    usable, counts, _lower = flag_raw_cats(raw, n, no_ph)
+    return usable, counts
+
+
+def flag_raw_cats(raw: pl.DataFrame, n: int | None = None, no_ph: int | None = None) -> tuple[pl.DataFrame, dict, dict]:
+    """:func:`flag_raw`, and the lower-case spelling of every ``cat`` of the complete events as
+    written (``{cat: cat.lower()}``, polars' lower-casing), for the canonical frame's kinds.
+
+    One query: the flags are summed per category as written (a handful of groups), and the
+    counts per lower-case category are added up from those few rows, so no column of the
+    chunk is lower-cased or copied. When every row is usable (the common case) the mask of
+    usable rows is not built at all."""
     is_x = pl.col("ph") == "X"
-    x = raw.lazy().filter(is_x).select("cat", "ts", "dur").collect(engine=query_engine())  # the columns the flags read, not a copy of every row
     ok_ts = _finite("ts")
     ok_dur = _finite("dur") & (pl.col("dur") >= 0)
     in_range = (pl.col("ts").abs() + pl.col("dur")) <= MAX_ABS_TS_US
-    gpu_cats = GPU_WORK_CATS
-    cat = pl.col("cat").str.to_lowercase()
-    flags = x.select(
-        (~ok_ts | ~ok_dur).alias("bad"),
-        (ok_ts & ok_dur & ~in_range).alias("range"),
-        cat.alias("cat"),
-        # fractional epoch microseconds: beyond 2**43 µs a float64 no longer holds the nanoseconds
-        (ok_ts & (pl.col("ts").abs() >= 2.0**43) & (pl.col("ts") != pl.col("ts").floor())).alias("coarse"),
+    by_cat = (
+        raw.lazy()
+        .filter(is_x)
+        .group_by("cat")
+        .agg(
+            pl.len().alias("x"),
+            (~ok_ts | ~ok_dur).sum().alias("bad"),
+            (ok_ts & ok_dur & ~in_range).sum().alias("range"),
+            # fractional epoch microseconds: beyond 2**43 µs a float64 no longer holds the nanoseconds
+            (ok_ts & (pl.col("ts").abs() >= 2.0**43) & (pl.col("ts") != pl.col("ts").floor())).sum().alias("coarse"),
+        )
+        .with_columns(pl.col("cat").str.to_lowercase().alias("lower"))
+        .collect(engine=query_engine())
     )
+    gpu_cats = set(GPU_WORK_CATS)
+    known = set(KIND_OF_CAT) | set(KNOWN_OTHER_CATS)
+    x = bad = rng = coarse = gpu = bad_gpu = ranges = 0
+    unknown: dict[str, int] = {}
+    lower: dict[str, str] = {}
+    for cat, nx, nbad, nrange, ncoarse, low in by_cat.iter_rows():
+        x += nx
+        bad += nbad
+        rng += nrange
+        coarse += ncoarse
+        if cat is None:
+            continue
+        lower[cat] = low
+        if low in gpu_cats:
+            gpu += nx
+            bad_gpu += nbad
+        if low == "cuda_profiler_range":
+            ranges += nx
+        if low not in known:
+            unknown[low] = unknown.get(low, 0) + nx
     counts = {
         "n": raw.height if n is None else n,
         "no_ph": int(raw.get_column("ph").is_null().sum()) if no_ph is None else no_ph,
-        "x": x.height,
-        "bad": int(flags.get_column("bad").sum()),
-        "range": int(flags.get_column("range").sum()),
-        "coarse": int(flags.get_column("coarse").sum()),
-        "gpu": int(flags.get_column("cat").is_in(gpu_cats).sum()),
-        "bad_gpu": int(flags.filter(pl.col("cat").is_in(gpu_cats)).get_column("bad").sum()),
-        "profiler_ranges": int((flags.get_column("cat") == "cuda_profiler_range").sum()),
-        "unknown": dict(
-            flags.filter(pl.col("cat").is_not_null() & ~pl.col("cat").is_in(list(KIND_OF_CAT) + sorted(KNOWN_OTHER_CATS)))
-            .group_by("cat")
-            .len()
-            .iter_rows()
-        ),
+        "x": x,
+        "bad": bad,
+        "range": rng,
+        "coarse": coarse,
+        "gpu": gpu,
+        "bad_gpu": bad_gpu,
+        "profiler_ranges": ranges,
+        "unknown": unknown,
     }
+    if x == raw.height and not bad and not rng:  # every row is a usable complete event
+        return raw, counts, lower
     keep = raw.select((is_x & ok_ts & ok_dur & in_range).fill_null(False)).to_series()
-    return (raw if keep.all() else raw.filter(keep)), counts
+    return (raw if keep.all() else raw.filter(keep)), counts, lower
 
 
 def merge_counts(counts: list[dict]) -> dict:
