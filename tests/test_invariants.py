@@ -120,3 +120,5 @@ def test_unique_rows_equals_a_full_unique_in_order():
         })
         want = [r for i, r in enumerate(df.rows()) if r not in df.rows()[:i]]
         assert _unique_rows(df).rows() == want
+        assert _unique_rows(df, "b").rows() == want  # a key column: rows sharing its value compared in full
+        assert _unique_rows(df, "a").rows() == want  # a key with nulls: every row hashed

@@ -253,6 +253,10 @@ def clean_raw(raw: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
 
 def main_span(starts: pl.Series) -> tuple[int, int]:
     """First and last start of the cluster of start times (gaps <= MAX_GAP_NS) holding the median."""
+    if starts.len() and not starts.null_count():
+        lo, hi = starts.min(), starts.max()
+        if hi - lo <= MAX_GAP_NS:  # no gap can exceed the whole span: one cluster, no sort
+            return int(lo), int(hi)
     t = starts.sort().to_frame("t").with_columns(
         (pl.col("t").diff().fill_null(0) > MAX_GAP_NS).cum_sum().alias("cluster")
     )
@@ -261,21 +265,28 @@ def main_span(starts: pl.Series) -> tuple[int, int]:
     return int(span.item(0, "lo")), int(span.item(0, "hi"))
 
 
-def _unique_rows(df: pl.DataFrame) -> pl.DataFrame:
+def _unique_rows(df: pl.DataFrame, key: str | None = None) -> pl.DataFrame:
     """``df.unique(maintain_order=True)`` (first of each set of identical rows, in order) without
-    its row-encoded copy of the whole frame: rows are hashed (8 bytes each) and only rows whose
-    hash is shared are compared in full. The shared hashes are found by sorting the hashes
-    (a hash table over them, ``is_duplicated``, peaks at ~60 MiB for 500k rows; the sort at ~15)."""
-    h = df.hash_rows()
-    srt = h.sort().to_frame("h")
+    its row-encoded copy of the whole frame: only rows that share a value of a cheap key with
+    another row are compared in full. The key is column ``key`` (``start_ns`` for events:
+    identical rows start together, and a sort of the starts, already in order for the most
+    part, costs a fraction of hashing every row), else a hash of each row (8 bytes). The shared
+    values are found by sorting the key (a hash table over them, ``is_duplicated``, peaks at
+    ~60 MiB for 500k rows; the sort at ~15)."""
+    k = df.get_column(key) if key is not None else None
+    if k is None or k.null_count():
+        k = df.hash_rows()
+    srt = k.sort().to_frame("h")
     repeated = srt.filter(pl.col("h") == pl.col("h").shift(1)).get_column("h")
     if repeated.len() == 0:
         return df
-    shared = h.is_in(repeated.unique().implode())
+    shared = k.is_in(repeated.unique().implode())
     idx = shared.arg_true()
     candidates = df[idx]
     first = candidates.select(pl.struct(pl.all()).is_first_distinct()).to_series()
     drop = idx.filter(~first)
+    if drop.len() == 0:
+        return df
     return df.with_row_index("__i").filter(~pl.col("__i").is_in(drop.implode())).drop("__i")
 
 
@@ -323,7 +334,7 @@ def clean_events(df: pl.DataFrame, path: Path, launch_check: bool = True) -> tup
         raise InvalidTrace("no usable events after dropping malformed ones", path)
     n0 = df.height
     gpu0 = _count(df, pl.col("kind").is_in(GPU_WORK_KINDS))  # counted, not filtered: no copy of the rows
-    df = _unique_rows(df)
+    df = _unique_rows(df, "start_ns")
     n_dup = n0 - df.height
     if n_dup:
         warnings.append(f"{path}: removed {n_dup} duplicated events (identical in every field)")

@@ -50,7 +50,7 @@ from traceanalyzer.parsers.kineto_events import (
 )
 from traceanalyzer.parsers.kineto_events import short as _short
 from traceanalyzer.queries import query_engine
-from traceanalyzer.schema import EVENT_SCHEMA, META_SCHEMA, conform
+from traceanalyzer.schema import EVENT_SCHEMA, KIND, META_SCHEMA, conform
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 
@@ -715,54 +715,57 @@ def _canonical(raw: pl.DataFrame, base_ns: int, lower: dict[str, str]) -> pl.Dat
     def a(key: str) -> pl.Expr:
         return pl.col(f"args.{key}")
 
-    kind = pl.col("cat").replace_strict(
-        {cat: KIND_OF_CAT.get(low, "other") for cat, low in lower.items()}, default="other", return_dtype=pl.String
-    )
+    # a handful of spellings: compared one by one (no hash of every row), straight to the Enum
+    spellings: dict[str, list[str]] = {}
+    for cat, low in lower.items():
+        if KIND_OF_CAT.get(low, "other") != "other":
+            spellings.setdefault(KIND_OF_CAT[low], []).append(cat)
+    kind = pl.lit("other", dtype=KIND)
+    for k, cats in spellings.items():
+        kind = pl.when(pl.any_horizontal(pl.col("cat") == c for c in cats)).then(pl.lit(k, dtype=KIND)).otherwise(kind)
     # MTIA device work: DMA transfers (``dma_request``...) are copies, as HTA's memory-kernel
     # pattern ``^dma`` classifies them, not compute
     mtia = [cat for cat, low in lower.items() if low == "mtia_ccp_events"]
     if mtia:
-        kind = pl.when(pl.col("cat").is_in(mtia) & pl.col("name").str.starts_with("dma")).then(pl.lit(MTIA_DMA_KIND)).otherwise(kind)
+        kind = pl.when(pl.col("cat").is_in(mtia) & pl.col("name").str.starts_with("dma")).then(pl.lit(MTIA_DMA_KIND, dtype=KIND)).otherwise(kind)
     is_gpu = kind.is_in(GPU_TIMELINE_KINDS)
     start = _ns(pl.col("ts")) + base_ns
-    df = (
-        raw.lazy()
-        .select(
-            kind.alias("kind"),
-            pl.col("pid").fill_null(""),
-            pl.col("tid").fill_null(""),
-            pl.when(is_gpu).then(a("stream")).alias("stream"),
-            pl.col("name").fill_null(""),
-            start.alias("start_ns"),
-            (start + (pl.col("dur") * 1000).round().cast(pl.Int64)).alias("end_ns"),
-            a("correlation").alias("correlation"),
-            pl.coalesce(a("External id"), a("external id")).alias("external_id"),
-            a("Sequence number").alias("seq"),
-            a("Fwd thread id").alias("fwd_tid"),
-            a("bytes").alias("bytes"),
-            a("Collective name").alias("coll_name"),
-            a("In msg nelems").alias("in_nelems"),
-            a("Out msg nelems").alias("out_nelems"),
-            a("Group size").alias("group_size"),
-            a("dtype").alias("dtype"),
-            a("Process Group Name").alias("pg_name"),
-            a("Process Group Description").alias("pg_desc"),
-            a("Process Group Ranks").alias("pg_ranks"),
-            a("Seq").alias("coll_seq"),
-            a("Src Rank").alias("src_rank"),
-            a("Dst Rank").alias("dst_rank"),
-            pl.col("input_dims"),
-            pl.col("input_type"),
-        )
-        .with_columns(pl.lit(None, dtype=pl.Int32).alias("rank"))
-        .collect(engine=query_engine())
-    )
+    columns = {
+        "rank": pl.lit(None, dtype=pl.Int32),
+        "kind": kind,
+        "pid": pl.col("pid").fill_null(""),
+        "tid": pl.col("tid").fill_null(""),
+        "stream": pl.when(is_gpu).then(a("stream")),
+        "name": pl.col("name").fill_null(""),
+        "start_ns": start,
+        "end_ns": start + (pl.col("dur") * 1000).round().cast(pl.Int64),
+        "correlation": a("correlation"),
+        "external_id": pl.coalesce(a("External id"), a("external id")),
+        "seq": a("Sequence number"),
+        "fwd_tid": a("Fwd thread id"),
+        "bytes": a("bytes"),
+        "coll_name": a("Collective name"),
+        "in_nelems": a("In msg nelems"),
+        "out_nelems": a("Out msg nelems"),
+        "group_size": a("Group size"),
+        "dtype": a("dtype"),
+        "pg_name": a("Process Group Name"),
+        "pg_desc": a("Process Group Description"),
+        "pg_ranks": a("Process Group Ranks"),
+        "coll_seq": a("Seq"),
+        "src_rank": a("Src Rank"),
+        "dst_rank": a("Dst Rank"),
+        "input_dims": pl.col("input_dims"),
+        "input_type": pl.col("input_type"),
+    }
+    # one query, in EVENT_SCHEMA's order and types (what ``conform`` gives)
+    df = raw.lazy().select(columns[k].cast(t).alias(k) for k, t in EVENT_SCHEMA.items()).collect(engine=query_engine())
     gpu = pl.col("kind").is_in(GPU_TIMELINE_KINDS)
     if df.select((gpu & pl.col("stream").is_null()).any()).item():
         # GPU events without args.stream (older traces): the stream is the number in the tid
         from_tid = pl.col("tid").str.extract(r"(\d+)").cast(pl.Int64, strict=False)  # "" (no tid): null
         df = df.with_columns(pl.when(gpu).then(pl.coalesce(pl.col("stream"), from_tid)).alias("stream"))
-    return _nulls_as_scalars(conform(df, EVENT_SCHEMA))
+    return _nulls_as_scalars(df)
 
 
 def _nulls_as_scalars(df: pl.DataFrame) -> pl.DataFrame:
