@@ -304,7 +304,9 @@ def _input_dims(raw: pl.DataFrame, dims_of, types_of=None, prepare=None) -> list
     if host.len():
         # the (case-insensitive) name pattern only over the host ops' distinct names (a few
         # hundred): over every row it cost 4x the rest, over every host op twice the rest
-        ops = raw.select(pl.arg_where(pl.col("ph").is_in(["X", "x"]) & pl.col("cat").is_in(host.implode()))).to_series()
+        # compared with each spelling (one or two) and phase: cheaper than hashing every row
+        is_host = pl.any_horizontal(pl.col("cat") == c for c in host)
+        ops = raw.select(pl.arg_where(((pl.col("ph") == "X") | (pl.col("ph") == "x")) & is_host)).to_series()
         names = raw.get_column("name").gather(ops)
         distinct = names.unique()
         shaped = distinct.filter(distinct.str.contains(SHAPED_OPS))
