@@ -295,6 +295,41 @@ def _drop_before_launch(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     earliest runtime event with the same correlation id). Catches a stray timestamp (a kernel at
     t=0...) that is still within :data:`MAX_GAP_NS` of the other events, in any time base."""
     gpu = pl.col("kind").is_in(GPU_WORK_KINDS) & pl.col("correlation").is_not_null()
+    early = _early_by_lookup(df, gpu)
+    if early is None:
+        early = _early_by_join(df, gpu)
+    if early.len() == 0:
+        return df, 0
+    keep = df.with_row_index("__i").filter(~pl.col("__i").is_in(early.implode())).drop("__i")
+    return keep, early.len()
+
+
+def _early_by_lookup(df: pl.DataFrame, gpu: pl.Expr) -> pl.Series | None:
+    """The rows (indices) of :func:`_drop_before_launch` when every correlation id has one
+    runtime event (every real trace): the launches sorted by correlation (mostly in order
+    already) and each GPU event's looked up by binary search, instead of a group-by and a hash
+    join; None when some id has several runtime events (:func:`_early_by_join` then)."""
+    runtime = (
+        df.lazy()
+        .filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .select("correlation", "start_ns")
+        .sort("correlation")
+        .collect(engine=query_engine())
+    )
+    work = df.lazy().with_row_index("__i").filter(gpu).select("__i", "correlation", "start_ns").collect(engine=query_engine())
+    if runtime.height == 0 or work.height == 0:
+        return work.get_column("__i").clear()
+    corr = runtime.get_column("correlation")
+    if (corr.diff().slice(1) == 0).any():
+        return None
+    at = corr.search_sorted(work.get_column("correlation"), side="left")
+    at = at.clip(upper_bound=runtime.height - 1)
+    found = corr.gather(at) == work.get_column("correlation")
+    launch = runtime.get_column("start_ns").gather(at)
+    return work.get_column("__i").filter(found & (work.get_column("start_ns") < launch - MAX_EARLY_NS))
+
+
+def _early_by_join(df: pl.DataFrame, gpu: pl.Expr) -> pl.Series:
     launches = (
         df.lazy()
         .filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
@@ -312,10 +347,7 @@ def _drop_before_launch(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         .collect(engine=query_engine())
         .to_series()
     )
-    if early.len() == 0:
-        return df, 0
-    keep = df.with_row_index("__i").filter(~pl.col("__i").is_in(early.implode())).drop("__i")
-    return keep, early.len()
+    return early
 
 
 def _count(df: pl.DataFrame, cond: pl.Expr) -> int:
