@@ -712,8 +712,14 @@ def _canonical(raw: pl.DataFrame, base_ns: int, lower: dict[str, str]) -> pl.Dat
     column is lower-cased; the stream of GPU events without an ``args.stream`` (read from their
     ``tid``, a regular expression over every row) is only looked for when there are some."""
 
+    # a column null in every row (most args of most events) is read as one null: not copied
+    # into the frame and then replaced by :func:`_nulls_as_scalars`
+    empty = {c for c, n in zip(raw.columns, raw.null_count().row(0)) if n == raw.height} if raw.height else set()
+    schema = raw.schema
+
     def a(key: str) -> pl.Expr:
-        return pl.col(f"args.{key}")
+        name = f"args.{key}"
+        return pl.lit(None, dtype=schema[name]) if name in empty else pl.col(name)
 
     # a handful of spellings: compared one by one (no hash of every row), straight to the Enum
     spellings: dict[str, list[str]] = {}
@@ -755,8 +761,8 @@ def _canonical(raw: pl.DataFrame, base_ns: int, lower: dict[str, str]) -> pl.Dat
         "coll_seq": a("Seq"),
         "src_rank": a("Src Rank"),
         "dst_rank": a("Dst Rank"),
-        "input_dims": pl.col("input_dims"),
-        "input_type": pl.col("input_type"),
+        "input_dims": pl.lit(None, dtype=pl.String) if "input_dims" in empty else pl.col("input_dims"),
+        "input_type": pl.lit(None, dtype=pl.String) if "input_type" in empty else pl.col("input_type"),
     }
     # one query, in EVENT_SCHEMA's order and types (what ``conform`` gives)
     df = raw.lazy().select(columns[k].cast(t).alias(k) for k, t in EVENT_SCHEMA.items()).collect(engine=query_engine())
