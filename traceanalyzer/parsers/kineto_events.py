@@ -302,11 +302,11 @@ def _input_dims(raw: pl.DataFrame, dims_of, types_of=None, prepare=None) -> list
     host = cats.filter(cats.str.to_lowercase().is_in(["cpu_op", "operator"]))
     n = raw.height
     if host.len():
-        # the (case-insensitive) name pattern only over the host ops' distinct names (a few
-        # hundred): over every row it cost 4x the rest, over every host op twice the rest
-        # compared with each spelling (one or two) and phase: cheaper than hashing every row
+        # the host ops: the phase and each spelling (one or two) compared, no hash of every row
         is_host = pl.any_horizontal(pl.col("cat") == c for c in host)
         ops = raw.select(pl.arg_where(((pl.col("ph") == "X") | (pl.col("ph") == "x")) & is_host)).to_series()
+        # the (case-insensitive) name pattern only over the host ops' distinct names (a few
+        # hundred): over every row it cost 4x the rest, over every host op twice the rest
         names = raw.get_column("name").gather(ops)
         distinct = names.unique()
         shaped = distinct.filter(distinct.str.contains(SHAPED_OPS))
