@@ -120,3 +120,32 @@ def test_unique_rows_equals_a_full_unique_in_order():
         })
         want = [r for i, r in enumerate(df.rows()) if r not in df.rows()[:i]]
         assert _unique_rows(df).rows() == want
+        assert _unique_rows(df, "b").rows() == want  # a key column: rows sharing its value compared in full
+        assert _unique_rows(df, "a").rows() == want  # a key with nulls: every row hashed
+
+
+def test_early_gpu_events_by_lookup_equal_the_join():
+    import random
+
+    from traceanalyzer.parsers.clean import GPU_WORK_KINDS, MAX_EARLY_NS, _early_by_join, _early_by_lookup
+    from traceanalyzer.schema import KIND
+
+    rng = random.Random(11)
+    for trial in range(60):
+        n = rng.randint(0, 60)
+        df = pl.DataFrame(
+            {
+                "kind": [rng.choice(["runtime", "kernel", "memcpy", "cpu_op"]) for _ in range(n)],
+                "correlation": [rng.choice([None, *range(12 if trial % 2 else 200)]) for _ in range(n)],
+                "start_ns": [rng.randint(0, 4) * MAX_EARLY_NS for _ in range(n)],
+            },
+            schema={"kind": KIND, "correlation": pl.Int64, "start_ns": pl.Int64},
+        )
+        gpu = pl.col("kind").is_in(GPU_WORK_KINDS) & pl.col("correlation").is_not_null()
+        got = _early_by_lookup(df, gpu)
+        want = sorted(_early_by_join(df, gpu).to_list())
+        runtime = df.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()).get_column("correlation")
+        if runtime.n_unique() < runtime.len():
+            assert got is None  # an id with several launches: the join decides
+        else:
+            assert sorted(got.to_list()) == want

@@ -113,39 +113,72 @@ def flag_raw(raw: pl.DataFrame, n: int | None = None, no_ph: int | None = None) 
     and judged together, so thresholds apply to the whole file. ``n`` / ``no_ph``: the chunk's
     number of events and of events without ``ph`` when ``raw`` holds only some of its rows (the
     parser keeps the rows of complete and begin/end events only); default: counted in ``raw``."""
+    usable, counts, _lower = flag_raw_cats(raw, n, no_ph)
+    return usable, counts
+
+
+def flag_raw_cats(raw: pl.DataFrame, n: int | None = None, no_ph: int | None = None) -> tuple[pl.DataFrame, dict, dict]:
+    """:func:`flag_raw`, and the lower-case spelling of every ``cat`` of the complete events as
+    written (``{cat: cat.lower()}``, polars' lower-casing), for the canonical frame's kinds.
+
+    One query: the flags are summed per category as written (a handful of groups), and the
+    counts per lower-case category are added up from those few rows, so no column of the
+    chunk is lower-cased or copied. When every row is usable (the common case) the mask of
+    usable rows is not built at all."""
     is_x = pl.col("ph") == "X"
-    x = raw.lazy().filter(is_x).select("cat", "ts", "dur").collect(engine=query_engine())  # the columns the flags read, not a copy of every row
     ok_ts = _finite("ts")
     ok_dur = _finite("dur") & (pl.col("dur") >= 0)
     in_range = (pl.col("ts").abs() + pl.col("dur")) <= MAX_ABS_TS_US
-    gpu_cats = GPU_WORK_CATS
-    cat = pl.col("cat").str.to_lowercase()
-    flags = x.select(
-        (~ok_ts | ~ok_dur).alias("bad"),
-        (ok_ts & ok_dur & ~in_range).alias("range"),
-        cat.alias("cat"),
-        # fractional epoch microseconds: beyond 2**43 µs a float64 no longer holds the nanoseconds
-        (ok_ts & (pl.col("ts").abs() >= 2.0**43) & (pl.col("ts") != pl.col("ts").floor())).alias("coarse"),
+    by_cat = (
+        raw.lazy()
+        .filter(is_x)
+        .group_by("cat")
+        .agg(
+            pl.len().alias("x"),
+            (~ok_ts | ~ok_dur).sum().alias("bad"),
+            (ok_ts & ok_dur & ~in_range).sum().alias("range"),
+            # fractional epoch microseconds: beyond 2**43 µs a float64 no longer holds the nanoseconds
+            (ok_ts & (pl.col("ts").abs() >= 2.0**43) & (pl.col("ts") != pl.col("ts").floor())).sum().alias("coarse"),
+        )
+        .with_columns(pl.col("cat").str.to_lowercase().alias("lower"))
+        .collect(engine=query_engine())
     )
+    gpu_cats = set(GPU_WORK_CATS)
+    known = set(KIND_OF_CAT) | set(KNOWN_OTHER_CATS)
+    x = bad = rng = coarse = gpu = bad_gpu = ranges = 0
+    unknown: dict[str, int] = {}
+    lower: dict[str, str] = {}
+    for cat, nx, nbad, nrange, ncoarse, low in by_cat.iter_rows():
+        x += nx
+        bad += nbad
+        rng += nrange
+        coarse += ncoarse
+        if cat is None:
+            continue
+        lower[cat] = low
+        if low in gpu_cats:
+            gpu += nx
+            bad_gpu += nbad
+        if low == "cuda_profiler_range":
+            ranges += nx
+        if low not in known:
+            unknown[low] = unknown.get(low, 0) + nx
     counts = {
         "n": raw.height if n is None else n,
         "no_ph": int(raw.get_column("ph").is_null().sum()) if no_ph is None else no_ph,
-        "x": x.height,
-        "bad": int(flags.get_column("bad").sum()),
-        "range": int(flags.get_column("range").sum()),
-        "coarse": int(flags.get_column("coarse").sum()),
-        "gpu": int(flags.get_column("cat").is_in(gpu_cats).sum()),
-        "bad_gpu": int(flags.filter(pl.col("cat").is_in(gpu_cats)).get_column("bad").sum()),
-        "profiler_ranges": int((flags.get_column("cat") == "cuda_profiler_range").sum()),
-        "unknown": dict(
-            flags.filter(pl.col("cat").is_not_null() & ~pl.col("cat").is_in(list(KIND_OF_CAT) + sorted(KNOWN_OTHER_CATS)))
-            .group_by("cat")
-            .len()
-            .iter_rows()
-        ),
+        "x": x,
+        "bad": bad,
+        "range": rng,
+        "coarse": coarse,
+        "gpu": gpu,
+        "bad_gpu": bad_gpu,
+        "profiler_ranges": ranges,
+        "unknown": unknown,
     }
+    if x == raw.height and not bad and not rng:  # every row is a usable complete event
+        return raw, counts, lower
     keep = raw.select((is_x & ok_ts & ok_dur & in_range).fill_null(False)).to_series()
-    return (raw if keep.all() else raw.filter(keep)), counts
+    return (raw if keep.all() else raw.filter(keep)), counts, lower
 
 
 def merge_counts(counts: list[dict]) -> dict:
@@ -220,6 +253,10 @@ def clean_raw(raw: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
 
 def main_span(starts: pl.Series) -> tuple[int, int]:
     """First and last start of the cluster of start times (gaps <= MAX_GAP_NS) holding the median."""
+    if starts.len() and not starts.null_count():
+        lo, hi = starts.min(), starts.max()
+        if hi - lo <= MAX_GAP_NS:  # no gap can exceed the whole span: one cluster, no sort
+            return int(lo), int(hi)
     t = starts.sort().to_frame("t").with_columns(
         (pl.col("t").diff().fill_null(0) > MAX_GAP_NS).cum_sum().alias("cluster")
     )
@@ -228,21 +265,28 @@ def main_span(starts: pl.Series) -> tuple[int, int]:
     return int(span.item(0, "lo")), int(span.item(0, "hi"))
 
 
-def _unique_rows(df: pl.DataFrame) -> pl.DataFrame:
+def _unique_rows(df: pl.DataFrame, key: str | None = None) -> pl.DataFrame:
     """``df.unique(maintain_order=True)`` (first of each set of identical rows, in order) without
-    its row-encoded copy of the whole frame: rows are hashed (8 bytes each) and only rows whose
-    hash is shared are compared in full. The shared hashes are found by sorting the hashes
-    (a hash table over them, ``is_duplicated``, peaks at ~60 MiB for 500k rows; the sort at ~15)."""
-    h = df.hash_rows()
-    srt = h.sort().to_frame("h")
+    its row-encoded copy of the whole frame: only rows that share a value of a cheap key with
+    another row are compared in full. The key is column ``key`` (``start_ns`` for events:
+    identical rows start together, and a sort of the starts, already in order for the most
+    part, costs a fraction of hashing every row), else a hash of each row (8 bytes). The shared
+    values are found by sorting the key (a hash table over them, ``is_duplicated``, peaks at
+    ~60 MiB for 500k rows; the sort at ~15)."""
+    k = df.get_column(key) if key is not None else None
+    if k is None or k.null_count():
+        k = df.hash_rows()
+    srt = k.sort().to_frame("h")
     repeated = srt.filter(pl.col("h") == pl.col("h").shift(1)).get_column("h")
     if repeated.len() == 0:
         return df
-    shared = h.is_in(repeated.unique().implode())
+    shared = k.is_in(repeated.unique().implode())
     idx = shared.arg_true()
     candidates = df[idx]
     first = candidates.select(pl.struct(pl.all()).is_first_distinct()).to_series()
     drop = idx.filter(~first)
+    if drop.len() == 0:
+        return df
     return df.with_row_index("__i").filter(~pl.col("__i").is_in(drop.implode())).drop("__i")
 
 
@@ -251,6 +295,41 @@ def _drop_before_launch(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     earliest runtime event with the same correlation id). Catches a stray timestamp (a kernel at
     t=0...) that is still within :data:`MAX_GAP_NS` of the other events, in any time base."""
     gpu = pl.col("kind").is_in(GPU_WORK_KINDS) & pl.col("correlation").is_not_null()
+    early = _early_by_lookup(df, gpu)
+    if early is None:
+        early = _early_by_join(df, gpu)
+    if early.len() == 0:
+        return df, 0
+    keep = df.with_row_index("__i").filter(~pl.col("__i").is_in(early.implode())).drop("__i")
+    return keep, early.len()
+
+
+def _early_by_lookup(df: pl.DataFrame, gpu: pl.Expr) -> pl.Series | None:
+    """The rows (indices) of :func:`_drop_before_launch` when every correlation id has one
+    runtime event (every real trace): the launches sorted by correlation (mostly in order
+    already) and each GPU event's looked up by binary search, instead of a group-by and a hash
+    join; None when some id has several runtime events (:func:`_early_by_join` then)."""
+    runtime = (
+        df.lazy()
+        .filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .select("correlation", "start_ns")
+        .sort("correlation")
+        .collect(engine=query_engine())
+    )
+    work = df.lazy().with_row_index("__i").filter(gpu).select("__i", "correlation", "start_ns").collect(engine=query_engine())
+    if runtime.height == 0 or work.height == 0:
+        return work.get_column("__i").clear()
+    corr = runtime.get_column("correlation")
+    if (corr.diff().slice(1) == 0).any():
+        return None
+    at = corr.search_sorted(work.get_column("correlation"), side="left")
+    at = at.clip(upper_bound=runtime.height - 1)
+    found = corr.gather(at) == work.get_column("correlation")
+    launch = runtime.get_column("start_ns").gather(at)
+    return work.get_column("__i").filter(found & (work.get_column("start_ns") < launch - MAX_EARLY_NS))
+
+
+def _early_by_join(df: pl.DataFrame, gpu: pl.Expr) -> pl.Series:
     launches = (
         df.lazy()
         .filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
@@ -268,10 +347,7 @@ def _drop_before_launch(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         .collect(engine=query_engine())
         .to_series()
     )
-    if early.len() == 0:
-        return df, 0
-    keep = df.with_row_index("__i").filter(~pl.col("__i").is_in(early.implode())).drop("__i")
-    return keep, early.len()
+    return early
 
 
 def _count(df: pl.DataFrame, cond: pl.Expr) -> int:
@@ -290,7 +366,7 @@ def clean_events(df: pl.DataFrame, path: Path, launch_check: bool = True) -> tup
         raise InvalidTrace("no usable events after dropping malformed ones", path)
     n0 = df.height
     gpu0 = _count(df, pl.col("kind").is_in(GPU_WORK_KINDS))  # counted, not filtered: no copy of the rows
-    df = _unique_rows(df)
+    df = _unique_rows(df, "start_ns")
     n_dup = n0 - df.height
     if n_dup:
         warnings.append(f"{path}: removed {n_dup} duplicated events (identical in every field)")

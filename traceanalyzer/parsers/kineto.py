@@ -50,7 +50,7 @@ from traceanalyzer.parsers.kineto_events import (
 )
 from traceanalyzer.parsers.kineto_events import short as _short
 from traceanalyzer.queries import query_engine
-from traceanalyzer.schema import EVENT_SCHEMA, META_SCHEMA, conform
+from traceanalyzer.schema import EVENT_SCHEMA, KIND, META_SCHEMA, conform
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 
@@ -329,12 +329,14 @@ def _chunk_frame(decoded: tuple[pl.DataFrame, int, int], first: int) -> _Part:
     lower_x = int((raw.get_column("ph") == "x").sum())
     if lower_x:
         raw = raw.with_columns(normal_ph())
-    usable, counts = clean.flag_raw(raw, n=n, no_ph=no_ph)
+    usable, counts, lower = clean.flag_raw_cats(raw, n=n, no_ph=no_ph)
     counts["lower_x"] = lower_x
-    begin_end = raw.filter(pl.col("ph").is_in(["B", "E"])).select(
+    # rows other than complete events are begin/end ones: none (the common case) needs no filter
+    be_rows = raw if counts["x"] < raw.height else raw.clear()
+    begin_end = be_rows.filter(pl.col("ph").is_in(["B", "E"])).select(
         (pl.col("row") + first).alias("order"), *RAW_SCHEMA
     )
-    return _Part(_canonical(usable, 0), counts, begin_end)
+    return _Part(_canonical(usable, 0, lower), counts, begin_end)
 
 
 def _finish(
@@ -357,9 +359,9 @@ def _finish(
                 "(the begin event's name and args, the end's time)"
             )
             # their B and E rows were counted as events of their chunks already
-            usable, paired_counts = clean.flag_raw(complete, n=0, no_ph=0)
+            usable, paired_counts, lower = clean.flag_raw_cats(complete, n=0, no_ph=0)
             counts.append(paired_counts)
-            frames.append(_canonical(usable, 0))
+            frames.append(_canonical(usable, 0, lower))
         if unpaired:
             warnings.append(
                 f"{path}: ignored {unpaired} begin/end ('B'/'E') events without a partner on their thread"
@@ -718,59 +720,76 @@ def _ns(ts: pl.Expr) -> pl.Expr:
     return whole.cast(pl.Int64) * 1000 + ((ts - whole) * 1000).round().cast(pl.Int64)
 
 
-def _canonical(raw: pl.DataFrame, base_ns: int) -> pl.DataFrame:
-    def a(key: str) -> pl.Expr:
-        return pl.col(f"args.{key}")
+def _canonical(raw: pl.DataFrame, base_ns: int, lower: dict[str, str]) -> pl.DataFrame:
+    """The canonical events of ``raw``: the usable complete events :func:`clean.flag_raw_cats`
+    returns (every row a complete event with a finite, non-negative ``ts`` and ``dur``), with
+    ``lower``, the lower-case spelling of each of their categories as written (from the same
+    call).
 
-    cat = pl.col("cat").str.to_lowercase()
-    kind = cat.replace_strict(KIND_OF_CAT, default="other", return_dtype=pl.String)
+    The kinds are looked up per category as written (``lower`` maps the few spellings), so no
+    column is lower-cased; the stream of GPU events without an ``args.stream`` (read from their
+    ``tid``, a regular expression over every row) is only looked for when there are some."""
+
+    # a column null in every row (most args of most events) is read as one null: not copied
+    # into the frame and then replaced by :func:`_nulls_as_scalars`
+    empty = {c for c, n in zip(raw.columns, raw.null_count().row(0)) if n == raw.height} if raw.height else set()
+    schema = raw.schema
+
+    def a(key: str) -> pl.Expr:
+        name = f"args.{key}"
+        return pl.lit(None, dtype=schema[name]) if name in empty else pl.col(name)
+
+    # a handful of spellings: compared one by one (no hash of every row), straight to the Enum
+    spellings: dict[str, list[str]] = {}
+    for cat, low in lower.items():
+        if KIND_OF_CAT.get(low, "other") != "other":
+            spellings.setdefault(KIND_OF_CAT[low], []).append(cat)
+    kind = pl.lit("other", dtype=KIND)
+    for k, cats in spellings.items():
+        kind = pl.when(pl.any_horizontal(pl.col("cat") == c for c in cats)).then(pl.lit(k, dtype=KIND)).otherwise(kind)
     # MTIA device work: DMA transfers (``dma_request``...) are copies, as HTA's memory-kernel
     # pattern ``^dma`` classifies them, not compute
-    kind = pl.when((cat == "mtia_ccp_events") & pl.col("name").str.starts_with("dma")).then(pl.lit(MTIA_DMA_KIND)).otherwise(kind)
+    mtia = [cat for cat, low in lower.items() if low == "mtia_ccp_events"]
+    if mtia:
+        kind = pl.when(pl.col("cat").is_in(mtia) & pl.col("name").str.starts_with("dma")).then(pl.lit(MTIA_DMA_KIND, dtype=KIND)).otherwise(kind)
     is_gpu = kind.is_in(GPU_TIMELINE_KINDS)
-    stream = pl.coalesce(a("stream"), pl.col("tid").str.extract(r"(\d+)").cast(pl.Int64, strict=False))
     start = _ns(pl.col("ts")) + base_ns
-    df = (
-        raw.lazy()
-        .filter(
-            (pl.col("ph") == "X")
-            & pl.col("ts").is_not_null()
-            & pl.col("dur").is_not_null()
-            & pl.col("ts").is_not_nan()
-            & pl.col("dur").is_not_nan()
-            & (pl.col("dur") >= 0)
-        )
-        .select(
-            kind.alias("kind"),
-            pl.col("pid").fill_null(""),
-            pl.col("tid").fill_null(""),
-            pl.when(is_gpu).then(stream).alias("stream"),
-            pl.col("name").fill_null(""),
-            start.alias("start_ns"),
-            (start + (pl.col("dur") * 1000).round().cast(pl.Int64)).alias("end_ns"),
-            a("correlation").alias("correlation"),
-            pl.coalesce(a("External id"), a("external id")).alias("external_id"),
-            a("Sequence number").alias("seq"),
-            a("Fwd thread id").alias("fwd_tid"),
-            a("bytes").alias("bytes"),
-            a("Collective name").alias("coll_name"),
-            a("In msg nelems").alias("in_nelems"),
-            a("Out msg nelems").alias("out_nelems"),
-            a("Group size").alias("group_size"),
-            a("dtype").alias("dtype"),
-            a("Process Group Name").alias("pg_name"),
-            a("Process Group Description").alias("pg_desc"),
-            a("Process Group Ranks").alias("pg_ranks"),
-            a("Seq").alias("coll_seq"),
-            a("Src Rank").alias("src_rank"),
-            a("Dst Rank").alias("dst_rank"),
-            pl.col("input_dims"),
-            pl.col("input_type"),
-        )
-        .with_columns(pl.lit(None, dtype=pl.Int32).alias("rank"))
-        .collect(engine=query_engine())
-    )
-    return _nulls_as_scalars(conform(df, EVENT_SCHEMA))
+    columns = {
+        "rank": pl.lit(None, dtype=pl.Int32),
+        "kind": kind,
+        "pid": pl.col("pid").fill_null(""),
+        "tid": pl.col("tid").fill_null(""),
+        "stream": pl.when(is_gpu).then(a("stream")),
+        "name": pl.col("name").fill_null(""),
+        "start_ns": start,
+        "end_ns": start + (pl.col("dur") * 1000).round().cast(pl.Int64),
+        "correlation": a("correlation"),
+        "external_id": pl.coalesce(a("External id"), a("external id")),
+        "seq": a("Sequence number"),
+        "fwd_tid": a("Fwd thread id"),
+        "bytes": a("bytes"),
+        "coll_name": a("Collective name"),
+        "in_nelems": a("In msg nelems"),
+        "out_nelems": a("Out msg nelems"),
+        "group_size": a("Group size"),
+        "dtype": a("dtype"),
+        "pg_name": a("Process Group Name"),
+        "pg_desc": a("Process Group Description"),
+        "pg_ranks": a("Process Group Ranks"),
+        "coll_seq": a("Seq"),
+        "src_rank": a("Src Rank"),
+        "dst_rank": a("Dst Rank"),
+        "input_dims": pl.lit(None, dtype=pl.String) if "input_dims" in empty else pl.col("input_dims"),
+        "input_type": pl.lit(None, dtype=pl.String) if "input_type" in empty else pl.col("input_type"),
+    }
+    # one query, in EVENT_SCHEMA's order and types (what ``conform`` gives)
+    df = raw.lazy().select(columns[k].cast(t).alias(k) for k, t in EVENT_SCHEMA.items()).collect(engine=query_engine())
+    gpu = pl.col("kind").is_in(GPU_TIMELINE_KINDS)
+    if df.select((gpu & pl.col("stream").is_null()).any()).item():
+        # GPU events without args.stream (older traces): the stream is the number in the tid
+        from_tid = pl.col("tid").str.extract(r"(\d+)").cast(pl.Int64, strict=False)  # "" (no tid): null
+        df = df.with_columns(pl.when(gpu).then(pl.coalesce(pl.col("stream"), from_tid)).alias("stream"))
+    return _nulls_as_scalars(df)
 
 
 def _nulls_as_scalars(df: pl.DataFrame) -> pl.DataFrame:
