@@ -44,8 +44,8 @@ def test_overlapping_step_windows_are_exit_6(monkeypatch, capsys):
 
     real = rank_worker.gpu_windows
 
-    def overlapping(events, name):
-        win, warns = real(events, name)
+    def overlapping(events, name, *launched):
+        win, warns = real(events, name, *launched)
         # stretch every window by 1 ms into the next one
         return win.with_columns(pl.col("wend_ns") + 1_000_000), warns
 
