@@ -10,6 +10,7 @@ damaged entry as a miss.
 from __future__ import annotations
 
 import gzip
+import zlib
 import os
 import shutil
 
@@ -287,3 +288,31 @@ def test_cli_cache_flag_writes_and_reuses_the_cache(cache_dir, tmp_path):
     # default is no cache: nothing new written
     r3 = run_cli("breakdown", DEMO, "-f", "json", "-o", out2)
     assert r3.returncode == 0 and len(_entries(cache_dir)) == 1
+
+
+@pytest.mark.parametrize("where", [0.5, 0.95, "crc"])
+def test_gzip_damaged_after_many_blocks_is_corrupt_not_truncated(small_chunks, tmp_path, where):
+    # a flipped bit far into the file (in the deflate data, or in the CRC of the trailer: every
+    # event inflates intact, then zlib reports the damage): many blocks inflated before the
+    # error, which must still be "corrupt gzip data" (exit 4), as the whole-document path says,
+    # and not a recovered (truncated) trace: which it was depended on the block size before
+    from traceanalyzer.errors import InvalidTrace
+
+    gz = bytearray(DEMO.read_bytes())
+    i = len(gz) - 8 if where == "crc" else int(len(gz) * where)
+    for bit in range(8):  # the first flip zlib detects (most do)
+        bad = bytearray(gz)
+        bad[i] ^= 1 << bit
+        try:
+            gzip.decompress(bytes(bad))
+        except (OSError, EOFError, zlib.error):
+            break
+    else:
+        pytest.skip("no detectable flip at this offset")
+    path = tmp_path / "damaged.json.gz"
+    path.write_bytes(bytes(bad))
+    # (the streaming path may first meet garbled text inflated before the error and hand the
+    # file to the whole-document path: either way, the same error)
+    for parse in (kineto.parse_file, kineto._parse_whole):
+        with pytest.raises(InvalidTrace, match="corrupt gzip data"):
+            parse(path)

@@ -82,11 +82,13 @@ def limits() -> tuple[float, int | None]:
 class Stream:
     """Decompressed blocks of a file (plain or gzip), with whether the gzip stream was cut.
 
-    ``strict``: a zlib error anywhere is "corrupt gzip data" (the whole-document path); else a
-    zlib error after some output ends the stream as a cut (the streaming path).
+    A zlib error anywhere is "corrupt gzip data" (exit 4), whatever inflated before it: a stream
+    that is merely cut short raises none (it ends without its trailer: :attr:`cut`). Where the
+    error lies says nothing of how much before it is sound, and which block it falls in must not
+    decide between an error and a recovered trace.
     """
 
-    def __init__(self, path: Path, block: int, strict: bool = False, progress=None, reuse: int = 0):
+    def __init__(self, path: Path, block: int, progress=None, reuse: int = 0):
         self.path = path
         #: ``reuse``: a plain file is read into this many buffers in turn, each block a memoryview
         #: of one, valid until ``reuse - 1`` more blocks have been taken (0: a new ``bytes`` each)
@@ -94,7 +96,6 @@ class Stream:
         #: ``progress(n)``: called with the bytes of the file (compressed, for gzip) read since the last call
         self.progress = progress or (lambda n: None)
         self.block = block
-        self.strict = strict
         self.cut = False
         self.total = 0
         self.warnings: list[str] = []
@@ -160,10 +161,7 @@ class Stream:
             try:
                 out = d.decompress(data, block)
             except _ZLIB_ERRORS as exc:
-                if self.strict or not self.total:
-                    raise InvalidTrace(f"corrupt gzip data ({exc})", path) from None
-                self.cut = True
-                return
+                raise InvalidTrace(f"corrupt gzip data ({exc})", path) from None
             consumed = read - len(d.unconsumed_tail) - len(d.unused_data)
             report(consumed)
             if out:
@@ -235,7 +233,7 @@ class Stream:
 def read_all(path: Path, block: int = 1 << 22) -> tuple[bytes, bool, list[str]]:
     """The whole (inflated) bytes of ``path``, whether a gzip stream was cut short, and the
     warnings of :class:`Stream`. A zlib error is "corrupt gzip data" (exit 4)."""
-    s = Stream(path, block, strict=True)
+    s = Stream(path, block)
     data = b"".join(s.blocks())
     return data, s.cut, s.warnings
 
