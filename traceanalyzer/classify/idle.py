@@ -248,13 +248,18 @@ def _union(intervals: pl.LazyFrame) -> pl.DataFrame:
     x = intervals.select("key", "start_ns", "end_ns").sort("start_ns").collect(engine=query_engine())
     x = x.lazy().sort("key", maintain_order=True)  # two stable sorts: (key, start) order
     reach = pl.col("end_ns").cum_max().shift(1).over("key")  # the furthest end among the earlier ranges of the key
+    # a range that starts past every earlier one's end opens a union range; the one before the
+    # next opening (or the key's last) closes it, at the furthest end so far. No group-by: polars
+    # 1.33's streaming engine stops on this one (an internal error)
+    x = x.with_columns(
+        ((pl.col("start_ns") > reach) | reach.is_null()).alias("__open"),
+        pl.col("end_ns").cum_max().over("key").alias("__reach"),
+    ).collect(engine=query_engine())
+    opens = x.filter(pl.col("__open")).select("key", pl.col("start_ns").alias("__s"))
+    closes = x.filter(pl.col("__open").shift(-1).fill_null(True)).select(pl.col("__reach").alias("__e"))
     return (
-        x.with_columns(((pl.col("start_ns") > reach) | reach.is_null()).cum_sum().alias("__g"))
-        .group_by("__g", maintain_order=True)
-        .agg(pl.col("key").first(), pl.col("start_ns").min().alias("__s"), pl.col("end_ns").max().alias("__e"))
+        pl.concat([opens, closes], how="horizontal")
         .with_columns(((pl.col("__e") - pl.col("__s")).cum_sum() - (pl.col("__e") - pl.col("__s"))).over("key").alias("__before"))
-        .select("key", "__s", "__e", "__before")
-        .collect(engine=query_engine())
     )
 
 
