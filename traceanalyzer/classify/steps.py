@@ -25,6 +25,7 @@ import re
 
 import polars as pl
 
+from traceanalyzer.classify.idle import launch_times
 from traceanalyzer.classify.intervals import segments
 from traceanalyzer.queries import query_engine
 from traceanalyzer.schema import GPU_WORK_KINDS
@@ -113,23 +114,10 @@ def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame, marks: pl.LazyFrame | N
     step marks (``marks``, :func:`gpu_step_marks`) when the rank has them and the work began at
     or after the first, else by the host step windows. ``launched``: the GPU work with its
     ``launch_ns`` (:func:`.idle.launch_times`) when already computed."""
-    runtime = events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
-    if launched is not None:
-        g = launched.lazy().select("rank", "start_ns", "end_ns", "correlation", "external_id", "launch_ns")
-    else:
+    if launched is None:
         gpu = events.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("rank", "start_ns", "end_ns", "correlation", "external_id")
-        launches = runtime.group_by("rank", "correlation").agg(pl.col("start_ns").min().alias("launch_ns"))
-        ops = (
-            events.filter(pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("external_id").is_not_null())
-            .group_by("rank", "external_id")
-            .agg(pl.col("start_ns").min().alias("op_ns"))
-        )
-        g = (
-            gpu.join(launches, on=["rank", "correlation"], how="left")
-            .join(ops, on=["rank", "external_id"], how="left")
-            .with_columns(pl.coalesce("launch_ns", "op_ns").alias("launch_ns"))
-            .drop("op_ns")
-        )
+        launched = launch_times(events, gpu)
+    g = launched.lazy().select("rank", "start_ns", "end_ns", "correlation", "external_id", "launch_ns")
     cpu_sorted = cpu.sort("cpu_start_ns")
     with_launch = (
         g.filter(pl.col("launch_ns").is_not_null())
@@ -139,6 +127,7 @@ def gpu_step_of(events: pl.LazyFrame, cpu: pl.LazyFrame, marks: pl.LazyFrame | N
     )
     # correlation ids grow with launch order: GPU work whose id is below every recorded launch
     # of its rank was launched before the profile began (warm-up still running): no step
+    runtime = events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
     first_corr = runtime.group_by("rank").agg(pl.col("correlation").min().alias("__first_corr"))
     if marks is None:
         marks = pl.LazyFrame(schema={"rank": pl.Int32, "step": pl.Int64, "mark_ns": pl.Int64})
