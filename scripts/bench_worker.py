@@ -15,7 +15,8 @@ The code measured is this script's checkout (first on the worker's ``PYTHONPATH`
 
 Printed per run and as the median: the peak RSS (``ru_maxrss``) in MiB, its ratio to the file's
 JSON (inflated size for a ``.gz``), the process CPU time (``time.process_time``: every thread,
-imports excluded) and the wall time of the work.
+imports excluded), the wall time of the work and its minor page faults (``ru_minflt``: pages the
+kernel handed out fresh, most of the system time).
 
 ``--stages``: the worker wraps the parse and classify steps (the functions ``classify_ranks``
 calls, and the parse's decode / finish / clean) and, at every entry (``<name``) and exit
@@ -108,14 +109,14 @@ if os.environ.get("BENCH_LARGE_EVENTS"):  # --engine: polars' engine forced for 
 path = sys.argv[1]
 rss0 = _status("VmRSS")
 mark("start")
-c0, t0 = time.process_time(), time.perf_counter()
+c0, t0, f0 = time.process_time(), time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 res = analyse_rank_file(RankTask(index=0, path=path, opts=Options(), source=path))
-cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+cpu, wall, faults = time.process_time() - c0, time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
 mark("end")
 err = res.error or res.deferred
 print(json.dumps({
     # the marks reset VmHWM, which also loses the earlier peak for ru_maxrss: take the marks' highest
-    "cpu_s": cpu, "wall_s": wall, "rss_mib": max([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024] + [m[2] for m in marks]),
+    "cpu_s": cpu, "wall_s": wall, "faults": faults, "rss_mib": max([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024] + [m[2] for m in marks]),
     "base_mib": rss0, "threads": pl.thread_pool_size(), "code": os.path.dirname(os.path.dirname(R.__file__)), "steps": None if res.steps is None else res.steps.height,
     "error": None if err is None else str(err), "marks": marks if STAGES else [],
 }))
@@ -183,13 +184,14 @@ def main() -> None:
             r = run_once(f, args.stages and i == args.repeat - 1, env)
             runs.append(r)
             print(f"{f.name}: run {i + 1}: peak {r['rss_mib']:.0f} MiB ({r['rss_mib'] * 2**20 / size:.2f}x the JSON), "
-                  f"CPU {r['cpu_s']:.2f} s, wall {r['wall_s']:.2f} s, base {r['base_mib']} MiB, "
+                  f"CPU {r['cpu_s']:.2f} s, wall {r['wall_s']:.2f} s, {r['faults']:,} page faults, base {r['base_mib']} MiB, "
                   f"{r['threads']} polars threads{', ERROR ' + r['error'] if r['error'] else ''}", flush=True)
-        med = {k: statistics.median(r[k] for r in runs) for k in ("rss_mib", "cpu_s", "wall_s")}
+        med = {k: statistics.median(r[k] for r in runs) for k in ("rss_mib", "cpu_s", "wall_s", "faults")}
         print(f"{f.name}: measured the traceanalyzer package in {runs[-1]['code']} (this script's checkout: it comes "
               "first on the worker's PYTHONPATH; run the script of the checkout to measure)")
         print(f"{f.name}: JSON {size / 2**20:.0f} MiB; median of {len(runs)}: peak {med['rss_mib']:.0f} MiB = "
-              f"{med['rss_mib'] * 2**20 / size:.2f}x the JSON, CPU {med['cpu_s']:.2f} s, wall {med['wall_s']:.2f} s")
+              f"{med['rss_mib'] * 2**20 / size:.2f}x the JSON, CPU {med['cpu_s']:.2f} s, wall {med['wall_s']:.2f} s, "
+              f"{med['faults']:,.0f} page faults")
         if runs[-1]["marks"]:
             print("\n".join(stage_table(runs[-1]["marks"])))
         out.append({"file": str(f), "json_bytes": size, "runs": runs, "median": med})
