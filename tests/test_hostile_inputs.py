@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import msgspec
 import orjson
 import pytest
 
@@ -147,6 +148,23 @@ def test_the_frames_with_a_latin1_byte_equal_the_clean_ones_on_every_path(tmp_pa
     a, b = parse(clean), parse(bad)
     assert a[0].equals(b[0])
     assert a[2] == [] and len(b[2]) == 1 and b[2] == [f"{bad}: strings that are not UTF-8 (Latin-1 text in a name?): their invalid bytes read as U+FFFD"]
+
+
+def test_a_string_that_is_not_utf8_is_told_apart_from_malformed_json_by_the_bytes(tmp_path):
+    """msgspec 0.22 raises UnicodeDecodeError on bytes that are not UTF-8, 0.23 DecodeError: the
+    typed decoder and the memory reader classify the failure by the bytes, so either version
+    reads the Latin-1 name (as U+FFFD) and still refuses JSON that is malformed."""
+    from traceanalyzer.parsers import kineto_events
+
+    assert kineto_events.is_utf8(b'["\xc3\xa9"]') and not kineto_events.is_utf8(b'["\xe9"]')
+    with pytest.raises(UnicodeDecodeError):
+        kineto_events.decode_typed(b'[{"ph":"X","name":"k_\xe9","ts":1,"dur":2}]')
+    with pytest.raises(msgspec.DecodeError):
+        kineto_events.decode_typed(b'[{"ph":"X","name":"k","ts":1,"dur":2},')
+    # the typed decoder, not the dict fallback, reads the chunk once the bytes are replaced
+    fixed, n = kineto.replace_invalid_utf8(b'[{"ph":"X","name":"k_\xe9","ts":1,"dur":2}]')
+    frame = kineto_events.decode_typed(fixed)
+    assert n == 1 and frame is not None and frame[0]["name"].to_list() == ["k_\ufffd"]
 
 
 # ---------------------------------------------------------------------------------------------

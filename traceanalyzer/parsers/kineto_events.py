@@ -22,6 +22,7 @@ Raw frame columns: ``ph`` (``"x"`` as written: the parser counts it and reads it
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from itertools import compress
@@ -130,6 +131,17 @@ _DECODER = msgspec.json.Decoder(list[Union[tuple([*_KEPT_TYPES.values(), *_OTHER
 _GET_REST = attrgetter(*[k for k in TOP_SCHEMA if k != "ph"], "args")
 
 
+def is_utf8(data) -> bool:
+    """Whether ``data`` (``bytes``-like) is valid UTF-8. A decode error is classified by this,
+    not by the exception type: msgspec before 0.23 raises ``UnicodeDecodeError`` on a string
+    that is not UTF-8, 0.23 and later ``msgspec.DecodeError``."""
+    try:
+        codecs.utf_8_decode(data, "strict", True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
     """The raw frame of a JSON array of events (``bytes``-like) holding the rows of complete and
     begin/end events (``row`` column: the event's index in ``piece``), with the number of events
@@ -147,6 +159,10 @@ def decode_typed(piece) -> tuple[pl.DataFrame, int, int] | None:
         events = _DECODER.decode(piece)
     except msgspec.ValidationError:
         return None
+    except msgspec.DecodeError as exc:
+        if not is_utf8(piece):
+            raise UnicodeDecodeError("utf-8", b"", 0, 1, "a string that is not UTF-8") from exc
+        raise
     n = len(events)
     phs = list(map(_PH_OF_TYPE.__getitem__, map(type, events)))
     ph = pl.Series("ph", phs, dtype=pl.String)

@@ -28,6 +28,7 @@ import polars as pl
 
 from traceanalyzer.errors import InvalidTrace
 from traceanalyzer.parsers import inflate
+from traceanalyzer.parsers.kineto_events import is_utf8
 
 #: columns of the memory-event frame (``ts_ns``: integer ns on the trace's base time)
 MEMORY_SCHEMA: dict[str, pl.DataType] = {
@@ -129,7 +130,10 @@ def read_memory_events(path: str | Path, base_ns: int | None = None) -> pl.DataF
     try:
         try:
             events, file_base = _decode(raw, path)
-        except UnicodeDecodeError:  # names that are not UTF-8: read as U+FFFD, as the trace reader does
+        except (UnicodeDecodeError, msgspec.DecodeError):
+            if is_utf8(raw):
+                raise
+            # names that are not UTF-8: read as U+FFFD, as the trace reader does
             raw = raw.decode("utf-8", errors="replace").encode("utf-8")
             events, file_base = _decode(raw, path)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
