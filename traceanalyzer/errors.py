@@ -66,6 +66,13 @@ class InvariantViolation(TraceAnalyzerError):
     exit_code = 6
 
 
+class IntegrityFailed(TraceAnalyzerError):
+    """``--strict``: a trace-integrity check failed (the result was printed first); exit 6, as a
+    failed consistency check of the trace."""
+
+    exit_code = 6
+
+
 class ConfigError(TraceAnalyzerError):
     exit_code = 7
 

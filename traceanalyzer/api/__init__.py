@@ -669,7 +669,7 @@ def report(
     from traceanalyzer.engine import with_tables
 
     a = _analysis(source)
-    a = with_tables(a, "kernel_stats", if_possible=True)  # the top-kernel table
+    a = with_tables(a, "kernel_stats", "trace_facts", if_possible=True)  # the top-kernel table, the integrity checks' facts
     if rank is not None and rank not in a.trace.ranks:
         raise InvalidArgument(f"no rank {rank} in the trace (ranks: {a.trace.ranks[:16]})")
     model = document.build(a, rank=rank, config=Path(config) if config is not None else None, top=top, ranks=ranks)

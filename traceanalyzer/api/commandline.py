@@ -124,13 +124,15 @@ def read_baseline(files: Iterable[PathLike] | None) -> pl.DataFrame | None:
 
 def breakdown_view(analysis: Analysis, config: PathLike | None = None, *, ranks: str = "auto", detail: bool = False,
                    table: bool = True) -> dict[str, Any]:
-    """What ``breakdown`` shows beside the partition: ``findings`` (the profiler findings, with
-    the run configuration's), and for the table ``summary`` (the ranks' distribution, when
+    """What ``breakdown`` shows beside the partition: ``integrity`` (the trace-integrity checks),
+    ``findings`` (the profiler findings, with the run configuration's), and for the table ``summary`` (the ranks' distribution, when
     ``ranks`` asks for it), ``stragglers``, ``comm`` (the spread of communication) and
     ``host_verdict`` (the host / launch verdict rows; with ``detail``)."""
     from traceanalyzer.reconciliation.findings import findings, run_config
+    from traceanalyzer.reconciliation.integrity import integrity
 
-    view: dict[str, Any] = {"findings": findings(analysis, run_config(config))}
+    checks = integrity(analysis)
+    view: dict[str, Any] = {"integrity": checks, "findings": findings(analysis, run_config(config), checks=checks)}
     if table:
         from traceanalyzer.classify.rankspread import comm_spread, rank_spread, summarise_ranks
         from traceanalyzer.classify.stragglers import stragglers as find_stragglers

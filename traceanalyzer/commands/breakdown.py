@@ -12,7 +12,7 @@ from traceanalyzer.commands.common import (
     analyse_paths, binary_output_check, comm_patterns, config_opt, format_opt, positive_number, print_warnings, regex,
     step_name, traces_arg,
 )
-from traceanalyzer.commands.common import RanksOpt, RankView
+from traceanalyzer.commands.common import RanksOpt, RankView, StrictOpt, strict_check
 from traceanalyzer.render.frames import write_frame
 from traceanalyzer.render import json as json_render
 from traceanalyzer.api import DEFAULT_BUS_BW_GBPS
@@ -38,6 +38,7 @@ def breakdown(
     address: AddressOpt = None,
     quiet: QuietOpt = False,
     ranks: RanksOpt = RankView.auto,
+    strict: StrictOpt = False,
 ) -> None:
     """Split every rank's GPU time, per step, into compute / recompute / exposed comm / other / idle."""
     binary_output_check(format, output)
@@ -47,15 +48,15 @@ def breakdown(
         outputs.check(output)
     analysis = analyse_paths(paths, step_name(step_range, whole_trace), recompute_pattern=recompute_range, bus_bw_gbps=bus_bw,
                              cache=cache, workers=workers, engine=engine, address=address, quiet=quiet, comm_kernels=patterns,
-                             extras=("launches",) if format in (TableFormat.json, TableFormat.table) else ())
-    view = {"findings": None}
-    if format in (TableFormat.json, TableFormat.table):
+                             extras=("launches", "trace_facts") if format in (TableFormat.json, TableFormat.table) or strict else ())
+    view: dict = {"findings": None, "integrity": None}
+    if format in (TableFormat.json, TableFormat.table) or strict:
         from traceanalyzer.api.commandline import breakdown_view
 
         view = breakdown_view(analysis, config, ranks=ranks.value, detail=detail, table=format is TableFormat.table)
     if format is TableFormat.json:
         with outputs.stream(output) as fh:
-            fh.write(json_render.dumps(json_render.document(analysis, view["findings"])))
+            fh.write(json_render.dumps(json_render.document(analysis, view["findings"], view["integrity"])))
     elif format is not TableFormat.table:
         with outputs.stream(output) as fh:
             write_frame(json_render.steps_table(analysis), format.value, fh)
@@ -65,10 +66,12 @@ def breakdown(
 
         with outputs.stream(output, "w") as fh:
             console = out_console(None if output is None else fh, 120 if output is None else 160)
-            print_breakdown(analysis, console, view["summary"], view["findings"])
+            print_breakdown(analysis, console, view["summary"], view["findings"], view["integrity"])
             if detail:
                 print_detail(analysis, console, view["summary"], view["stragglers"], view["comm"], view["host_verdict"])
     print_warnings(analysis.warnings, shows_transfer=detail or format is TableFormat.json)
+    if strict:
+        strict_check(view["integrity"])
 
 
 def register(app: typer.Typer) -> None:

@@ -548,3 +548,18 @@ RanksOpt = Annotated[
     typer.Option("--ranks", help="auto: every rank up to 16 ranks, their distribution (min / p50 / max, slowest ranks) above; "
                  "all: every rank; summary: the distribution whatever the count."),
 ]
+
+
+StrictOpt = Annotated[bool, typer.Option(
+    "--strict", help="Exit 6 (after printing the result) when a trace-integrity check fails: graphs, profiler dilation, "
+                     "steps without GPU work, stream order, dropped records, rank clocks, host events.")]
+
+
+def strict_check(checks: list[dict] | None) -> None:
+    """IntegrityFailed (exit 6) naming the failed checks of ``checks``, if any (``--strict``)."""
+    from traceanalyzer.errors import IntegrityFailed
+
+    bad = [c for c in checks or [] if c["ok"] is False]
+    if bad:
+        raise IntegrityFailed(f"--strict: {len(bad)} trace-integrity check{'s' if len(bad) != 1 else ''} failed: "
+                              + "; ".join(f"{c['check']} ({c['detail']})" for c in bad))

@@ -78,7 +78,7 @@ def report(
     base = read_baseline(baseline)
     steps = step_name(step_range, whole_trace)
     analysis = analyse_paths(paths, steps, keep="report", cache=cache, workers=workers, engine=engine, address=address, quiet=quiet,
-                             comm_kernels=patterns, extras=("launches",))
+                             comm_kernels=patterns, extras=("launches", "trace_facts"))
     trace = analysis.trace
     if rank is not None and rank not in trace.ranks:
         raise typer.BadParameter(f"no rank {rank} in the trace (it has {len(trace.ranks)}: {trace.ranks[:16]})", param_hint="'--rank'")

@@ -58,6 +58,8 @@ TABLES: dict[str, str] = {
     "launch_rows": "one row per launched GPU item (Analysis.extras['launch_rows'])",
     "queue": "launch queue summary per stream (Analysis.extras['queue'])",
     "queue_series": "launch queue length over time (Analysis.extras['queue_series'])",
+    "trace_facts": "what each rank's trace can show: host events, graph launches, compiled regions, stream overlaps, "
+                   "sync calls (Analysis.extras['trace_facts']): the integrity checks",
     "memory": "the allocator events of each Kineto rank file (engine.load only)",
 }
 
@@ -286,6 +288,7 @@ EXTRAS = {
     "launch_rows": ("traceanalyzer.classify.launches", "rank_pairs"),
     "queue": ("traceanalyzer.classify.launches", "rank_queue"),
     "queue_series": ("traceanalyzer.classify.launches", "rank_queue_series"),
+    "trace_facts": ("traceanalyzer.classify.tracefacts", "rank_facts"),
 }
 
 

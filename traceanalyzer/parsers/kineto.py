@@ -373,6 +373,9 @@ def _finish(
     if total_counts.get("utf8"):
         warnings.append(utf8_warning(path, total_counts["utf8"]))
     warnings.extend(clean.judge(total_counts, path))
+    from traceanalyzer.parsers.kineto_log import lost_records
+
+    warnings.extend(lost_records(doc, path))
     base = doc.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) and 0 <= base < 2**62 else 0
     if base not in (None, 0) and not base_ns:

@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 
 from traceanalyzer.render import plots
-from traceanalyzer.render.sections import findings_table, host_bound_table, host_verdict_table, rank_summary_table, stragglers_table
+from traceanalyzer.render.sections import findings_table, integrity_table, host_bound_table, host_verdict_table, rank_summary_table, stragglers_table
 from traceanalyzer.render.sections import (
     Cell,
     Table,
@@ -114,6 +114,10 @@ def render(model: dict[str, Any], images: dict[str, bytes] | None = None) -> str
     if model["notes"]:
         out.append('<ul class="notes">' + "".join(f'<li class="note">{escape(n)}</li>' for n in model["notes"]) + "</ul>")
 
+    checks = integrity_table(model)
+    if checks is not None:
+        out.append('<h2 id="integrity">Trace integrity</h2>')
+        out.append(_table(checks))
     found = findings_table(model)
     if found is not None:
         out.append('<h2 id="findings">Findings</h2>')

@@ -94,9 +94,10 @@ def _cross_rank(analysis: Analysis) -> list[dict]:
     return out
 
 
-def document(analysis: Analysis, findings: list[dict] | None = None) -> dict:
+def document(analysis: Analysis, findings: list[dict] | None = None, integrity: list[dict] | None = None) -> dict:
     """The breakdown document; ``findings``: :func:`traceanalyzer.reconciliation.findings.findings`
-    of the same analysis, computed by the caller (a renderer computes nothing); none when not given."""
+    of the same analysis, ``integrity``: :func:`traceanalyzer.reconciliation.integrity.integrity`,
+    both computed by the caller (a renderer computes nothing); none when not given."""
     findings = findings or []
     meta = {r["rank"]: r for r in analysis.trace.meta.iter_rows(named=True)}
     cause_fields = [f for f in [*CAUSE_FIELDS, *HOST_CAUSE_FIELDS] if f in analysis.steps.columns]
@@ -125,6 +126,7 @@ def document(analysis: Analysis, findings: list[dict] | None = None) -> dict:
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "traceanalyzer", "version": __version__},
         "inputs": [str(s) for s in analysis.trace.sources],
+        "integrity": list(integrity or []),
         "findings": findings,
         "ranks": ranks,
         "cross_rank": _cross_rank(analysis),

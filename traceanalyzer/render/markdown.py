@@ -11,7 +11,7 @@ import base64
 from typing import Any
 
 from traceanalyzer.render import plots
-from traceanalyzer.render.sections import findings_table, host_bound_table, host_verdict_table, rank_summary_table, stragglers_table
+from traceanalyzer.render.sections import findings_table, integrity_table, host_bound_table, host_verdict_table, rank_summary_table, stragglers_table
 from traceanalyzer.render.sections import (
     Cell,
     Table,
@@ -91,6 +91,9 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
         if stem in image_refs:
             out.extend([f"![{alt}]({image_refs[stem]})", ""])
 
+    checks = integrity_table(model)
+    if checks is not None:
+        out += ["### Trace integrity", ""] + _table(checks)
     found = findings_table(model)
     if found is not None:
         out += ["### Findings", ""] + _table(found)

@@ -206,6 +206,22 @@ def host_verdict_table(model: dict[str, Any]) -> Table | None:
     return t
 
 
+def integrity_table(model: dict[str, Any]) -> Table | None:
+    """Every trace-integrity check: passed, failed or skipped, the counts behind it, and for a
+    failed one the numbers it makes unreliable."""
+    rows = model.get("integrity") or []
+    if not rows:
+        return None
+    t = Table("integrity", "Trace integrity: can these numbers be trusted", ["check", "verdict", "detail", "unreliable"])
+    for c in rows:
+        verdict = "passed" if c["ok"] is True else "FAILED" if c["ok"] is False else "skipped"
+        t.rows.append([Cell(c["check"], code=True), Cell(verdict), Cell(c["detail"]), Cell("; ".join(c["affects"]))])
+    bad = sum(1 for c in rows if c["ok"] is False)
+    t.note = (f"{bad} check{'s' if bad != 1 else ''} failed: doubt the numbers named in their row." if bad
+              else "Every check passed or could not be made (skipped: the detail says why).")
+    return t
+
+
 def findings_table(model: dict[str, Any]) -> Table | None:
     rows = model.get("findings") or []
     if not rows:

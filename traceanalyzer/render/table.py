@@ -55,15 +55,31 @@ def breakdown_table(analysis: Analysis) -> Table:
     return table
 
 
-def print_breakdown(analysis: Analysis, console: Console, summary=None, findings: list[dict] | None = None) -> None:
+def print_breakdown(analysis: Analysis, console: Console, summary=None, findings: list[dict] | None = None,
+                    integrity: list[dict] | None = None) -> None:
     """One row per rank, or with ``summary`` (``classify.rankspread.rank_spread``) the ranks' distribution;
-    ``findings`` (:func:`traceanalyzer.reconciliation.findings.findings`) first."""
+    the failed trace-integrity checks (:func:`traceanalyzer.reconciliation.integrity.integrity`)
+    first, then ``findings`` (:func:`traceanalyzer.reconciliation.findings.findings`)."""
+    bad = [c for c in integrity or [] if c["ok"] is False]
+    if bad:
+        console.print(integrity_list(bad))
     if findings:
         console.print(findings_list(findings))
     elif findings is not None:
-        console.print("Findings: no recompute, exposed communication, idle or copy time of 1% of the step or more "
-                      "(how efficiently the kernels compute: traceanalyzer reconcile)")
+        console.print("Findings: no single loss of 1% of the step or more (the threshold is per cause: recompute, "
+                      "exposed communication, each idle cause, copies, each on its own; how efficiently the kernels "
+                      "compute: traceanalyzer reconcile)")
     console.print(breakdown_table(analysis) if summary is None else rank_summary_table(summary))
+
+
+def integrity_list(failed: list[dict]) -> Group:
+    """The failed trace-integrity checks: what failed, the counts behind it, the numbers to doubt."""
+    lines: list[Any] = [Text(f"Trace integrity: {len(failed)} check{'s' if len(failed) != 1 else ''} failed: "
+                             "doubt the numbers named below")]
+    for c in failed:
+        lines.append(Text(f"- {c['check']}: {c['detail']}"))
+        lines.append(Padding(Text("unreliable: " + "; ".join(c["affects"])), (0, 0, 0, 2)))
+    return Group(*lines)
 
 
 def findings_list(findings: list[dict]) -> Group:

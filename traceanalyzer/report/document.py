@@ -143,7 +143,10 @@ def build(
     notes.extend(wf_notes)
     from traceanalyzer.reconciliation.findings import findings, run_config  # noqa: PLC0415
 
-    found = findings(analysis, run_config(config))
+    from traceanalyzer.reconciliation.integrity import integrity  # noqa: PLC0415
+
+    checks = integrity(analysis)
+    found = findings(analysis, run_config(config), checks=checks)
     headline = _headline(totals, ranks, slowest, wf)
     inputs = [_file_info(Path(s), "trace") for s in analysis.trace.sources]
     if config is not None:
@@ -162,6 +165,7 @@ def build(
         "job": _job(analysis, step_range),
         "buckets": [{"key": b, "label": LABELS[b]} for b in BUCKETS],
         "headline": headline,
+        "integrity": checks,
         "findings": found,
         "host_verdict": host_verdict(analysis),
         "ranks": ranks,
