@@ -107,12 +107,17 @@ def _profiler_costs(analysis) -> list[str]:
     return [o for o in COSTLY if o in on]
 
 
-def findings(analysis, cfg=None, launches: pl.DataFrame | None = None, top: int = MAX_FINDINGS) -> list[dict[str, Any]]:
+def findings(analysis, cfg=None, launches: pl.DataFrame | None = None, top: int = MAX_FINDINGS,
+             checks: list[dict] | None = None) -> list[dict[str, Any]]:
     """The largest losses of ``analysis`` (see the module docstring), largest first.
 
     ``cfg``: the run's :class:`~traceanalyzer.model.config.RunConfig` (prices the remedies
     through the what-if model); ``launches``: :func:`traceanalyzer.classify.launches.launches`
-    per step (adds the CPU-bound verdict to the host findings)."""
+    per step (adds the CPU-bound verdict to the host findings); ``checks``: the trace-integrity
+    checks (:func:`.integrity.integrity`), accepted for the callers that have them (the findings
+    read the same trace facts: no remedy the run already applies, no cause the trace cannot show)."""
+    from traceanalyzer.reconciliation import advice
+
     st = analysis.steps
     if st.height == 0:
         return []
@@ -121,6 +126,7 @@ def findings(analysis, cfg=None, launches: pl.DataFrame | None = None, top: int 
 
         launches = with_launch_bound(analysis.extras["launches"])
     profiled = _profiler_costs(analysis)
+    applies = advice.run_applies(analysis)
     n = st.height
     step_ms = st["duration_ns"].sum() / n / 1e6
     if step_ms <= 0:
@@ -136,13 +142,31 @@ def findings(analysis, cfg=None, launches: pl.DataFrame | None = None, top: int 
                       "_sets": sets, "_note": note})
 
     add("recompute", "recompute", ms("recompute_ns"), _recompute_cause(analysis, cfg),
-        "selective recompute (attention only), or none where memory allows", sets="recompute")
+        advice.recompute_remedy(analysis), sets="recompute")
     dims = [c[len("exposed_comm_"):-3] for c in st.columns if c.startswith("exposed_comm_") and c.endswith("_ns")]
     if dims:
+        blind = advice.world_only_dims(analysis)
         for d in dims:
-            add(f"exposed_comm_{d}", f"exposed communication ({d.upper()})", ms(f"exposed_comm_{d}_ns"),
-                f"{d.upper()} collectives the schedule did not hide under compute",
-                _COMM_REMEDY.get(d, "overlap communication with compute (the framework's overlap flags)"), sets=f"comm:{d}")
+            name = advice.WORLD_UNKNOWN if d in blind else d.upper()
+            wait, kernel = advice.comm_wait(analysis, d)
+            late = advice.late_arriver(analysis, d) if kernel > 0 and wait >= advice.WAIT_SHARE * kernel else None
+            if late is not None and late["ranks"] >= 2:
+                add(f"exposed_comm_{d}", f"waiting for rank {late['rank']} at {late['collective']} ({name})",
+                    ms(f"exposed_comm_{d}_ns"),
+                    f"{wait / 1e6 / n:.3f} of {kernel / 1e6 / n:.3f} ms of {name} collective time per rank-step is wait, "
+                    f"not transfer; rank {late['rank']} arrived last at {late['instances']} of {late['of']} matched collectives "
+                    f"and the other ranks waited {late['waited_ns'] / 1e6:.3f} ms for it in all ({late['collective_ns'] / 1e6:.3f} ms "
+                    f"at {late['collective']})",
+                    f"look at what rank {late['rank']} does before its {late['collective']}: the work, data loading or host "
+                    "time that makes it late (the others wait for it: overlapping the collective would not remove the wait)",
+                    note=f"the what-if model does not price a late rank; removing the wait would save at most "
+                         f"{late['per_step_ns'] / 1e6:.3f} ms per rank-step")
+                continue
+            remedy = _COMM_REMEDY.get(d, "overlap communication with compute (the framework's overlap flags)")
+            if d in blind:
+                remedy = "overlap communication with compute (the framework's overlap flags); name the group (pg_desc) to tell its dimension"
+            add(f"exposed_comm_{d}", f"exposed communication ({name})", ms(f"exposed_comm_{d}_ns"),
+                f"{name} collectives the schedule did not hide under compute", remedy, sets=f"comm:{d}")
     else:
         add("exposed_comm", "exposed communication", ms("exposed_comm_ns"), "collectives the schedule did not hide under compute",
             "overlap communication with compute (the framework's overlap flags)")
@@ -150,11 +174,24 @@ def findings(analysis, cfg=None, launches: pl.DataFrame | None = None, top: int 
     if profiled:
         verdict = (f"{verdict}; " if verdict else "") + (
             f"recorded with {', '.join(profiled)}: the profiler's own host work inflates host time")
+    if applies["graphs"]:
+        launch_remedy = ("the run already uses CUDA graphs: capture more of the step in one graph (fewer, larger graphs), "
+                         "a larger micro-batch")
+    elif applies["compiled"]:
+        launch_remedy = ("CUDA graphs: torch.compile(mode=\"reduce-overhead\") (the run is compiled without them), "
+                         "a larger micro-batch")
+    else:
+        launch_remedy = "fewer, larger kernels: CUDA graphs or torch.compile(mode=\"reduce-overhead\"), a larger micro-batch"
     host_parts = {"dataloader": ms("idle_host_dataloader_ns"), "optimizer": ms("idle_host_optimizer_ns"),
                   "ops": ms("idle_host_ops_ns"), "untraced": ms("idle_host_untraced_ns")}
-    if "idle_host_untraced_ns" not in st.columns:
+    if applies["host_events"] is False:
+        add("idle_host_bound", "idle: cause unknown (no host events)", ms("idle_host_bound_ns") + ms("idle_other_ns"),
+            "the GPU ran dry with no next work queued; the trace holds no host events (a GPU-only capture), so what the "
+            "host did meanwhile is unknown",
+            "record the host as well (torch.profiler activities CPU and CUDA) to see the cause", note=_HOST)
+    elif "idle_host_untraced_ns" not in st.columns:
         add("idle_host_bound", "idle: host-bound", ms("idle_host_bound_ns"), "the GPU waited for launches the host had not made yet",
-            "overlap data loading, CUDA graphs or torch.compile(mode=\"reduce-overhead\")", note=_HOST)
+            "overlap data loading; " + launch_remedy, note=_HOST)
     else:
         add("idle_host_dataloader", "idle: host in the data loader", host_parts["dataloader"],
             "the GPU waited while the host was inside a DataLoader __next__ range",
@@ -164,17 +201,16 @@ def findings(analysis, cfg=None, launches: pl.DataFrame | None = None, top: int 
             "a fused or foreach optimizer; zero_grad(set_to_none=True)", note=_HOST)
         add("idle_host_ops", "idle: host dispatching ops", host_parts["ops"],
             "the GPU waited while the host dispatched and launched ops" + (f"; {verdict}" if verdict else ""),
-            "fewer, larger kernels: CUDA graphs or torch.compile(mode=\"reduce-overhead\"), a larger micro-batch", note=_HOST)
+            launch_remedy, note=_HOST)
         add("idle_host_untraced", "idle: host outside every op", host_parts["untraced"],
             "the GPU waited while the host ran no recorded op: Python, sleeps, I/O, a data loader outside DataLoader",
             "find the stall (with_stack=True, py-spy); load data in DataLoader workers, overlapped with the step", note=_HOST)
-    add("idle_sync", "idle: sync wait", ms("idle_sync_ns"),
-        "the host waited in a synchronisation (.item(), .cpu(), cudaStreamSynchronize, ...) while the GPU ran dry",
-        "keep the loss on the GPU: no .item() / .cpu() every step (log every N steps)",
+    sync_cause, sync_remedy = advice.sync_text(analysis)
+    add("idle_sync", "idle: sync wait", ms("idle_sync_ns"), sync_cause, sync_remedy,
         note="the what-if model does not price synchronisations")
     add("idle_bubble", "idle: pipeline bubble", ms("idle_bubble_ns"), "pipeline stages waiting for each other",
         "more micro-batches per pipeline, or interleaved stages (virtual pipeline)", sets="bubble")
-    add("idle_other", "idle: other", ms("idle_other_ns"),
+    add("idle_other", "idle: other", 0.0 if applies["host_events"] is False else ms("idle_other_ns"),
         "the GPU idled with its next work already launched: launch latency, waits on other streams or events",
         "see the critical path (traceanalyzer critical-path) and the timeline (annotate)",
         note="no model of launch latency or stream waits")
