@@ -18,6 +18,7 @@ counted from the rank's events, never a number of the partition:
   in total and at most;
 * ``attention_ops`` / ``conv_ops``: host ops of attention (``scaled_dot_product``, ``attention``,
   ``flash``) and of convolutions: which kind of model the trace holds;
+* ``steps_without_gpu``: the steps in whose GPU window no GPU activity starts;
 * ``sync_calls``: the host's synchronising calls (the runtime's ``*Synchronize``, ``.item()``)
   as a list of ``{name, count, ns}``, longest first.
 """
@@ -41,6 +42,7 @@ FACT_SCHEMA = {
     "stream_overlaps": pl.Int64, "stream_overlap_ns": pl.Int64, "stream_overlap_max_ns": pl.Int64,
     "attention_ops": pl.Int64, "conv_ops": pl.Int64,
     "sync_calls": pl.List(pl.Struct({"name": pl.String, "count": pl.Int64, "ns": pl.Int64})),
+    "steps_without_gpu": pl.List(pl.Int64),
 }
 
 
@@ -56,8 +58,22 @@ def _overlaps(kernels: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def trace_facts(events: pl.DataFrame) -> pl.DataFrame:
-    """One row per rank of ``events`` (see the module docstring)."""
+def _idle_steps(events: pl.DataFrame, windows: pl.DataFrame | None) -> pl.DataFrame:
+    """Per rank: the steps of ``windows`` in whose GPU window no GPU activity starts."""
+    schema = {"rank": pl.Int32, "steps_without_gpu": pl.List(pl.Int64)}
+    if windows is None or windows.height == 0:
+        return pl.DataFrame(schema=schema)
+    work = events.filter(pl.col("kind").cast(pl.String).is_in(["kernel", "memcpy", "memset", "gpu_other"])).select("rank", "start_ns").sort("start_ns")
+    win = windows.select("rank", "step", "wstart_ns", "wend_ns").sort("wstart_ns")
+    held = (work.join_asof(win, left_on="start_ns", right_on="wstart_ns", by="rank", strategy="backward", check_sortedness=False)
+            .filter(pl.col("start_ns") < pl.col("wend_ns")).select("rank", "step").unique())
+    return (win.join(held, on=["rank", "step"], how="anti").sort("rank", "step")
+            .group_by("rank", maintain_order=True).agg(pl.col("step").alias("steps_without_gpu")).cast(schema))
+
+
+def trace_facts(events: pl.DataFrame, windows: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per rank of ``events`` (see the module docstring); ``windows`` (the step windows)
+    adds ``steps_without_gpu``: the steps in whose GPU window no GPU activity starts."""
     ev = events.select("rank", "kind", "name", "stream", "pid", "start_ns", "end_ns", "correlation")
     kind = pl.col("kind").cast(pl.String)
     name = pl.col("name")
@@ -86,12 +102,14 @@ def trace_facts(events: pl.DataFrame) -> pl.DataFrame:
     )
     over = _overlaps(ev.filter(kind == "kernel").select("rank", "pid", "stream", "start_ns", "end_ns"))
     out = ranks.join(counts, on="rank", how="left").join(graph, on="rank", how="left").join(over, on="rank", how="left").join(
-        sync, on="rank", how="left")
-    out = out.with_columns(pl.col(c).fill_null(0) for c in FACT_SCHEMA if c not in ("rank", "sync_calls")).with_columns(
-        pl.col("sync_calls").fill_null(pl.lit([], FACT_SCHEMA["sync_calls"])))
+        sync, on="rank", how="left").join(_idle_steps(events, windows), on="rank", how="left")
+    lists = ("rank", "sync_calls", "steps_without_gpu")
+    out = out.with_columns(pl.col(c).fill_null(0) for c in FACT_SCHEMA if c not in lists).with_columns(
+        pl.col("sync_calls").fill_null(pl.lit([], FACT_SCHEMA["sync_calls"])),
+        pl.col("steps_without_gpu").fill_null(pl.lit([], FACT_SCHEMA["steps_without_gpu"])))
     return out.select([pl.col(c).cast(t) for c, t in FACT_SCHEMA.items()]).sort("rank")
 
 
 def rank_facts(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame, source: str) -> pl.DataFrame:
     """:func:`trace_facts` of the ranks in ``events`` (the rank workers' optional table)."""
-    return trace_facts(events)
+    return trace_facts(events, windows)

@@ -17,7 +17,8 @@ them changes a number, they say which ones to doubt:
 * ``profiler_dilation``: the profiler's own host work lengthens the step by more than
   :data:`DILATION_SHARE` (read from the analysis' unprofiled estimate when it has one: per step
   ``profiler_overhead_us`` / ``unprofiled_estimate_us``; skipped without);
-* ``gpu_work``: every step has GPU work (a step with none is a capture gap or a misplaced window);
+* ``gpu_work``: GPU activity starts in every step's window (a step with none, whatever the previous
+  step's work still running in it, is a capture gap or a misplaced window);
 * ``stream_order``: no kernel starts before the previous kernel of its stream ended (a stream runs
   in order: an overlap is a wrong timestamp, as ROCm's ``dur`` overruns);
 * ``activity_buffers``: the profiler's log in the trace does not say it dropped activity records
@@ -118,15 +119,19 @@ def _dilation(analysis) -> dict[str, Any]:
     return _row("profiler_dilation", share <= DILATION_SHARE, detail)
 
 
-def _gpu_work(steps: pl.DataFrame) -> dict[str, Any]:
+def _gpu_work(steps: pl.DataFrame, facts: pl.DataFrame | None) -> dict[str, Any]:
     if steps.height == 0:
         return _row("gpu_work", None, "no step")
-    busy = pl.col("duration_ns") - pl.col("idle_ns")
-    empty = steps.filter(busy <= 0)
+    if facts is not None and "steps_without_gpu" in facts.columns:
+        empty = facts.select("rank", pl.col("steps_without_gpu").alias("step")).explode("step").drop_nulls("step")
+        how = "no GPU activity starts in its window"
+    else:
+        empty = steps.filter((pl.col("duration_ns") - pl.col("idle_ns")) <= 0).select("rank", "step")
+        how = "its GPU is never busy"
     if empty.height == 0:
         return _row("gpu_work", True, f"all {steps.height} rank-steps ran GPU work")
-    where = ", ".join(f"rank {r} step {s}" for r, s in empty.select("rank", "step").head(6).iter_rows())
-    return _row("gpu_work", False, f"{empty.height} of {steps.height} rank-steps ran no GPU work ({where})")
+    where = ", ".join(f"rank {r} step {s}" for r, s in empty.head(6).iter_rows())
+    return _row("gpu_work", False, f"{empty.height} of {steps.height} rank-steps ran no GPU work ({how}: {where})")
 
 
 def _stream_order(facts: pl.DataFrame | None) -> dict[str, Any]:
@@ -189,7 +194,7 @@ def _host(facts: pl.DataFrame | None) -> dict[str, Any]:
 def integrity(analysis) -> list[dict[str, Any]]:
     """Every check of :data:`CHECKS` on ``analysis``, in that order (see the module docstring)."""
     facts = _facts(analysis)
-    return [*_graphs(facts), _dilation(analysis), _gpu_work(analysis.steps), _stream_order(facts),
+    return [*_graphs(facts), _dilation(analysis), _gpu_work(analysis.steps, facts), _stream_order(facts),
             _buffers(analysis, facts), _clocks(analysis), _host(facts)]
 
 
