@@ -153,7 +153,7 @@ def _segments(ev, points, cross, node_rows, group_rows, edge_rows, groups, keys)
         .with_columns(
             pl.coalesce("rank", "crank").alias("rank"),
             pl.when(pl.col("what").is_in(_IDLE)).then(pl.lit("idle"))
-            .when(pl.col("what").is_in(["host_op", "host_gap"])).then(pl.lit("host"))
+            .when(pl.col("what").is_in(["host_op", "host_dispatch", "host_gap"])).then(pl.lit("host"))
             .otherwise(pl.col("ebucket")).alias("bucket"),
         )
         .sort("g", "end_ns", "start_ns")

@@ -29,6 +29,10 @@ excepted, see :func:`build`):
   its launch call ended and its stream predecessor ended waited on something else: the
   activity on another stream of the rank that ended last before it started (and after the
   other two) is taken as what it waited for (``cudaStreamWaitEvent`` on a recorded event);
+* **thread**: from the start of a host gap of one thread to the first op another thread of the
+  same process starts inside it, and from that thread's last op end inside it back to the gap's
+  end (the main thread waiting in ``backward`` while autograd's worker thread runs it); such a
+  gap weighs only the time when no thread of the process is inside an op (:mod:`.threads`);
 * **collective** (several ranks only): the start of the last rank's kernel of a matched
   collective instance -> the point where every other rank's kernel of that instance could start
   moving data.
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.classify.critical_path import threads
 from traceanalyzer.queries import query_engine
 from traceanalyzer.schema import GPU_WORK_KINDS
 
@@ -61,11 +66,15 @@ BLOCKING = (
 #: on another stream (default 10 µs: well above a launch's latency on the GPU)
 WAIT_SLACK_NS = 10_000
 
+#: a host gap shorter than this between two points of one thread is dispatch (``host_dispatch``), not a stall
+DISPATCH_GAP_NS = 10_000
+
 # point types, in the order points at the same instant are walked on one chain
 END, READY, START = 0, 1, 2
 
 #: what each weighted piece of the path is, and the bucket it counts in
-WHATS = ["kernel", "transfer", "comm_wait", "kernel_gap", "launch_delay", "wait_gap", "host_op", "host_gap", "host_wait", "sync", "collective"]
+WHATS = ["kernel", "transfer", "comm_wait", "kernel_gap", "launch_delay", "wait_gap", "host_op", "host_dispatch", "host_gap", "host_wait", "sync",
+         "collective", "thread"]
 
 
 def _windows(windows: pl.DataFrame) -> pl.DataFrame:
@@ -286,12 +295,24 @@ def build(
         .when(pl.col("pptype").is_in([START, READY])).then(pl.col("peid"))
         .otherwise(pl.col("eid"))
     )
+    # a gap shorter than DISPATCH_GAP_NS between two points of a thread is the interpreter and
+    # dispatcher issuing the next op (host work, as an op's), not a stall
+    what = pl.when((what == "host_gap") & (pl.col("dt") < DISPATCH_GAP_NS)).then(pl.lit("host_dispatch")).otherwise(what)
     pts = pts.with_columns(what.alias("what"), about.alias("about"))
     weighted = (
-        pl.col("what").is_in(["host_op", "host_gap", "kernel", "transfer"] if host_gaps else ["host_op", "kernel", "transfer"])
+        pl.col("what").is_in(["host_op", "host_gap", "host_dispatch", "kernel", "transfer"] if host_gaps else ["host_op", "kernel", "transfer"])
         | ((pl.col("what") == "kernel_gap") & (pl.col("ptype") == START) & (pl.col("binding") == "stream"))
     )
     pts = pts.with_columns(pl.when(weighted).then(pl.col("dt")).otherwise(0).cast(pl.Int64).alias("w"))
+    # a host gap while another thread of the process runs ops is no stall: weigh only the time
+    # when no thread of the process is in an op (.threads)
+    chains = ev.select("chain", "step", "rank", "pid", "host").unique("chain")
+    gaps = pts.filter(pl.col("what") == "host_gap").select(
+        "node", "chain", (pl.col("t") - pl.col("dt")).alias("t0"), pl.col("t").alias("t1")).join(chains.drop("host"), on="chain")
+    if host_gaps and gaps.height:
+        free = threads.uncovered(gaps, threads.union_runs(ev)).select("node", "free")
+        pts = pts.join(free, on="node", how="left").sort("node").with_columns(
+            pl.coalesce("free", "w").cast(pl.Int64).alias("w")).drop("free")
     points = pts.select("node", "chain", "t", "ptype", "eid", "w", "what", "about")
 
     # ---- cross edges --------------------------------------------------------------------
@@ -327,6 +348,8 @@ def build(
         .select("src", "dst", pl.lit(0, pl.Int64).alias("w"), pl.lit("sync").alias("what"), pl.col("eid").alias("about"))
     )
     parts = [launch, wait, sync]
+    if host_gaps:  # ops only (as HTA): each thread on its own
+        parts.append(threads.thread_edges(gaps, points, chains))
     if ready.height:
         parts.append(
             ready.join(ready_node, on="eid")
