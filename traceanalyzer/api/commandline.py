@@ -208,14 +208,34 @@ def write_annotated(analysis: Analysis, output: Path, outputs: Any, merge: bool)
 def reconcile_parts(trace: PathLike, config: PathLike | None, megatron_args: PathLike | None = None, *, convention: str | None = None,
                   step_range: str | None = DEFAULT_STEP, hfu: str = "forward", workers: int | None = None, quiet: bool = False,
                   comm_kernels: list[str] | None = None, baseline: Iterable[PathLike] | None = None, cache: bool = False,
-                  console: Any = None) -> tuple[dict[str, Any], list[str]]:
-    """(the waterfall, its warnings with the analysis'): ``reconcile`` of one trace."""
+                  console: Any = None, _held: dict | None = None) -> tuple[dict[str, Any], list[str]]:
+    """(the waterfall, its warnings with the analysis'): ``reconcile`` of one trace (``_held``:
+    a dict that receives the analysis under ``"analysis"``)."""
     cfg = load_config(config, megatron_args)
     patterns = comm_patterns(comm_kernels, config, megatron_args)
     analysis = analyse_files([trace], step_range, keep="events", cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns,
                              console=console)
     wf = waterfall_of(analysis, cfg, convention=convention, hfu=hfu, baseline=read_baseline(baseline))
+    if _held is not None:
+        _held["analysis"] = analysis
     return wf, [*analysis.warnings, *wf["warnings"]]
+
+
+def reconcile_with_analysis(trace: PathLike, config: PathLike | None, megatron_args: PathLike | None = None, **kw: Any
+                            ) -> tuple[dict[str, Any], list[str], Analysis]:
+    """(the waterfall, its warnings, the analysis it was made from): as :func:`reconcile_parts`."""
+    held: dict[str, Analysis] = {}
+    wf, warnings = reconcile_parts(trace, config, megatron_args, _held=held, **kw)
+    return wf, warnings, held["analysis"]
+
+
+def advice_check(a: Analysis, b: Analysis, config: PathLike | None = None) -> list[dict[str, Any]]:
+    """The findings of ``a`` (priced with ``config`` when given) with what ``b`` measured beside
+    each: ``compare``'s check of the advice against the next run."""
+    from traceanalyzer.reconciliation.advicecheck import check_advice
+    from traceanalyzer.reconciliation.findings import findings, run_config
+
+    return check_advice(findings(a, run_config(config)), a, b)
 
 
 def compare_waterfalls(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

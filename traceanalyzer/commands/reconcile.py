@@ -13,11 +13,11 @@ from traceanalyzer.commands.common import (
 )
 from traceanalyzer.commands.common import require_config
 from traceanalyzer.api import analysis_with_tables, public, time_comparison
-from traceanalyzer.api.commandline import CONVENTIONS, HFU_CONVENTIONS, compare_waterfalls, reconcile_parts
+from traceanalyzer.api.commandline import CONVENTIONS, HFU_CONVENTIONS, advice_check, compare_waterfalls, reconcile_parts, reconcile_with_analysis
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.predictions import (
-    Format, emit, time_comparison_sections, trace_comparison_sections, waterfall_sections,
+    Format, advice_check_sections, emit, time_comparison_sections, trace_comparison_sections, waterfall_sections,
 )
 
 
@@ -94,19 +94,24 @@ def compare(
         an_a = analysis_with_tables([trace_a], steps, cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
         an_b = analysis_with_tables([trace_b], steps, cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
         cmp_t, diff = time_comparison(an_a, an_b)
-        emit(time_comparison_sections(cmp_t, all_rows) + kernel_diff_sections(diff), format,
+        advice = advice_check(an_a, an_b)
+        emit(time_comparison_sections(cmp_t, all_rows) + kernel_diff_sections(diff) + advice_check_sections(advice), format,
              {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "time",
-              "comparison": {**public(cmp_t), "kernels": public(diff)}}, output, outputs)
+              "comparison": {**public(cmp_t), "kernels": public(diff)}, "advice": advice}, output, outputs)
         print_warnings([*an_a.warnings, *an_b.warnings], shows_transfer=False)
         return
     if whole_trace:
         raise typer.BadParameter("the waterfall (with run configurations) needs the step markers", param_hint="'--whole-trace'")
-    wa, warn_a = _waterfall(trace_a, ca, None, convention, step_range, workers=workers, quiet=quiet, comm_kernel=comm_kernel, cache=cache)
-    wb, warn_b = _waterfall(trace_b, cb, None, convention, step_range, workers=workers, quiet=quiet, comm_kernel=comm_kernel, cache=cache)
+    kw = {"convention": getattr(convention, "value", convention), "step_range": step_range, "workers": workers, "quiet": quiet,
+          "comm_kernels": comm_kernel, "cache": cache, "console": err_console}
+    wa, warn_a, an_a = reconcile_with_analysis(trace_a, ca, None, **kw)
+    wb, warn_b, an_b = reconcile_with_analysis(trace_b, cb, None, **kw)
     cmp = compare_waterfalls(wa, wb)
-    sections = waterfall_sections(wa, all_rows) + waterfall_sections(wb, all_rows) + trace_comparison_sections(cmp, all_rows)
+    advice = advice_check(an_a, an_b, ca)
+    sections = (waterfall_sections(wa, all_rows) + waterfall_sections(wb, all_rows) + trace_comparison_sections(cmp, all_rows)
+                + advice_check_sections(advice))
     emit(sections, format, {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "waterfall",
-                            "a": public(wa), "b": public(wb), "comparison": public(cmp)}, output, outputs)
+                            "a": public(wa), "b": public(wb), "comparison": public(cmp), "advice": advice}, output, outputs)
     print_warnings(list(dict.fromkeys([*warn_a, *warn_b])), shows_transfer=False)
 
 

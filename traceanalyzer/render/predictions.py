@@ -269,6 +269,22 @@ def time_comparison_sections(cmp: dict[str, Any], all_rows: bool = True) -> list
 
 
 # ------------------------------------------------------------------------------------ output
+def advice_check_sections(rows: list[dict[str, Any]]) -> list[Section]:
+    """``compare``'s check of A's findings against B: each finding, its predicted gain, what B measured."""
+    if not rows:
+        return []
+    s = Section("A's findings checked against B: predicted gain beside the measured change (ms per step)",
+                ["finding of A", "A ms", "predicted gain", "measured gain (A − B step)", "same loss in B", "loss A − B", "verdict"])
+    for r in rows:
+        s.rows.append([r["label"], num(r["a_ms_per_step"], 3), "-" if r["predicted_gain_ms"] is None else num(r["predicted_gain_ms"], 3),
+                       "-" if r["measured_gain_ms"] is None else f"{r['measured_gain_ms']:+,.3f}",
+                       "-" if r["b_ms_per_step"] is None else num(r["b_ms_per_step"], 3),
+                       "-" if r["loss_change_ms"] is None else f"{r['loss_change_ms']:+,.3f}", r["verdict"] or "-"])
+    s.notes.append("measured gain: A's mean step minus B's (positive: B is faster); verdict: came (within 10 % of the prediction), "
+                   "partly (less), more, none (B is not faster); '-' where the finding had no predicted gain (-c prices them).")
+    return [s]
+
+
 def _markdown(sections: list[Section]) -> str:
     out = []
     for s in sections:
