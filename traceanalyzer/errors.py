@@ -15,7 +15,7 @@ EXIT_CODES = {
     "-o naming an input, a missing output directory, a full disk)",
     4: "invalid input: not a trace, invalid JSON/gzip/SQLite, unsupported format",
     5: "no GPU activity: a valid trace with nothing to analyse (e.g. a CPU-only profile)",
-    6: "internal consistency check failed (partition invariant violated): the input is named",
+    6: "consistency check failed: a partition invariant violated (the input is named), or with --strict a trace-integrity check",
     7: "invalid run configuration (missing or inconsistent model/parallel settings)",
     8: "regression gate failed (traceanalyzer gate)",
     9: "some runs failed (traceanalyzer batch): the others were stored; the summary names each failure",

@@ -1193,8 +1193,9 @@ def critical_path(
         between ops, a ``time.sleep``, a slow data loader). Default ``True``: a host stall is on
         the path as the host's (bucket ``host``), not as nothing. ``False`` weighs only ops and
         runtime calls, as HTA's critical path does: then a host stall outside every op leaves
-        ``path_ns`` short of the step (a thread blocked outside any op, e.g. the main thread
-        while the autograd thread runs ``backward``, also counts as host with ``True``).
+        ``path_ns`` short of the step. With ``True`` a gap weighs only the time when no thread of
+        the process is in an op, and the path follows the main thread's wait in ``backward``
+        into autograd's worker thread; a gap under 10 µs is ``host_dispatch``.
     workers : int, optional
         When ``source`` is a path: rank files parsed and classified in parallel processes
         (default: one process for a small job, all cores for a large one; 1: in this process).
@@ -1235,9 +1236,9 @@ def critical_path(
     >>> import traceanalyzer as ta
     >>> cp = ta.critical_path(ta.load("fixtures/kineto/dlrm-v100-8rank"))  # 8 ranks: one path per step
     >>> cp.summary.select("step", "ranks", "path_ns", "idle_share", "host_share").row(0)
-    (10, 1, 14402000, 0.06374114706290793, 0.9357033745313151)
+    (10, 1, 13762000, 0.06823136172068013, 0.9310419997093445)
     >>> cp.segments.group_by("rank").agg(pl.col("dur_ns").sum()).sort("rank").rows()
-    [(3, 14402000)]
+    [(3, 13762000)]
     """
     from traceanalyzer.classify import Analysis
     from traceanalyzer.classify.critical_path import critical_path as solve
