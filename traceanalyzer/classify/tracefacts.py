@@ -78,14 +78,17 @@ def trace_facts(events: pl.DataFrame, windows: pl.DataFrame | None = None) -> pl
     kind = pl.col("kind").cast(pl.String)
     name = pl.col("name")
     ranks = ev.select(pl.col("rank").unique())
-    counts = ev.group_by("rank").agg(
-        kind.is_in(["cpu_op", "runtime"]).sum().cast(pl.Int64).alias("host_events"),
-        ((kind == "runtime") & name.str.contains(GRAPH_LAUNCH)).sum().cast(pl.Int64).alias("graph_launches"),
-        (kind == "kernel").sum().cast(pl.Int64).alias("kernels"),
-        ((kind == "kernel") & name.str.starts_with("triton")).sum().cast(pl.Int64).alias("triton_kernels"),
-        (kind.is_in(["cpu_op", "annotation"]) & name.str.contains(COMPILED)).sum().cast(pl.Int64).alias("compiled_regions"),
-        ((kind == "cpu_op") & name.str.contains(ATTENTION)).sum().cast(pl.Int64).alias("attention_ops"),
-        ((kind == "cpu_op") & name.str.contains(CONV)).sum().cast(pl.Int64).alias("conv_ops"),
+    # the name patterns are tested once per distinct (rank, kind, name), not once per event
+    names = ev.group_by("rank", "kind", "name").agg(pl.len().cast(pl.Int64).alias("__n"))
+    n = pl.col("__n")
+    counts = names.group_by("rank").agg(
+        n.filter(kind.is_in(["cpu_op", "runtime"])).sum().alias("host_events"),
+        n.filter((kind == "runtime") & name.str.contains(GRAPH_LAUNCH)).sum().alias("graph_launches"),
+        n.filter(kind == "kernel").sum().alias("kernels"),
+        n.filter((kind == "kernel") & name.str.starts_with("triton")).sum().alias("triton_kernels"),
+        n.filter(kind.is_in(["cpu_op", "annotation"]) & name.str.contains(COMPILED)).sum().alias("compiled_regions"),
+        n.filter((kind == "cpu_op") & name.str.contains(ATTENTION)).sum().alias("attention_ops"),
+        n.filter((kind == "cpu_op") & name.str.contains(CONV)).sum().alias("conv_ops"),
     )
     launches = ev.filter((kind == "runtime") & name.str.contains(GRAPH_LAUNCH)).select("rank", "correlation")
     work = ev.filter(kind.is_in(["kernel", "memcpy", "memset", "gpu_other"]) & pl.col("correlation").is_not_null())
