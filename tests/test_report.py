@@ -8,6 +8,7 @@ import io
 import re
 import sys
 from collections import defaultdict
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -198,11 +199,19 @@ def test_report_buckets_equal_the_independent_count_on_every_real_trace(path, re
 # renderings against the JSON
 
 
+def _marks(page: str, plot_id: str) -> list[tuple[str, str]]:
+    """(data-key, hover text) of every rectangle with a title in the SVG plot ``plot_id``."""
+    m = re.search(rf'<svg class="plot" id="{plot_id}".*?</svg>', page, re.S)
+    assert m, plot_id
+    return [(k, unescape(t)) for k, t in re.findall(r'<rect data-key="([^"]*)"[^>]*><title>([^<]*)</title>', m.group(0))]
+
+
 class _Collect(HTMLParser):
     def __init__(self):
         super().__init__()
         self.cells: list[tuple[str, str]] = []
         self.imgs: list[str] = []
+        self.svgs: list[str] = []
         self.tags: list[tuple[str, dict]] = []
         self._path = None
         self._text = []
@@ -212,6 +221,8 @@ class _Collect(HTMLParser):
         self.tags.append((tag, a))
         if tag == "img":
             self.imgs.append(a.get("src", ""))
+        if tag == "svg":
+            self.svgs.append(a.get("id", ""))
         if a.get("data-path"):
             self._path, self._text = a["data-path"], []
 
@@ -276,15 +287,29 @@ def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
     assert doc["headline"]["sentence"] in html
     # kernel names are escaped, not interpreted as tags
     assert "<c10::" not in html
-    # images: partition, timeline, heatmap (no waterfall without a config), all embedded PNGs
-    assert len(p.imgs) == 3
-    for src in p.imgs:
-        assert src.startswith("data:image/png;base64,")
-        _check_png(base64.b64decode(src.split(",", 1)[1]))
+    # plots: partition, a timeline per rank the model holds, heatmap (no waterfall without a config), all inline SVG
+    timeline_ranks = [doc["timeline"]["rank"], *[t["rank"] for t in doc["more_timelines"]]]
+    assert p.imgs == []
+    steps = sorted({s["step"] for s in doc["steps"]})  # a partition view per step when there are several
+    per_step = [f"plot-partition-step-{s}" for s in steps] if len(steps) > 1 else []
+    assert len(steps) == (1 if path == DLRM else 3)
+    assert p.svgs == ["plot-partition", *per_step, *[f"plot-timeline-rank-{r}" for r in timeline_ranks], "plot-heatmap"]
+    # every mark of the partition plot shows its number on hover, as the JSON has it
+    bars = _marks(html, "plot-partition")
+    assert len(bars) == n_ranks * len(BUCKETS)
+    for (key, title), (r, b) in zip(bars, [(r, b) for r in doc["ranks"] for b in BUCKETS], strict=True):
+        assert key == b
+        m = re.fullmatch(rf"rank {r['rank']} · [a-z ]+: (\S+) ms per step \((\S+)% of the step\)", title)
+        assert m, title
+        _assert_shown(r["buckets"][b]["ms"], m.group(1))
+        _assert_shown(r["buckets"][b]["pct"], m.group(2))
+    cells = _marks(html, "plot-heatmap")
+    assert len(cells) == n_ranks * len(BUCKETS) and all("% of the step" in t for _k, t in cells)
     for pat in EXTERNAL:
         assert not pat.search(html), pat.pattern
+    scripts = [a for tag, a in p.tags if tag == "script"]
+    assert scripts == [{}]  # one inline script, no src
     for tag, attrs in p.tags:
-        assert tag != "script"
         for k, v in attrs.items():
             if k in ("src", "href"):
                 assert (v or "").startswith(("data:", "#")), (tag, k, v[:60])
@@ -380,12 +405,16 @@ def test_waterfall_from_the_reconciler_feeds_headline_plot_and_tables():
     images = plots.render_all(m)
     assert list(images) == ["partition", "timeline", "waterfall", "heatmap"]
     _check_png(images["waterfall"])
-    page = html_render.render(m, images)
+    page = html_render.render(m)
     p = _Collect()
     p.feed(page)
     shown = dict(p.cells)
     assert shown["headline.achieved_tflops"] == f"{direct['achieved_tflops']:.1f}"
-    assert len(p.imgs) == 4
+    assert "plot-waterfall" in p.svgs
+    cols = _marks(page, "plot-waterfall")
+    assert [k for k, _t in cols] == ["peak", *[t["key"] for t in wf["terms"]], "achieved"]
+    assert cols[0][1] == f"peak: {wf['peak_tflops']:.1f} TFLOP/s per GPU"
+    assert cols[-1][1] == f"achieved: {direct['achieved_tflops']:.1f} TFLOP/s per GPU"
 
 
 def test_normalize_waterfall_accepts_dataclasses_and_rejects_junk():

@@ -2040,16 +2040,15 @@ def write_report(model: dict[str, Any], output: Path | None, fmt: str, outputs: 
         with outputs.stream(output) as fh:
             fh.write(json_render.dumps(model))
         return
-    from traceanalyzer.render import plots
-
-    images = plots.render_all(model)
     assert output is not None
-    if fmt == "html":
+    if fmt == "html":  # plots as inline SVG: no matplotlib
         from traceanalyzer.render import html
 
-        outputs.write_text(output, html.render(model, images))
+        outputs.write_text(output, html.render(model))
         return
-    from traceanalyzer.render import markdown
+    from traceanalyzer.render import markdown, plots
+
+    images = plots.render_all(model)
 
     if embed:
         refs = {stem: markdown.data_uri(png) for stem, png in images.items()}
