@@ -303,6 +303,11 @@ def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
         assert m, title
         _assert_shown(r["buckets"][b]["ms"], m.group(1))
         _assert_shown(r["buckets"][b]["pct"], m.group(2))
+    # a kernel name cut to fit shows its full name on hover, as the JSON has it
+    names = re.findall(r'<tr><td(?: title="([^"]*)")?><code>([^<]*)</code></td>', re.search(r'<table class="data" id="kernels".*?</table>', html, re.S).group(0))
+    assert [unescape(t or n) for t, n in names] == [k["name"] for k in doc["kernels"]["rows"]]
+    cut = [(unescape(t), unescape(n)) for t, n in names if t]
+    assert cut and all(n.endswith("…") and t.startswith(n[:-1]) and len(t) > len(n) for t, n in cut)
     cells = _marks(html, "plot-heatmap")
     assert len(cells) == n_ranks * len(BUCKETS) and all("% of the step" in t for _k, t in cells)
     for pat in EXTERNAL:
@@ -408,11 +413,15 @@ def test_waterfall_from_the_reconciler_feeds_headline_plot_and_tables():
     page = html_render.render(m)
     p = _Collect()
     p.feed(page)
-    shown = dict(p.cells)
-    assert shown["headline.achieved_tflops"] == f"{direct['achieved_tflops']:.1f}"
+    cells = dict(p.cells)
+    assert cells["headline.achieved_tflops"] == f"{direct['achieved_tflops']:.1f}"
     assert "plot-waterfall" in p.svgs
     cols = _marks(page, "plot-waterfall")
-    assert [k for k, _t in cols] == ["peak", *[t["key"] for t in wf["terms"]], "achieved"]
+    shown = [t for t in wf["terms"] if round(t["tflops"], 1) != 0]  # terms that round to 0.0 have no column
+    assert 0 < len(shown) < len(wf["terms"])
+    assert [k for k, _t in cols] == ["peak", *[t["key"] for t in shown], "achieved"]
+    for (_k, title), t in zip(cols[1:-1], shown, strict=True):
+        assert title == f"{t['label']}: −{t['tflops']:.1f} TFLOP/s per GPU"
     assert cols[0][1] == f"peak: {wf['peak_tflops']:.1f} TFLOP/s per GPU"
     assert cols[-1][1] == f"achieved: {direct['achieved_tflops']:.1f} TFLOP/s per GPU"
 
@@ -465,6 +474,37 @@ def test_chosen_rank_sets_the_timeline(tmp_path):
     assert len(m["timeline"]["steps"]) == 1
     total = sum(e - s for s, e in zip(m["timeline"]["runs"]["start_ms"], m["timeline"]["runs"]["end_ms"]))
     assert total == pytest.approx(m["ranks"][6]["step_ms"])
+
+
+def test_more_timelines_hold_the_other_ranks_fastest_then_slowest_and_sum_to_their_partition():
+    analysis = ta.analyze(ta.load(DLRM))
+    m = report_model.build(analysis, rank=6)
+    naive = _naive(analysis.steps.to_dicts())
+    mean = {r: n["duration"] / n["steps"] for r, n in naive.items()}
+    rest = [r for r in mean if r != 6]
+    fastest = min(rest, key=lambda r: (mean[r], r))
+    expected = [fastest, *sorted((r for r in rest if r != fastest), key=lambda r: (-mean[r], r))]
+    assert [t["rank"] for t in m["more_timelines"]] == expected  # all 8 ranks: the chosen one, then 7 more
+    assert fastest == 7 and expected[1] == 1  # rank 7 has the shortest step (12.509 ms), rank 1 the longest
+    for t in m["more_timelines"]:
+        runs = t["runs"]
+        for b in BUCKETS:
+            total = sum(e - s for s, e, k in zip(runs["start_ms"], runs["end_ms"], runs["bucket"]) if k == b)
+            assert total == pytest.approx(naive[t["rank"]][b] / 1e6, abs=1e-9)
+        assert [x["step"] for x in t["steps"]] == [10]
+
+
+def test_more_timelines_stop_at_the_run_budget(monkeypatch):
+    from traceanalyzer.report import timelines
+
+    analysis = ta.analyze(ta.load(DLRM))
+    full = report_model.build(analysis)
+    sizes = [len(full["timeline"]["runs"]["step"]), *[len(t["runs"]["step"]) for t in full["more_timelines"]]]
+    monkeypatch.setattr(timelines, "MAX_RUNS", sum(sizes[:3]))  # room for the chosen rank and two more
+    m = report_model.build(analysis)
+    assert [t["rank"] for t in m["more_timelines"]] == [t["rank"] for t in full["more_timelines"][:2]]
+    monkeypatch.setattr(timelines, "MAX_RANKS", 1)
+    assert report_model.build(analysis)["more_timelines"] == []
 
 
 def test_report_steps_carry_exact_integer_start_ns():

@@ -18,7 +18,7 @@ from PIL import Image
 
 from traceanalyzer.cli import main
 
-from conftest import DLRM
+from conftest import DEMO, DLRM
 
 CANDIDATES = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"]
 
@@ -291,3 +291,41 @@ def test_without_javascript_every_table_and_plot_is_there(tmp_path, dlrm_report)
     r = _chromium(tmp_path, f"--screenshot={shot}", blocked.as_uri())
     assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
     _assert_plot_colours(shot)
+
+
+STEP_PROBE = """<script>
+window.addEventListener('load', function () {
+  function shown(sel) {
+    return Array.prototype.filter.call(document.querySelectorAll(sel), function (e) { return e.getBoundingClientRect().height > 0; })
+      .map(function (e) { return e.id; });
+  }
+  var sel = document.querySelector('.panels[data-label=step] select');
+  var out = {options: Array.prototype.map.call(sel.options, function (o) { return o.textContent; }),
+             before: shown('svg.plot[id^=plot-partition]'), tables_before: shown('#partition ~ .panels table, .panels[data-label=step] table')};
+  sel.selectedIndex = 2;
+  sel.dispatchEvent(new Event('change'));
+  out.after = shown('svg.plot[id^=plot-partition]');
+  out.tables_after = shown('.panels[data-label=step] table');
+  var bar = document.querySelector('#' + out.after[0] + ' rect[data-key=idle]');
+  out.idle_title = bar ? bar.querySelector('title').textContent : null;
+  var pre = document.createElement('pre');
+  pre.id = 'probe';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def test_the_step_selector_switches_the_partition_shown(tmp_path):
+    """A single-rank trace of 3 steps: the partition section offers the mean and each step."""
+    assert main(["report", str(DEMO), "-q", "-o", str(tmp_path / "r.html")]) == 0
+    assert main(["report", str(DEMO), "-q", "-f", "json", "-o", str(tmp_path / "r.json")]) == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    steps = [s["step"] for s in doc["steps"]]
+    assert len(steps) == 3
+    out = _probe(tmp_path, (tmp_path / "r.html").read_text(), STEP_PROBE)
+    assert out["options"] == ["mean over the steps", *[f"step {s}" for s in steps]]
+    assert out["before"] == ["plot-partition"] and out["tables_before"] == ["ranks"]
+    assert out["after"] == [f"plot-partition-step-{steps[1]}"] and out["tables_after"] == [f"step-{steps[1]}-ranks"]
+    s = doc["steps"][1]
+    assert out["idle_title"] == f"rank {s['rank']} · step {s['step']} · idle: {s['idle_ms']:.3f} ms of {s['duration_ms']:.3f} ms"

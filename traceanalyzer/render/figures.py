@@ -81,8 +81,8 @@ def _term_color(key: str) -> str:
 
 def waterfall(model: dict[str, Any]) -> str | None:
     """Peak TFLOP/s per GPU down to achieved: one floating column per loss term (None without one).
-    A term's column starts at the level the terms before it left (the peak minus those terms):
-    the levels are read off the model's terms in order, as the table lists them."""
+    A term's column starts at the level the terms before it left (the peak minus those terms),
+    in the model's order, as the table lists them; terms that round to zero have no column."""
     wf = model.get("waterfall")
     if not wf:
         return None
@@ -91,6 +91,8 @@ def waterfall(model: dict[str, Any]) -> str | None:
     level = wf["peak_tflops"]
     for t in wf["terms"]:
         level -= t["tflops"]  # layout: where the column floats
+        if not _f(TFLOPS, t["tflops"]).strip("-0."):
+            continue  # a term that rounds to zero: no column (nor a row in the table)
         cols.append((t["label"], level, svg.Mark(t["tflops"], _term_color(t["key"]), f"{t['label']}: −{_f(TFLOPS, t['tflops'])} TFLOP/s per GPU",
                                                  t["key"]), f"−{_f(TFLOPS, t['tflops'])}"))
     cols.append(("achieved", 0.0, svg.Mark(wf["achieved_tflops"], ACHIEVED, f"achieved: {_f(TFLOPS, wf['achieved_tflops'])} TFLOP/s per GPU",

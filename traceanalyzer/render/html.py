@@ -58,7 +58,7 @@ from traceanalyzer.render.sections import (
 #: the partition section's step selector: at most this many steps, and as many as keep the
 #: bars of all step views within MAX_STEP_BARS (rank-steps); the JSON report holds every step
 MAX_STEP_PANELS = 16
-MAX_STEP_BARS = 1024
+MAX_STEP_BARS = 256
 
 
 # ---------------------------------------------------------------------------------------------
