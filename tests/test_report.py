@@ -310,6 +310,7 @@ def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
     assert cut and all(n.endswith("…") and t.startswith(n[:-1]) and len(t) > len(n) for t, n in cut)
     cells = _marks(html, "plot-heatmap")
     assert len(cells) == n_ranks * len(BUCKETS) and all("% of the step" in t for _k, t in cells)
+    assert len(html.encode()) < (2_000_000 if path == DLRM else 400_000)
     for pat in EXTERNAL:
         assert not pat.search(html), pat.pattern
     scripts = [a for tag, a in p.tags if tag == "script"]
@@ -322,6 +323,25 @@ def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
     assert "traceanalyzer report" in html and doc["tool"]["version"] in html
     for f in doc["reproduce"]["inputs"]:
         assert f["sha256"] in html and str(f["size_bytes"]) in html
+
+
+def test_html_step_views_and_timelines_stay_within_their_budgets():
+    """A job of many ranks and steps (the DLRM ranks repeated): the step views stop at 16 steps
+    and 256 bars, the timelines at the model's 8 ranks, so the page stays small."""
+    import copy
+
+    base = _model(DLRM, ranks="summary")
+    for n_ranks, n_steps, views in ((128, 20, 2), (1, 40, 16), (1, 1, 0)):
+        m = copy.deepcopy(base)
+        m["ranks"] = [dict(copy.deepcopy(base["ranks"][k % 8]), rank=k) for k in range(n_ranks)]
+        m["steps"] = [dict(copy.deepcopy(base["steps"][k % 8]), rank=k, step=st) for k in range(n_ranks) for st in range(n_steps)]
+        page = html_render.render(m)
+        ids = re.findall(r'<svg class="plot" id="([^"]+)"', page)
+        assert [i for i in ids if i.startswith("plot-partition-step-")] == [f"plot-partition-step-{st}" for st in range(views)]
+        assert len([i for i in ids if i.startswith("plot-timeline")]) == 1 + len(base["more_timelines"]) == 8
+        if n_ranks == 128:
+            assert f"{n_steps - views} more steps in the JSON report." in page
+            assert len(page.encode()) < 1_000_000
 
 
 def _md_tables(text: str) -> dict[str, list[list[str]]]:
