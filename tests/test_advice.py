@@ -95,6 +95,8 @@ def test_dlrm_top_finding_names_the_late_rank_and_the_wait():
     assert "wait" in top["cause"] and "rank 7 arrived last at 5 of 8" in top["cause"]
     assert top["remedy"].startswith("look at what rank 7 does before") and "overlap the gradient" not in top["remedy"]
     assert "world (dimension unknown)" in top["label"]  # the job's one group spans the world: no dimension shown
+    detail = run_cli("breakdown", DLRM, "--detail", "-q").stdout
+    assert "default (world: dimension unknown)" in detail and "(DP)" not in detail
 
 
 @h200

@@ -146,6 +146,9 @@ def breakdown_view(analysis: Analysis, config: PathLike | None = None, *, ranks:
             from traceanalyzer.report.document import host_verdict
 
             view["host_verdict"] = host_verdict(analysis)
+            from traceanalyzer.reconciliation.advice import world_only_dims
+
+            view["world_only"] = world_only_dims(analysis)
     return view
 
 

@@ -68,7 +68,8 @@ def breakdown(
             console = out_console(None if output is None else fh, 120 if output is None else 160)
             print_breakdown(analysis, console, view["summary"], view["findings"], view["integrity"])
             if detail:
-                print_detail(analysis, console, view["summary"], view["stragglers"], view["comm"], view["host_verdict"])
+                print_detail(analysis, console, view["summary"], view["stragglers"], view["comm"], view["host_verdict"],
+                             view.get("world_only", frozenset()))
     print_warnings(analysis.warnings, shows_transfer=detail or format is TableFormat.json)
     if strict:
         strict_check(view["integrity"])

@@ -135,7 +135,9 @@ def idle_table(analysis: Analysis) -> Table:
     return t
 
 
-def comm_table(analysis: Analysis) -> Table | None:
+def comm_table(analysis: Analysis, world_only: set[str] | frozenset[str] = frozenset()) -> Table | None:
+    """Communication per rank; ``world_only``: the dimensions (lower case) given only because the
+    group spans the world (shown as "world: dimension unknown")."""
     import polars as pl
 
     if analysis.comm is None or analysis.comm.height == 0:
@@ -161,7 +163,8 @@ def comm_table(analysis: Analysis) -> Table | None:
     )
     for r in agg.iter_rows(named=True):
         star = "*" if r["transfer_estimated"] else ""
-        key = r["key"] if r["by"] != "group" or not r["dim"] else f"{r['key']} ({r['dim']})"
+        dim = "world: dimension unknown" if r["dim"] and r["dim"].lower() in world_only else r["dim"]
+        key = (dim if r["by"] == "dim" else r["key"]) if r["by"] != "group" or not dim else f"{r['key']} ({dim})"
         t.add_row(
             str(r["rank"]), r["by"], key, str(r["count"] or 0),
             f"{r['bytes'] / 1e6:.2f}" if r["has_bytes"] else "-",
@@ -220,13 +223,13 @@ def verdict_table(rows: list[dict[str, Any]] | None) -> Table | None:
 
 
 def print_detail(analysis: Analysis, console: Console, summary=None, stragglers=None, comm_summary=None,
-                 host_verdict: list[dict[str, Any]] | None = None) -> None:
+                 host_verdict: list[dict[str, Any]] | None = None, world_only: set[str] | frozenset[str] = frozenset()) -> None:
     """The cause sub-tables: idle by cause, host and launches, communication, recompute,
     cross-rank; with ``summary`` (the ranks' distribution, which holds the idle causes) no
     per-rank idle table, and ``comm_summary`` (``classify.rankspread.comm_spread``) instead of
     one row per rank; ``stragglers``: the multi-step straggler table's rows; ``host_verdict``:
     the per-rank host/launch verdict (:func:`traceanalyzer.report.document.host_verdict`)."""
-    comm = comm_summary_table(comm_summary) if summary is not None else comm_table(analysis)
+    comm = comm_summary_table(comm_summary) if summary is not None else comm_table(analysis, world_only)
     tables = (None if summary is not None else idle_table(analysis), verdict_table(host_verdict), comm, recompute_table(analysis),
               cross_rank_table(analysis), None if stragglers is None else stragglers_table(stragglers))
     for table in tables:
