@@ -172,3 +172,13 @@ def test_breakdown_prints_the_failed_checks_and_strict_exits_6(tmp_path):
     js = json.loads(run_cli("breakdown", path, "-q", "-f", "json").stdout)
     assert [c["check"] for c in js["integrity"]] == CHECKS
     assert next(c for c in js["integrity"] if c["check"] == "host_events")["ok"] is False
+
+
+@shared
+def test_reconcile_says_when_graphs_hide_the_shapes():
+    cfg = ROOT / "fixtures" / "configs" / "h200_small.toml"
+    res = run_cli("reconcile", VLLM, "-c", cfg, "-q")
+    assert res.returncode == 0 and "25 graph launches ran kernels that carry no op shapes" in res.stderr
+    if H200.exists():
+        plain = run_cli("reconcile", H200 / "small" / "rank0.pt.trace.json.gz", "-c", cfg, "-q")
+        assert plain.returncode == 0 and "graph launches" not in plain.stderr

@@ -139,6 +139,11 @@ def waterfall(analysis: Analysis, cfg: RunConfig, *, convention: str | None = No
     gemm = gemm_check(analysis.trace, cfg, conv_in, gpus, step_name)
     if gemm and not gemm["ok"]:
         warnings.append(gemm["verdict"])
+    tflops = trace_flops(analysis.trace, step_name)
+    graphs = _graph_launches(analysis.trace.events)
+    if graphs:
+        warnings.append(f"trace FLOPs and the GEMM check count only the ops recorded outside CUDA / HIP graphs: {graphs:,} "
+                        "graph launches ran kernels that carry no op shapes (the integrity check cuda_graphs)")
     compute_s = buckets["compute"] / n / 1e9
     return {
         "trace": ", ".join(str(s) for s in analysis.trace.sources[:2]) or "trace",
@@ -166,11 +171,22 @@ def waterfall(analysis: Analysis, cfg: RunConfig, *, convention: str | None = No
         "sum_tflops": float(sum(exact.values())),
         "exact": exact,
         "gemm_check": gemm,
-        "trace_flops": trace_flops(analysis.trace, step_name),
+        "trace_flops": tflops,
         "reported_step_time_s": rep.step_time_s,
         "logged_convention": logged,
         "warnings": list(dict.fromkeys(warnings)),
     }
+
+
+def _graph_launches(events) -> int:
+    """Graph launch calls among ``events`` (0 without host events)."""
+    import polars as pl
+
+    from traceanalyzer.classify.launches import GRAPH_LAUNCH
+
+    if events.height == 0:
+        return 0
+    return events.filter((pl.col("kind") == "runtime") & pl.col("name").str.contains(GRAPH_LAUNCH)).height
 
 
 def _predictions(cfg: RunConfig, conv: str, b: dict[str, int], n: int, warnings: list[str],
