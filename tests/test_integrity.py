@@ -172,6 +172,13 @@ def test_breakdown_prints_the_failed_checks_and_strict_exits_6(tmp_path):
     js = json.loads(run_cli("breakdown", path, "-q", "-f", "json").stdout)
     assert [c["check"] for c in js["integrity"]] == CHECKS
     assert next(c for c in js["integrity"] if c["check"] == "host_events")["ok"] is False
+    out = tmp_path / "report.json"
+    assert run_cli("report", path, "-f", "json", "-o", out, "-q").returncode == 0
+    rep = json.loads(out.read_text())
+    assert [c["check"] for c in rep["integrity"] if c["ok"] is False] == ["host_events"]
+    md = tmp_path / "report.md"
+    assert run_cli("report", path, "-f", "markdown", "-o", md, "-q").returncode == 0
+    assert "### Trace integrity" in md.read_text() and "| `host_events` | FAILED |" in md.read_text()
 
 
 @shared
