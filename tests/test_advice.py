@@ -33,9 +33,28 @@ def _events(path: Path) -> list[dict]:
     return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
 
 
+def _names(path: Path) -> list[str]:
+    """Every timed event's name: the Kineto JSON's complete events, or an Nsight Systems export's
+    runtime calls, kernels and NVTX ranges (SQLite, through its string table)."""
+    if path.suffix == ".sqlite":
+        import sqlite3
+
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+        out = []
+        for t, col in (("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"), ("CUPTI_ACTIVITY_KIND_KERNEL", "shortName")):
+            if t in tables:
+                out += [r[0] for r in con.execute(f"select s.value from {t} k join StringIds s on s.id = k.{col}")]
+        if "NVTX_EVENTS" in tables:
+            out += [r[0] or "" for r in con.execute("select text from NVTX_EVENTS")]
+        con.close()
+        return [str(n) for n in out]
+    return [str(e.get("name", "")) for e in _events(path) if e.get("ph") == "X"]
+
+
 def _hand(path: Path) -> dict:
-    """What the run applies, from the raw JSON: graph launches, compiled regions, attention / conv ops."""
-    names = [str(e.get("name", "")) for e in _events(path) if e.get("ph") == "X"]
+    """What the run applies, from the raw file: graph launches, compiled regions, attention / conv ops."""
+    names = _names(path)
     return {"graphs": sum(n.endswith("GraphLaunch") for n in names),
             "compiled": sum(n.startswith(("CompiledFunction", "Torch-Compiled Region", "## Call CompiledFxGraph")) for n in names),
             "attention": sum("scaled_dot_product" in n or "attention" in n.lower() for n in names),
@@ -44,9 +63,10 @@ def _hand(path: Path) -> dict:
 
 def _all_traces() -> list:
     h = sorted(H200.glob("*/rank0.pt.trace.json.gz")) if H200.exists() else []
-    bundled = sorted(p for p in FIX.glob("*.json.gz") if "cpu_only" not in p.name)
+    bundled = sorted(p for p in FIX.glob("*.json.gz") if "cpu_only" not in p.name) + sorted((ROOT / "fixtures" / "nsys").glob("*.sqlite"))
+    nsys = sorted((TRACES / "nsys").glob("*.sqlite")) if TRACES.exists() else []
     shared = [p for p in real_gpu_traces() if isinstance(p, Path) and "cupti_profiler" not in str(p)]
-    return [pytest.param(p, id=p.parent.name + "/" + p.name[:30]) for p in [*h, *shared, *bundled]]
+    return [pytest.param(p, id=p.parent.name + "/" + p.name[:30]) for p in [*h, *shared, *nsys, *bundled]]
 
 
 @pytest.mark.parametrize("path", _all_traces())
