@@ -189,3 +189,24 @@ def test_reconcile_says_when_graphs_hide_the_shapes():
     if H200.exists():
         plain = run_cli("reconcile", H200 / "small" / "rank0.pt.trace.json.gz", "-c", cfg, "-q")
         assert plain.returncode == 0 and "graph launches" not in plain.stderr
+
+
+def test_activity_buffers_read_nsight_systems_diagnostics(tmp_path):
+    """Nsight Systems logs into its DIAGNOSTIC_EVENT table; a line there about lost records fails the check."""
+    import sqlite3
+
+    src = ROOT / "fixtures" / "nsys" / "mfu_2gpu_before_cut.sqlite"
+    assert _check(src, "activity_buffers")["ok"] is True
+    dst = tmp_path / "dropped.sqlite"
+    shutil.copy(src, dst)
+    con = sqlite3.connect(dst)
+    cols = [r[1] for r in con.execute("PRAGMA table_info(DIAGNOSTIC_EVENT)")]
+    if not cols:
+        con.execute("CREATE TABLE DIAGNOSTIC_EVENT (timestamp INTEGER, timestampType INTEGER, source INTEGER, severity INTEGER, "
+                    "text TEXT, globalPid INTEGER)")
+    con.execute("INSERT INTO DIAGNOSTIC_EVENT (timestamp, timestampType, source, severity, text, globalPid) "
+                "VALUES (0, 1, 2, 2, 'CUPTI dropped 512 activity records: the buffers were full', 0)")
+    con.commit()
+    con.close()
+    c = _check(dst, "activity_buffers")
+    assert c["ok"] is False and "dropped 512 activity records" in c["detail"]

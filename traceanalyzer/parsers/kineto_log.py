@@ -1,11 +1,12 @@
-"""The profiler's own log in a Kineto trace: where it says it lost activity records.
+"""The profiler's own log in a trace: where it says it lost activity records.
 
 Kineto writes the messages it logged while tracing as top-level keys of the trace
 (``"INFO"``, ``"WARNING"``, ``"ERROR"``: lists of lines such as ``"WARNING:... CuptiActivityApi.cpp:...]
 Dropped 1024 activity records"``). A line of the ``WARNING`` or ``ERROR`` keys that says records
 were dropped, a buffer overflowed or ran out, or tracing stopped early is returned as a warning
 that begins with the file and contains :data:`LOST_RECORDS`; the integrity check
-``activity_buffers`` reads those warnings.
+``activity_buffers`` reads those warnings. The Nsight Systems reader passes the texts of its
+export's ``DIAGNOSTIC_EVENT`` table the same way.
 """
 
 from __future__ import annotations

@@ -862,6 +862,11 @@ def _build(src, path: Path, fmt: str) -> Trace:
     events = events.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null())
     events, more = drop_absurd(events, path)
     warnings += more
+    diag = _frame(src, "DIAGNOSTIC_EVENT", {"text": STR})  # Nsight's own log: did it lose records?
+    if diag is not None and diag.height:
+        from traceanalyzer.parsers.kineto_log import lost_records
+
+        warnings += lost_records({"WARNING": diag["text"].drop_nulls().to_list()}, path)
     cut = src.truncated
     if cut is not None:
         events, note = trim_cut(events, cut, path)
