@@ -8,6 +8,11 @@ step); its ``predicted_gain_ms`` comes from the what-if model (:func:`traceanaly
 the same code as ``traceanalyzer whatif``) when a run configuration is given and the model can
 price the change, else it is null and ``gain_note`` says why.
 
+The causes and remedies fit the run (:mod:`.advice`): exposed communication that is mostly wait
+names the late rank instead of "overlap"; no remedy the run already applies (CUDA graphs,
+``torch.compile``); the sync calls found, by name; recompute advice by model kind; no host cause
+on a capture without host events.
+
 Every finding is a dict: ``loss`` (key), ``label``, ``ms_per_step`` (mean over the rank-steps),
 ``share_of_step`` (0-1, of the mean step), ``cause``, ``remedy``, ``predicted_gain_ms``,
 ``change`` (the what-if ``--set`` that priced it, or null) and ``gain_note``.
