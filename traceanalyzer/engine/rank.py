@@ -22,7 +22,7 @@ from typing import Callable
 
 import polars as pl
 
-from traceanalyzer.classify import COMM_DIM_FIELDS, HOST_FIELDS, IDLE_FIELDS, comm, idle, recompute
+from traceanalyzer.classify import COMM_DIM_FIELDS, HOST_FIELDS, IDLE_FIELDS, comm, idle, recompute, replay
 from traceanalyzer.classify.invariants import check_event_span, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import FIELDS, check_causes, partition
@@ -150,6 +150,7 @@ class RankResult:
     windows: pl.DataFrame | None = None
     instances: pl.DataFrame | None = None  # comm.collective_instances
     exposure: pl.DataFrame | None = None  # comm.exposure
+    points: pl.DataFrame | None = None  # replay.rank_points: what the cross-rank replay needs of the rank
     recompute_ops: pl.DataFrame | None = None
     recomputed_by_name: pl.DataFrame | None = None
     outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns (classify.steps.outside_steps)
@@ -167,7 +168,7 @@ class RankResult:
         if rank == self.rank:
             return
         old = self.rank
-        for name in ("step_starts", "steps", "windows", "instances", "exposure", "recompute_ops", "recomputed_by_name", "outside_steps", "gpu", "events",
+        for name in ("step_starts", "steps", "windows", "instances", "exposure", "points", "recompute_ops", "recomputed_by_name", "outside_steps", "gpu", "events",
                      "kernel_rows", "exposed_kernels", "kernel_stats", "op_stats", "memory"):
             df = getattr(self, name)
             if df is not None and "rank" in df.columns:
@@ -240,6 +241,7 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
         inst = comm.collective_instances(events, gpu, windows, meta, tree=tree)
         del tree
         expo = comm.exposure(gpu, inst, windows)
+        points = replay.rank_points(gpu, windows, inst)
         idle_parts = idle.idle_split(events, gpu, windows, inst, launched)
         del launched
         steps = _with_causes(steps, idle_parts, expo)
@@ -248,7 +250,7 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
         into[0].deferred = exc
         return
     frames = {
-        "steps": steps, "windows": windows, "instances": inst, "exposure": expo, "recompute_ops": rc_ops,
+        "steps": steps, "windows": windows, "instances": inst, "exposure": expo, "points": points, "recompute_ops": rc_ops,
         "recomputed_by_name": recompute.ops_by_name(rc_ops, gpu), "outside_steps": outside,
     }
     if "gpu" in opts.tables:

@@ -1,0 +1,167 @@
+"""The cross-rank replay and the straggler what-if.
+
+* The replay of the unchanged job gives back every rank's measured step (every rank, every step)
+  on the 8-rank DLRM job and on the nsys 2-GPU job (the measured durations are the steps' own
+  windows, read from the trace by the partition).
+* Hand-built 4-rank traces with a known straggler (times in whole µs): every rank computes
+  ``C`` µs then enters an all-reduce; the straggler computes ``C + D``; the others' all-reduce
+  kernels are longer by exactly their wait ``D``, every kernel ends at the same time. The
+  what-if must give ``D`` for the straggler's compute before the all-reduce and zero elsewhere;
+  the straggler made each of the three others wait ``D`` per step.
+* Ties, a missing rank, a rank with no collective and mismatched collective counts each warn and
+  give the documented answer.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+import traceanalyzer as ta
+
+from conftest import DLRM, TRACES
+
+H100 = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
+C, T, D = 400, 50, 120  # compute, transfer, the straggler's extra compute (µs)
+STEP = 1000
+
+
+def _rank_file(tmp_path, rank: int, world: int, extra: int, steps: int = 2, collectives: int | None = None) -> None:
+    """One rank of the job: ``steps`` ProfilerStep host ranges of 1000 µs; in each, a compute
+    kernel of ``C + extra`` µs from 10 µs, then an all-reduce that ends at 10 + C + max extra + T
+    (``collectives``: only that many all-reduces in all, to break the matching; None: one per step)."""
+    ev, corr = [], 0
+    worst = D
+    for s in range(steps):
+        base = s * STEP
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s + 1}", "ts": base, "dur": STEP, "pid": 1, "tid": 1,
+                   "args": {"External id": 1000 + s}})
+        kernels = [("sm90_gemm", base + 10, C + extra)]
+        if collectives is None or s < collectives:
+            arrive = base + 10 + C + extra
+            kernels.append(("ncclKernel_AllReduce_RING_LL_Sum_float", arrive, base + 10 + C + worst + T - arrive))
+        for name, ts, dur in kernels:
+            corr += 1
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": base + 1 + corr % 5, "dur": 1, "pid": 1, "tid": 1,
+                       "args": {"correlation": corr, "External id": corr}})
+            ev.append({"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 7,
+                       "args": {"correlation": corr, "External id": corr, "stream": 7, "device": 0}})
+    doc = {"traceEvents": ev, "deviceProperties": H100, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world}}
+    (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
+
+
+def _job(tmp_path, extras: dict[int, int], world: int = 4):
+    for r, extra in extras.items():
+        _rank_file(tmp_path, r, world, extra)
+    return ta.straggler_view(tmp_path)
+
+
+def _cost(costs: pl.DataFrame, rank: int, phase: str, coll: str | None = "all_reduce") -> float:
+    sel = costs.filter(pl.col("rank") == rank, pl.col("phase") == phase)
+    sel = sel.filter(pl.col("collective").is_null()) if coll is None else sel.filter(pl.col("collective") == coll)
+    return sel.get_column("cost_ms_per_step").item()
+
+
+def test_the_replay_gives_back_every_rank_and_step_of_the_dlrm_job():
+    a = ta.analyze(DLRM)
+    r = ta.replay(a)
+    # the steps' windows, from the analysis' step table (the ProfilerStep ranges of each rank)
+    assert r.height == a.steps.height == 8
+    for row in r.iter_rows(named=True):
+        assert abs(row["replayed_ms"] - row["measured_ms"]) <= 0.01 * row["measured_ms"]
+    # by hand from the raw JSON: rank 1's ProfilerStep#10 is 19.901 ms, rank 7's 12.509 ms
+    assert dict(zip(r["rank"].to_list(), r["measured_ms"].to_list()))[1] == pytest.approx(19.901)
+    assert r.filter(rank=7)["replayed_ms"].item() == pytest.approx(12.509)
+
+
+@pytest.mark.parametrize("path", [
+    "fixtures/nsys/mfu_2gpu_before_cut.sqlite",
+    "shared:nsys/nsys-ai__mfu_2gpu_before.sqlite",
+    "shared:kineto-public/param-dlrm-v100-8rank",
+])
+def test_the_replay_gives_back_the_measured_steps_of_the_nsys_and_shared_jobs(path):
+    from conftest import ROOT
+
+    p = TRACES / path.split(":", 1)[1] if path.startswith("shared:") else ROOT / path
+    if not p.exists():
+        pytest.skip(f"{p} not present")
+    r = ta.replay(p)
+    assert r.height >= 2 and r["replayed_ms"].null_count() == 0
+    rel = ((r["replayed_ms"] - r["measured_ms"]).abs() / r["measured_ms"]).max()
+    assert rel <= 0.01
+
+
+def test_dlrm_top_straggler_is_rank_7_and_it_made_the_others_wait():
+    v = ta.straggler_view(DLRM)
+    top = v["costs"].row(0, named=True)
+    assert (top["rank"], top["collective"]) == (7, "all_to_all")
+    assert top["cost_ms_per_step"] > 0.5
+    assert v["ranks"].filter(role="made others wait")["rank"].to_list()[0] == 7
+    # the slow-step ranks of the step rule are the ones that waited
+    waited = set(v["ranks"].filter(role="waited")["rank"].to_list())
+    assert {1, 3}.issubset(waited)
+    # rank 7 arrived last at the first all-to-all: by hand (test_comm), rank 0 waited 2135 µs on it
+    m = v["wait_matrix"]
+    assert m.filter(collective="all_to_all", rank=0, on_rank=7)["wait_ms_per_step"].item() >= 2.135
+
+
+def test_a_known_straggler_costs_its_extra_compute_and_nothing_else(tmp_path):
+    v = _job(tmp_path, {0: 0, 1: 0, 2: D, 3: 0})
+    costs = v["costs"]
+    assert _cost(costs, 2, "compute") == pytest.approx(D / 1000, abs=1e-9)
+    others = costs.filter(~((pl.col("rank") == 2) & (pl.col("phase") == "compute") & (pl.col("collective") == "all_reduce")))
+    assert others["cost_ms_per_step"].abs().max() <= 1e-9
+    row = costs.row(0, named=True)
+    assert (row["rank"], row["phase"], row["collective"]) == (2, "compute", "all_reduce")
+    # rank 2 made three ranks wait D per step; each of them waited D
+    assert row["made_wait_ms_per_step"] == pytest.approx(3 * D / 1000)
+    assert row["waited_ms_per_step"] == pytest.approx(0.0)
+    assert _cost(costs, 0, "compute") == 0.0
+    ranks = v["ranks"]
+    assert ranks.filter(role="made others wait")["rank"].to_list() == [2]
+    assert sorted(ranks.filter(role="waited")["rank"].to_list()) == [0, 1, 3]
+    w = v["wait_matrix"].filter(on_rank=2)
+    assert sorted(w["rank"].to_list()) == [0, 1, 3] and w["wait_ms_per_step"].to_list() == pytest.approx([D / 1000] * 3)
+    assert v["total_cost_ms_per_step"] == pytest.approx(D / 1000)
+    # and the replay of the unchanged job is the measured one
+    assert (v["replay"]["replayed_ms"] - v["replay"]["measured_ms"]).abs().max() < 1e-9
+    assert v["warnings"] == []
+
+
+def test_two_ranks_tied_as_last_arrivals_each_cost_nothing_alone(tmp_path):
+    v = _job(tmp_path, {0: 0, 1: D, 2: D, 3: 0})
+    assert _cost(v["costs"], 1, "compute") == 0.0 and _cost(v["costs"], 2, "compute") == 0.0
+    # together they cost D (the median of 0, D, D, 0 is D/2: every rank made typical saves D/2)
+    assert v["total_cost_ms_per_step"] == pytest.approx(D / 2000)
+    assert any("same time" in w for w in v["warnings"])
+    # the wait of ranks 0 and 3 is shared between the two late ranks
+    m = v["wait_matrix"].filter(rank=0)
+    assert m["on_rank"].to_list() == [1, 2] and m["wait_ms_per_step"].to_list() == pytest.approx([D / 2000] * 2)
+
+
+def test_a_missing_rank_is_warned_and_the_others_wait_only_for_the_loaded(tmp_path):
+    v = _job(tmp_path, {0: 0, 1: 0, 2: D})  # rank 3 of 4 not loaded
+    assert any("group default has 4 ranks, 3 loaded" in w for w in v["warnings"])
+    assert _cost(v["costs"], 2, "compute") == pytest.approx(D / 1000)
+
+
+def test_a_rank_with_no_collective_is_replayed_alone(tmp_path):
+    _rank_file(tmp_path, 0, 3, 0)
+    _rank_file(tmp_path, 1, 3, D)
+    _rank_file(tmp_path, 2, 3, 0, collectives=0)
+    v = ta.straggler_view(tmp_path)
+    assert any("rank 2 has no collective" in w for w in v["warnings"])
+    assert v["costs"].filter(rank=2)["cost_ms_per_step"].abs().max() == 0.0
+    # ranks 0 and 1 only: the median of C and C + D is C + D/2
+    assert _cost(v["costs"], 1, "compute") == pytest.approx(D / 2000)
+
+
+def test_mismatched_collective_counts_are_not_matched_and_cost_nothing(tmp_path):
+    _rank_file(tmp_path, 0, 2, 0)
+    _rank_file(tmp_path, 1, 2, D, collectives=1)
+    v = ta.straggler_view(tmp_path)
+    assert any("disagree on the number of collectives (rank 0: 2, rank 1: 1)" in w for w in v["warnings"])
+    assert v["wait_matrix"].height == 0
+    assert (v["replay"]["replayed_ms"] - v["replay"]["measured_ms"]).abs().max() < 1e-9

@@ -1,0 +1,274 @@
+"""A cross-rank replay of the job: every rank's step rebuilt from its own work and the collectives
+it shares with the other ranks, with durations that can be changed.
+
+**The points of a rank** (:func:`rank_points`, per rank, in the rank worker): each step's start
+and end, and the *arrival* (the start) of each of its collective kernels. Every point has an
+**anchor**: the rank's collective kernel that ended last at or before it (none: the job's origin,
+the earliest step start over the ranks), and a **lead**, the time from the anchor's end to the
+point, split into the GPU's **busy** time in it (``busy_ns``: any kernel, memcpy or memset on any
+stream of the rank: the work before the point) and the rest, **idle** (the GPU waited for the host).
+
+**The replay** (:func:`replay_graph`, :func:`run`, in the reduce step): a collective ends on a
+rank when its *last* participant arrives plus that rank's transfer (``transfer = end − last
+arrival``, :func:`traceanalyzer.classify.comm.match_instances`); a point is its anchor's replayed
+end plus its lead. A collective whose ranks could not be matched (one rank loaded, or ranks that
+disagree on the count) is the rank's own work: it ends at its arrival plus its duration. With the
+measured leads and transfers the replay gives back every point, so every rank's step, as measured
+(:func:`replay_table`): the check that the dependencies are the ones the trace shows. A point
+whose anchor ended, in the trace, after the collective it leads to (clocks of two ranks a little
+apart) keeps its measured anchor time: the graph has no cycle, and the count is warned about.
+
+Changing a lead (less busy or less idle time before a collective) or a transfer and running the
+replay again gives the job's step time had that work taken that long: the straggler what-if of
+:mod:`traceanalyzer.classify.stragglercost`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+#: the points' kinds
+START, ARRIVE, END = "start", "arrive", "end"
+
+POINT_SCHEMA = {
+    "rank": pl.Int32, "step": pl.Int64, "point": pl.String, "kernel": pl.Int64, "t_ns": pl.Int64,
+    "anchor": pl.Int64, "anchor_end_ns": pl.Int64, "lead_ns": pl.Int64, "busy_ns": pl.Int64,
+}
+
+
+def _busy_prefix(starts: np.ndarray, ends: np.ndarray):
+    """The union of ``[start, end)`` intervals as sorted disjoint intervals and the busy time
+    before each one's start (for :func:`_busy_before`)."""
+    if starts.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(s.size, bool)
+    new[1:] = s[1:] > reach[:-1]
+    idx = np.flatnonzero(new)
+    us = s[idx]
+    ue = np.maximum.reduceat(e, idx) if idx.size else e[:0]
+    ue = np.maximum.accumulate(ue)
+    before = np.concatenate([[0], np.cumsum(ue - us)[:-1]]).astype(np.int64)
+    return us, ue, before
+
+
+def _busy_before(t: np.ndarray, us: np.ndarray, ue: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """GPU busy time before each time of ``t`` (the union of :func:`_busy_prefix`)."""
+    if us.size == 0:
+        return np.zeros(t.size, np.int64)
+    i = np.searchsorted(us, t, side="right") - 1
+    ok = i >= 0
+    j = np.where(ok, i, 0)
+    inside = np.minimum(t, ue[j]) - us[j]
+    return np.where(ok, before[j] + np.clip(inside, 0, None), 0).astype(np.int64)
+
+
+def rank_points(gpu: pl.DataFrame, windows: pl.DataFrame, inst: pl.DataFrame) -> pl.DataFrame:
+    """The points of each rank (see the module docstring): one row per step start, step end and
+    collective kernel, sorted by rank and time.
+
+    ``gpu``: the labelled GPU work; ``windows``: the step windows; ``inst``: the rank's collective
+    instances (:func:`.comm.collective_instances`) in their order. Columns: ``rank``, ``step``,
+    ``point`` (``start`` / ``arrive`` / ``end``), ``kernel`` (Int64: the collective kernel's
+    position among the rank's instances, arrivals only), ``t_ns``, ``anchor`` (the position of
+    the anchoring collective kernel; null: the job's origin), ``anchor_end_ns`` (its end),
+    ``lead_ns`` (``t − anchor end``; null for an origin anchor: the reducer knows the origin),
+    ``busy_ns`` (GPU busy time between the anchor's end, or the rank's first step start, and the
+    point).
+    """
+    out = []
+    ranks = windows.get_column("rank").unique().sort().to_list() if windows.height else []
+    for rank in ranks:
+        w = windows.filter(pl.col("rank") == rank).sort("wstart_ns")
+        g = gpu.filter(pl.col("rank") == rank).select("start_ns", "end_ns")
+        k = inst.filter(pl.col("rank") == rank).select("step", "start_ns", "end_ns") if inst.height else None
+        us, ue, before = _busy_prefix(g.get_column("start_ns").to_numpy().astype(np.int64), g.get_column("end_ns").to_numpy().astype(np.int64))
+        wsteps = w.get_column("step").to_numpy()
+        ws, we = w.get_column("wstart_ns").to_numpy().astype(np.int64), w.get_column("wend_ns").to_numpy().astype(np.int64)
+        n_k = 0 if k is None else k.height
+        ks = np.zeros(0, np.int64) if k is None else k.get_column("start_ns").to_numpy().astype(np.int64)
+        ke = np.zeros(0, np.int64) if k is None else k.get_column("end_ns").to_numpy().astype(np.int64)
+        kstep = np.zeros(0, np.int64) if k is None else k.get_column("step").fill_null(-1).to_numpy().astype(np.int64)
+        # the points: step starts and ends, then the arrivals
+        t = np.concatenate([ws, we, ks])
+        kind = np.array([START] * ws.size + [END] * we.size + [ARRIVE] * n_k, dtype=object)
+        step = np.concatenate([wsteps, wsteps, kstep]).astype(np.int64)
+        kernel = np.concatenate([np.full(ws.size + we.size, -1), np.arange(n_k)]).astype(np.int64)
+        # anchor: the kernel with the latest end at or before the point (ties: the later position)
+        if n_k:
+            order = np.lexsort((np.arange(n_k), ke))
+            se = ke[order]
+            pos = np.searchsorted(se, t, side="right") - 1
+            # the running "latest end" is the sorted end itself; the kernel of that end
+            anchor = np.where(pos >= 0, order[np.clip(pos, 0, None)], -1)
+            # a kernel of no duration ends where it arrives: its anchor is the one before it
+            own = (kernel >= 0) & (anchor == kernel)
+            prev = np.where(pos >= 1, order[np.clip(pos - 1, 0, None)], -1)
+            anchor = np.where(own, prev, anchor)
+        else:
+            anchor = np.full(t.size, -1, np.int64)
+        anchor_end = np.where(anchor >= 0, ke[np.clip(anchor, 0, None)] if n_k else 0, np.int64(-1))
+        first = ws.min() if ws.size else (t.min() if t.size else 0)
+        lo = np.where(anchor >= 0, anchor_end, first)
+        busy = np.clip(_busy_before(np.maximum(t, lo), us, ue, before) - _busy_before(lo, us, ue, before), 0, None)
+        lead = np.where(anchor >= 0, t - anchor_end, -1)
+        df = pl.DataFrame({
+            "rank": np.full(t.size, rank, np.int32), "step": step, "point": kind.astype(str), "kernel": kernel, "t_ns": t,
+            "anchor": anchor, "anchor_end_ns": anchor_end, "lead_ns": lead, "busy_ns": busy.astype(np.int64),
+        })
+        out.append(df.with_columns(
+            pl.when(pl.col("step") >= 0).then(pl.col("step")).alias("step"),
+            pl.when(pl.col("kernel") >= 0).then(pl.col("kernel")).alias("kernel"),
+            *[pl.when(pl.col("anchor") >= 0).then(pl.col(c)).alias(c) for c in ("anchor", "anchor_end_ns", "lead_ns")],
+        ).sort("t_ns", maintain_order=True))
+    if not out:
+        return pl.DataFrame(schema=POINT_SCHEMA)
+    return pl.concat(out).cast(POINT_SCHEMA).select(list(POINT_SCHEMA))
+
+
+@dataclass
+class Graph:
+    """The replay's dependency graph, as arrays (see :func:`replay_graph`).
+
+    Kernels (one per collective kernel row of the job, in the collectives' order) belong to a
+    node (a matched instance, or the kernel alone); points belong to a rank and, for arrivals, to
+    the kernel's node. ``levels``: the arrival points in evaluation order, cut per level."""
+
+    origin: int
+    kernel_node: np.ndarray  # node of each kernel
+    transfer: np.ndarray  # end − node's measured last arrival, per kernel
+    node_ids: np.ndarray  # per node: an id (the group code and instance of a matched one), for the medians
+    point_node: np.ndarray  # per point: its kernel's node (-1: a step start or end)
+    point_kernel: np.ndarray  # per point: its kernel (-1: none)
+    anchor: np.ndarray  # per point: the anchoring kernel (-1: the origin, or a fixed anchor time)
+    fixed_anchor: np.ndarray  # per point: the anchor time when not replayed (the origin, or a cycle broken)
+    lead: np.ndarray  # per point: measured lead
+    busy: np.ndarray  # per point: measured GPU busy time in the lead
+    levels: list[np.ndarray]  # arrival point indices, level by level
+    n_nodes: int
+    broken: int  # anchors kept at their measured time to break a cycle
+
+
+def job_kernels(coll: pl.DataFrame) -> pl.DataFrame:
+    """The job's collective kernels with their position among their rank's kernels (``kernel``,
+    as :func:`rank_points` numbers them) and the columns the replay reads."""
+    return coll.select(
+        "rank", "step", "coll_type", "pg_name", "instance", "start_ns", "end_ns", "dur_ns", "last_arrival_ns", "wait_ns", "group_size",
+        pl.int_range(pl.len(), dtype=pl.Int64).over("rank").alias("kernel"),
+    )
+
+
+def replay_graph(points: pl.DataFrame, kern: pl.DataFrame) -> Graph:
+    """The graph of the job from its points (:func:`rank_points` of every rank) and its kernels
+    (:func:`job_kernels`)."""
+    n_k = kern.height
+    origin = int(points.filter(pl.col("point") == START).get_column("t_ns").min() or points.get_column("t_ns").min() or 0)
+    matched = kern.get_column("last_arrival_ns").is_not_null().to_numpy()
+    gcode = kern.get_column("pg_name").cast(pl.String).fill_null("").to_numpy()
+    inst = kern.get_column("instance").fill_null(-1).to_numpy().astype(np.int64)
+    # nodes: a matched kernel shares its node with the kernels of its group's instance
+    keys = np.where(matched, np.char.add(np.char.add(gcode.astype(str), "\x1f"), inst.astype(str)), np.char.add("\x1e", np.arange(n_k).astype(str)))
+    _, kernel_node = np.unique(keys, return_inverse=True) if n_k else (np.zeros(0), np.zeros(0, np.int64))
+    kernel_node = kernel_node.astype(np.int64)
+    n_nodes = int(kernel_node.max()) + 1 if n_k else 0
+    starts = kern.get_column("start_ns").to_numpy().astype(np.int64)
+    ends = kern.get_column("end_ns").to_numpy().astype(np.int64)
+    last = np.where(matched, kern.get_column("last_arrival_ns").fill_null(0).to_numpy().astype(np.int64), starts)
+    node_e = np.zeros(n_nodes, np.int64)
+    if n_k:
+        np.maximum.at(node_e, kernel_node, last)
+    transfer = ends - last
+    # points -> global kernel index: (rank, position) of the kernels
+    kidx = {(r, p): i for i, (r, p) in enumerate(zip(kern.get_column("rank").to_list(), kern.get_column("kernel").to_list()))}
+    prank = points.get_column("rank").to_list()
+    pk = [kidx.get((r, p), -1) if p is not None else -1 for r, p in zip(prank, points.get_column("kernel").to_list())]
+    pa = [kidx.get((r, p), -1) if p is not None else -1 for r, p in zip(prank, points.get_column("anchor").to_list())]
+    point_kernel = np.asarray(pk, np.int64)
+    anchor = np.asarray(pa, np.int64)
+    t = points.get_column("t_ns").to_numpy().astype(np.int64)
+    point_node = np.where(point_kernel >= 0, kernel_node[np.clip(point_kernel, 0, None)] if n_k else -1, -1)
+    fixed = np.where(anchor >= 0, points.get_column("anchor_end_ns").fill_null(origin).to_numpy().astype(np.int64), origin)
+    lead = t - fixed
+    busy = points.get_column("busy_ns").to_numpy().astype(np.int64)
+    # break cycles: an anchor node measured no earlier than the node the point leads to
+    a_node = np.where(anchor >= 0, kernel_node[np.clip(anchor, 0, None)] if n_k else -1, -1)
+    order = np.empty(n_nodes, np.int64)
+    if n_nodes:
+        order[np.lexsort((np.arange(n_nodes), node_e))] = np.arange(n_nodes)
+    bad = (anchor >= 0) & (point_node >= 0) & (order[np.clip(a_node, 0, None)] >= order[np.clip(point_node, 0, None)]) if n_nodes else np.zeros(t.size, bool)
+    broken = int(bad.sum())
+    anchor = np.where(bad, -1, anchor)
+    a_node = np.where(bad, -1, a_node)
+    # levels: a node's level is one more than the highest level of its arrivals' anchor nodes
+    node_level = np.zeros(n_nodes, np.int64)
+    arr = np.flatnonzero(point_node >= 0)
+    if arr.size:
+        an = a_node[arr]
+        pn = point_node[arr]
+        by_order = np.argsort(order[pn], kind="stable")  # nodes in measured order: anchors first
+        arr, an, pn = arr[by_order], an[by_order], pn[by_order]
+        # one pass in measured order suffices (every kept anchor node comes earlier in that order)
+        lvl = np.zeros(n_nodes, np.int64)
+        for a, p in zip(an.tolist(), pn.tolist()):
+            v = lvl[a] + 1 if a >= 0 else 1
+            if v > lvl[p]:
+                lvl[p] = v
+        node_level = lvl
+        pl_level = node_level[pn]
+        cut = np.argsort(pl_level, kind="stable")
+        arr, pl_level = arr[cut], pl_level[cut]
+        bounds = np.flatnonzero(np.diff(pl_level)) + 1
+        levels = np.split(arr, bounds)
+    else:
+        levels = []
+    gid = np.zeros(n_nodes, dtype=object)
+    if n_k:
+        gid[kernel_node] = keys
+    return Graph(origin, kernel_node, transfer, gid, point_node, point_kernel, anchor, fixed, lead, busy, levels, n_nodes, broken)
+
+
+def run(g: Graph, lead: np.ndarray | None = None, transfer: np.ndarray | None = None) -> np.ndarray:
+    """Every point's replayed time with these leads (per point) and transfers (per kernel);
+    the measured ones where not given."""
+    lead = g.lead if lead is None else lead
+    transfer = g.transfer if transfer is None else transfer
+    node_e = np.full(g.n_nodes, np.iinfo(np.int64).min, np.int64)
+
+    def anchor_time(idx: np.ndarray) -> np.ndarray:
+        a = g.anchor[idx]
+        has = a >= 0
+        ac = np.clip(a, 0, None)
+        return np.where(has, node_e[g.kernel_node[ac]] + transfer[ac] if g.kernel_node.size else 0, g.fixed_anchor[idx])
+
+    for idx in g.levels:
+        t = anchor_time(idx) + lead[idx]
+        np.maximum.at(node_e, g.point_node[idx], t)
+    every = np.arange(g.lead.size)
+    return anchor_time(every) + lead
+
+
+def step_times(points: pl.DataFrame, times: np.ndarray) -> pl.DataFrame:
+    """Per rank and step: the replayed step duration (end − start) from the points' times."""
+    df = points.select("rank", "step", "point").with_columns(pl.Series("t", times))
+    return (
+        df.filter(pl.col("point").is_in([START, END]))
+        .group_by("rank", "step")
+        .agg((pl.col("t").filter(pl.col("point") == END).max() - pl.col("t").filter(pl.col("point") == START).min()).alias("ns"))
+    )
+
+
+def replay_table(steps: pl.DataFrame, points: pl.DataFrame, g: Graph) -> pl.DataFrame:
+    """Per rank and step: ``measured_ms`` (the step's duration) and ``replayed_ms`` (the replay's,
+    measured durations given), sorted by rank and step."""
+    rep = step_times(points, run(g))
+    return (
+        steps.select("rank", "step", "duration_ns")
+        .join(rep, on=["rank", "step"], how="left")
+        .select("rank", "step", (pl.col("duration_ns") / 1e6).alias("measured_ms"), (pl.col("ns") / 1e6).alias("replayed_ms"))
+        .sort("rank", "step")
+    )
