@@ -28,7 +28,8 @@ C, T, D = 400, 50, 120  # compute, transfer, the straggler's extra compute (µs)
 STEP = 1000
 
 
-def _rank_file(tmp_path, rank: int, world: int, extra: int, steps: int = 2, collectives: int | None = None) -> None:
+def _rank_file(tmp_path, rank: int, world: int, extra: int, steps: int = 2, collectives: int | None = None,
+               nelems: int | None = None) -> None:
     """One rank of the job: ``steps`` ProfilerStep host ranges of 1000 µs; in each, a compute
     kernel of ``C + extra`` µs from 10 µs, then an all-reduce that ends at 10 + C + max extra + T
     (``collectives``: only that many all-reduces in all, to break the matching; None: one per step)."""
@@ -46,8 +47,10 @@ def _rank_file(tmp_path, rank: int, world: int, extra: int, steps: int = 2, coll
             corr += 1
             ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": base + 1 + corr % 5, "dur": 1, "pid": 1, "tid": 1,
                        "args": {"correlation": corr, "External id": corr}})
-            ev.append({"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 7,
-                       "args": {"correlation": corr, "External id": corr, "stream": 7, "device": 0}})
+            args = {"correlation": corr, "External id": corr, "stream": 7, "device": 0}
+            if nelems is not None and name.startswith("nccl"):
+                args.update({"In msg nelems": nelems, "Out msg nelems": nelems, "dtype": "Float", "Group size": world})
+            ev.append({"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 7, "args": args})
     doc = {"traceEvents": ev, "deviceProperties": H100, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world}}
     (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
 
@@ -165,3 +168,49 @@ def test_mismatched_collective_counts_are_not_matched_and_cost_nothing(tmp_path)
     assert any("disagree on the number of collectives (rank 0: 2, rank 1: 1)" in w for w in v["warnings"])
     assert v["wait_matrix"].height == 0
     assert (v["replay"]["replayed_ms"] - v["replay"]["measured_ms"]).abs().max() < 1e-9
+
+
+# a one-layer transformer over 4 data-parallel GPUs: hidden 64, one head (head_dim 64), a 4h GeLU
+# MLP, a vocabulary of 64. Weights a GPU holds and reduces Ψ = attention h(d + 2d) + d·h = 16384,
+# MLP 2·h·4h = 32768, output layer h·V = 4096: 53248. The gradient all-reduce (fp32) moves 2(d−1)/d · 4 · Ψ = 1.5 · 4 · 53248 = 319488 bytes
+# per GPU and step (Megatron's DP all-reduce; nccl-tests' ring factor)
+TINY = """
+[model]
+layers = 1
+hidden = 64
+heads = 1
+seq_length = 16
+vocab = 64
+activation = "gelu"
+[batch]
+global_batch = 4
+micro_batch = 1
+[parallel]
+dp = 4
+grad_reduce_dtype = "fp32"
+[hardware]
+gpu = "NVIDIA H100 80GB HBM3"
+num_gpus = 4
+precision = "bf16"
+"""
+PSI = 64 * (64 + 2 * 64) + 64 * 64 + 2 * 64 * 256 + 64 * 64
+PREDICTED = 2 * 3 / 4 * 4 * PSI
+
+
+@pytest.mark.parametrize("nelems,ratio,warned", [(PSI, 1.0, False), (2 * PSI, 2.0, True)])
+def test_bytes_per_dimension_measured_beside_predicted(tmp_path, nelems, ratio, warned):
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    traces = tmp_path / "job"
+    traces.mkdir()
+    for r in range(4):
+        _rank_file(traces, r, 4, D if r == 2 else 0, nelems=nelems)
+    t = ta.comm_bytes(traces, cfg).filter(dim="DP").row(0, named=True)
+    # measured: one all-reduce of `nelems` floats per rank and step, bus bytes 2(n−1)/n × 4 × nelems
+    assert t["measured_bytes"] == pytest.approx(1.5 * 4 * nelems)
+    assert t["predicted_bytes"] == pytest.approx(PREDICTED)
+    assert t["ratio"] == pytest.approx(ratio) and t["warning"] is warned
+    assert (t["kernels"], t["sized"]) == (1.0, 1.0)
+    doc = ta.reconcile(traces, cfg)
+    assert [r["dim"] for r in doc["comm_bytes"]] == ["DP"]
+    assert any("more than 20 % apart" in w for w in doc["warnings"]) is warned

@@ -150,7 +150,7 @@ def straggler_view(source: Source, *, tolerance: float = 0.05) -> dict[str, Any]
         >>> import traceanalyzer as ta
         >>> v = ta.straggler_view("fixtures/kineto/dlrm-v100-8rank")
         >>> v["ranks"].filter(role="made others wait")["rank"].to_list()
-        [7]
+        [7, 5]
     """
     from traceanalyzer.classify import replay as rp
     from traceanalyzer.classify import stragglercost as sc
@@ -203,6 +203,13 @@ def comm_bytes(source: Source, config: PathLike) -> pl.DataFrame:
 
     Raises:
         ConfigError: ``config`` is missing or invalid.
+
+    Example:
+        >>> import traceanalyzer as ta
+        >>> t = ta.comm_bytes("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz",
+        ...                   "docs/examples/traces/mi300x-resnet18-ckpt.toml")
+        >>> t.select("dim", "predicted_bytes", "warning").row(0)
+        ('DP', None, False)
     """
     from traceanalyzer.reconciliation.commbytes import comm_bytes_table
     from traceanalyzer.model.loader import load_config

@@ -269,6 +269,6 @@ def replay_table(steps: pl.DataFrame, points: pl.DataFrame, g: Graph) -> pl.Data
     return (
         steps.select("rank", "step", "duration_ns")
         .join(rep, on=["rank", "step"], how="left")
-        .select("rank", "step", (pl.col("duration_ns") / 1e6).alias("measured_ms"), (pl.col("ns") / 1e6).alias("replayed_ms"))
+        .select("rank", "step", (pl.col("duration_ns") / 1e6).round(6).alias("measured_ms"), (pl.col("ns") / 1e6).round(6).alias("replayed_ms"))
         .sort("rank", "step")
     )

@@ -98,7 +98,7 @@ def wait_matrix(kern: pl.DataFrame, n_steps: int) -> pl.DataFrame:
         return pl.DataFrame(schema=MATRIX_SCHEMA)
     return (
         ch.group_by("collective", "group", "rank", "on_rank")
-        .agg((pl.col("wait_ns").sum() / 1e6 / max(n_steps, 1)).alias("wait_ms_per_step"), pl.len().cast(pl.UInt32).alias("instances"))
+        .agg((pl.col("wait_ns").sum() / 1e6 / max(n_steps, 1)).round(6).alias("wait_ms_per_step"), pl.len().cast(pl.UInt32).alias("instances"))
         .sort("collective", "group", "rank", "on_rank")
         .cast(MATRIX_SCHEMA)
     )
@@ -176,8 +176,8 @@ def straggler_costs(points: pl.DataFrame, kern: pl.DataFrame, g: rp.Graph | None
         .join(waited, on=["rank", "collective", "group"], how="left")
         .with_columns(
             pl.col("cost_ms_per_step").round(6),
-            pl.when(pl.col("collective").is_not_null()).then(pl.col("made_wait_ms_per_step").fill_null(0.0)).alias("made_wait_ms_per_step"),
-            pl.when(pl.col("collective").is_not_null()).then(pl.col("waited_ms_per_step").fill_null(0.0)).alias("waited_ms_per_step"),
+            pl.when(pl.col("collective").is_not_null()).then(pl.col("made_wait_ms_per_step").fill_null(0.0).round(6)).alias("made_wait_ms_per_step"),
+            pl.when(pl.col("collective").is_not_null()).then(pl.col("waited_ms_per_step").fill_null(0.0).round(6)).alias("waited_ms_per_step"),
         )
         .select(list(COST_SCHEMA))
         .cast(COST_SCHEMA)
@@ -258,6 +258,7 @@ def roles(per_rank: pl.DataFrame, costs: pl.DataFrame) -> pl.DataFrame:
         .with_columns(
             pl.when(made > waited).then(pl.lit(MADE_WAIT)).when(waited > made).then(pl.lit(WAITED)).otherwise(pl.lit(None, pl.String)).alias("role")
         )
+        .with_columns(made.round(6), waited.round(6))
         .sort(["top_cost_ms_per_step", "__o"], descending=[True, False], nulls_last=True)
         .drop("__o")
     )

@@ -140,6 +140,10 @@ def waterfall(analysis: Analysis, cfg: RunConfig, *, convention: str | None = No
     if gemm and not gemm["ok"]:
         warnings.append(gemm["verdict"])
     compute_s = buckets["compute"] / n / 1e9
+    from traceanalyzer.reconciliation.commbytes import comm_bytes
+
+    bytes_table, bytes_warnings = comm_bytes(analysis, cfg)
+    warnings.extend(bytes_warnings)
     return {
         "trace": ", ".join(str(s) for s in analysis.trace.sources[:2]) or "trace",
         "config": cfg.name or cfg.source,
@@ -169,6 +173,7 @@ def waterfall(analysis: Analysis, cfg: RunConfig, *, convention: str | None = No
         "trace_flops": trace_flops(analysis.trace, step_name),
         "reported_step_time_s": rep.step_time_s,
         "logged_convention": logged,
+        "comm_bytes": bytes_table.to_dicts(),  # bytes per dimension, measured beside predicted (reconciliation.commbytes)
         "warnings": list(dict.fromkeys(warnings)),
     }
 
