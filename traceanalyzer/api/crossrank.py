@@ -19,24 +19,9 @@ def _analysis(source: Source) -> Analysis:
 
 
 def _inputs(a: Analysis):
-    """(points, kernels, steps) of the ranks and steps the analysis holds (a selection keeps only
-    its own)."""
-    from traceanalyzer.classify import replay as rp
-    from traceanalyzer.classify.replay import POINT_SCHEMA
+    from traceanalyzer.classify.stragglercost import inputs
 
-    points = a.replay_points if a.replay_points is not None else pl.DataFrame(schema=POINT_SCHEMA)
-    ranks = a.steps.get_column("rank").unique().implode()
-    points = points.filter(pl.col("rank").is_in(ranks))
-    coll = a.collectives
-    if coll is None or coll.height == 0:
-        kern = rp.job_kernels(pl.DataFrame(schema={
-            "rank": pl.Int32, "step": pl.Int64, "coll_type": pl.String, "pg_name": pl.String, "instance": pl.Int64,
-            "start_ns": pl.Int64, "end_ns": pl.Int64, "dur_ns": pl.Int64, "last_arrival_ns": pl.Int64, "wait_ns": pl.Int64,
-            "group_size": pl.Int64,
-        }))
-    else:
-        kern = rp.job_kernels(coll.filter(pl.col("rank").is_in(ranks)))
-    return points, kern, a.steps
+    return inputs(a)
 
 
 def replay(source: Source) -> pl.DataFrame:
@@ -152,33 +137,12 @@ def straggler_view(source: Source, *, tolerance: float = 0.05) -> dict[str, Any]
         >>> v["ranks"].filter(role="made others wait")["rank"].to_list()
         [7, 5]
     """
-    from traceanalyzer.classify import replay as rp
-    from traceanalyzer.classify import stragglercost as sc
-    from traceanalyzer.classify import stragglers as strag
+    from traceanalyzer.classify.stragglercost import job_view
     from traceanalyzer.errors import InvalidArgument
 
     if not isinstance(tolerance, (int, float)) or not tolerance >= 0:
         raise InvalidArgument(f"tolerance must be a non-negative fraction, got {tolerance!r}")
-    a = _analysis(source)
-    points, kern, steps = _inputs(a)
-    per_rank = strag.stragglers(steps, tolerance)
-    if points.height == 0:
-        costs, total, warnings = pl.DataFrame(schema=sc.COST_SCHEMA), 0.0, []
-        rep = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "measured_ms": pl.Float64, "replayed_ms": pl.Float64})
-    else:
-        g = rp.replay_graph(points, kern)
-        costs, total, warnings = sc.straggler_costs(points, kern, g)
-        warnings = [*sc.replay_warnings(points, kern), *warnings]
-        rep = rp.replay_table(steps, points, g)
-    n_steps = max(points.get_column("step").drop_nulls().n_unique(), 1)
-    return {
-        "ranks": sc.roles(per_rank, costs),
-        "costs": costs,
-        "total_cost_ms_per_step": total,
-        "replay": rep,
-        "wait_matrix": sc.wait_matrix(kern, n_steps),
-        "warnings": warnings,
-    }
+    return job_view(_analysis(source), tolerance)
 
 
 def comm_bytes(source: Source, config: PathLike) -> pl.DataFrame:

@@ -142,7 +142,6 @@ class Graph:
     origin: int
     kernel_node: np.ndarray  # node of each kernel
     transfer: np.ndarray  # end − node's measured last arrival, per kernel
-    node_ids: np.ndarray  # per node: an id (the group code and instance of a matched one), for the medians
     point_node: np.ndarray  # per point: its kernel's node (-1: a step start or end)
     point_kernel: np.ndarray  # per point: its kernel (-1: none)
     anchor: np.ndarray  # per point: the anchoring kernel (-1: the origin, or a fixed anchor time)
@@ -169,12 +168,19 @@ def replay_graph(points: pl.DataFrame, kern: pl.DataFrame) -> Graph:
     n_k = kern.height
     origin = int(points.filter(pl.col("point") == START).get_column("t_ns").min() or points.get_column("t_ns").min() or 0)
     matched = kern.get_column("last_arrival_ns").is_not_null().to_numpy()
-    gcode = kern.get_column("pg_name").cast(pl.String).fill_null("").to_numpy()
-    inst = kern.get_column("instance").fill_null(-1).to_numpy().astype(np.int64)
-    # nodes: a matched kernel shares its node with the kernels of its group's instance
-    keys = np.where(matched, np.char.add(np.char.add(gcode.astype(str), "\x1f"), inst.astype(str)), np.char.add("\x1e", np.arange(n_k).astype(str)))
-    _, kernel_node = np.unique(keys, return_inverse=True) if n_k else (np.zeros(0), np.zeros(0, np.int64))
-    kernel_node = kernel_node.astype(np.int64)
+    # nodes: a matched kernel shares its node with the kernels of its group's instance; any other
+    # kernel is a node of its own (integer keys: no text per kernel)
+    nodes = kern.select(
+        pl.when(pl.col("last_arrival_ns").is_not_null())
+        .then(pl.struct(pl.col("pg_name").cast(pl.String).fill_null(""), pl.col("instance").fill_null(-1)).rank("dense").cast(pl.Int64) - 1)
+        .alias("m"),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("i"),
+    )
+    n_matched = int(nodes.get_column("m").max() + 1) if matched.any() else 0
+    kernel_node = nodes.select(pl.coalesce("m", pl.col("i") + n_matched)).to_series().to_numpy().astype(np.int64) if n_k else np.zeros(0, np.int64)
+    if n_k:  # dense numbering
+        _, kernel_node = np.unique(kernel_node, return_inverse=True)
+        kernel_node = kernel_node.astype(np.int64)
     n_nodes = int(kernel_node.max()) + 1 if n_k else 0
     starts = kern.get_column("start_ns").to_numpy().astype(np.int64)
     ends = kern.get_column("end_ns").to_numpy().astype(np.int64)
@@ -183,13 +189,13 @@ def replay_graph(points: pl.DataFrame, kern: pl.DataFrame) -> Graph:
     if n_k:
         np.maximum.at(node_e, kernel_node, last)
     transfer = ends - last
-    # points -> global kernel index: (rank, position) of the kernels
-    kidx = {(r, p): i for i, (r, p) in enumerate(zip(kern.get_column("rank").to_list(), kern.get_column("kernel").to_list()))}
-    prank = points.get_column("rank").to_list()
-    pk = [kidx.get((r, p), -1) if p is not None else -1 for r, p in zip(prank, points.get_column("kernel").to_list())]
-    pa = [kidx.get((r, p), -1) if p is not None else -1 for r, p in zip(prank, points.get_column("anchor").to_list())]
-    point_kernel = np.asarray(pk, np.int64)
-    anchor = np.asarray(pa, np.int64)
+    # points -> the job's kernel index: (rank, position among the rank's kernels)
+    idx = kern.select("rank", "kernel").with_row_index("__g")
+    look = points.select("rank", "kernel", "anchor").with_row_index("__p")
+    pk = look.join(idx, on=["rank", "kernel"], how="left").sort("__p").get_column("__g")
+    pa = look.join(idx.rename({"kernel": "anchor"}), on=["rank", "anchor"], how="left").sort("__p").get_column("__g")
+    point_kernel = pk.cast(pl.Int64).fill_null(-1).to_numpy()
+    anchor = pa.cast(pl.Int64).fill_null(-1).to_numpy()
     t = points.get_column("t_ns").to_numpy().astype(np.int64)
     point_node = np.where(point_kernel >= 0, kernel_node[np.clip(point_kernel, 0, None)] if n_k else -1, -1)
     fixed = np.where(anchor >= 0, points.get_column("anchor_end_ns").fill_null(origin).to_numpy().astype(np.int64), origin)
@@ -226,10 +232,7 @@ def replay_graph(points: pl.DataFrame, kern: pl.DataFrame) -> Graph:
         levels = np.split(arr, bounds)
     else:
         levels = []
-    gid = np.zeros(n_nodes, dtype=object)
-    if n_k:
-        gid[kernel_node] = keys
-    return Graph(origin, kernel_node, transfer, gid, point_node, point_kernel, anchor, fixed, lead, busy, levels, n_nodes, broken)
+    return Graph(origin, kernel_node, transfer, point_node, point_kernel, anchor, fixed, lead, busy, levels, n_nodes, broken)
 
 
 def run(g: Graph, lead: np.ndarray | None = None, transfer: np.ndarray | None = None) -> np.ndarray:

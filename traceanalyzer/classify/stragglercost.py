@@ -32,10 +32,15 @@ typical at once) says what the stragglers cost together.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import polars as pl
 
 from traceanalyzer.classify import replay as rp
+
+if TYPE_CHECKING:
+    from traceanalyzer.classify import Analysis
 
 PHASES = ("compute", "host_stall", "transfer")
 
@@ -56,10 +61,10 @@ def _job_ms(points: pl.DataFrame, times: np.ndarray, ranks: pl.Series | None = N
     return float(per.group_by("step").agg(pl.col("ns").max()).get_column("ns").mean()) / 1e6
 
 
-def _medians(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per element: the median of ``values`` over the elements with the same key."""
-    df = pl.DataFrame({"k": keys, "v": values})
-    return df.select(pl.col("v").median().over("k")).to_series().to_numpy()
+def _medians(keys: list[np.ndarray], values: np.ndarray) -> np.ndarray:
+    """Per element: the median of ``values`` over the elements with the same keys."""
+    df = pl.DataFrame({**{f"k{i}": k for i, k in enumerate(keys)}, "v": values})
+    return df.select(pl.col("v").median().over([f"k{i}" for i in range(len(keys))])).to_series().to_numpy()
 
 
 def charges(kern: pl.DataFrame) -> tuple[pl.DataFrame, int]:
@@ -122,17 +127,18 @@ def straggler_costs(points: pl.DataFrame, kern: pl.DataFrame, g: rp.Graph | None
     base = job(rp.run(g))
     # the points' identities for the medians: what they lead to and where from
     kinds = points.get_column("point").to_numpy().astype(str)
-    steps = points.get_column("step").fill_null(-1).to_numpy().astype(str)
-    pnode = np.where(g.point_node >= 0, g.node_ids[np.clip(g.point_node, 0, None)] if g.n_nodes else "", "")
-    a_node = np.where(g.anchor >= 0, g.node_ids[g.kernel_node[np.clip(g.anchor, 0, None)]] if g.n_nodes else "", "origin")
-    target = np.where(kinds == rp.ARRIVE, pnode.astype(str), np.char.add(kinds, steps))
-    pkey = np.char.add(np.char.add(target.astype(str), "\x1d"), a_node.astype(str))
+    # a point's identity: the node it arrives at (or its kind and step), and its anchor's node
+    kind_code = np.where(kinds == rp.ARRIVE, 0, np.where(kinds == rp.END, 1, 2))
+    steps = points.get_column("step").fill_null(-1).to_numpy().astype(np.int64)
+    target = np.where(kinds == rp.ARRIVE, g.point_node, steps)
+    a_node = np.where(g.anchor >= 0, g.kernel_node[np.clip(g.anchor, 0, None)] if g.kernel_node.size else -1, -1)
+    pkey = [kind_code, target, a_node]
     busy = np.minimum(g.busy, np.maximum(g.lead, 0))
     idle = g.lead - busy
     med_busy = _medians(pkey, busy.astype(np.float64))
     med_idle = _medians(pkey, idle.astype(np.float64))
     # the kernels' median transfer over their instance
-    tr_med = _medians(g.kernel_node, g.transfer.astype(np.float64)) if g.kernel_node.size else np.zeros(0)
+    tr_med = _medians([g.kernel_node], g.transfer.astype(np.float64)) if g.kernel_node.size else np.zeros(0)
     prank = points.get_column("rank").to_numpy()
     krank = kern.get_column("rank").to_numpy()
     ctype = kern.get_column("coll_type").cast(pl.String).fill_null("unknown").to_numpy().astype(str)
@@ -263,3 +269,46 @@ def roles(per_rank: pl.DataFrame, costs: pl.DataFrame) -> pl.DataFrame:
         .drop("__o")
     )
     return out
+
+
+REPLAY_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "measured_ms": pl.Float64, "replayed_ms": pl.Float64}
+_KERNEL_SCHEMA = {
+    "rank": pl.Int32, "step": pl.Int64, "coll_type": pl.String, "pg_name": pl.String, "instance": pl.Int64, "start_ns": pl.Int64,
+    "end_ns": pl.Int64, "dur_ns": pl.Int64, "last_arrival_ns": pl.Int64, "wait_ns": pl.Int64, "group_size": pl.Int64,
+}
+
+
+def inputs(a: Analysis) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(points, kernels, steps) of the ranks the analysis holds (a selection keeps only its own)."""
+    points = a.replay_points if a.replay_points is not None else pl.DataFrame(schema=rp.POINT_SCHEMA)
+    ranks = a.steps.get_column("rank").unique().implode()
+    points = points.filter(pl.col("rank").is_in(ranks))
+    coll = a.collectives
+    if coll is None or coll.height == 0:
+        coll = pl.DataFrame(schema=_KERNEL_SCHEMA)
+    return points, rp.job_kernels(coll.filter(pl.col("rank").is_in(ranks))), a.steps
+
+
+def job_view(a: Analysis, tolerance: float) -> dict[str, Any]:
+    """Everything the stragglers view shows (see :func:`traceanalyzer.api.straggler_view`)."""
+    from traceanalyzer.classify.stragglers import stragglers
+
+    points, kern, steps = inputs(a)
+    per_rank = stragglers(steps, tolerance)
+    if points.height == 0:
+        costs, total, warnings = pl.DataFrame(schema=COST_SCHEMA), 0.0, []
+        rep = pl.DataFrame(schema=REPLAY_SCHEMA)
+    else:
+        g = rp.replay_graph(points, kern)
+        costs, total, warnings = straggler_costs(points, kern, g)
+        warnings = [*replay_warnings(points, kern), *warnings]
+        rep = rp.replay_table(steps, points, g)
+    n_steps = max(points.get_column("step").drop_nulls().n_unique(), 1)
+    return {
+        "ranks": roles(per_rank, costs),
+        "costs": costs,
+        "total_cost_ms_per_step": total,
+        "replay": rep,
+        "wait_matrix": wait_matrix(kern, n_steps),
+        "warnings": warnings,
+    }

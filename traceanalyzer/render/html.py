@@ -14,6 +14,7 @@ from typing import Any
 
 from traceanalyzer.render import plots
 from traceanalyzer.render.sections import findings_table, host_bound_table, host_verdict_table, rank_summary_table, stragglers_table
+from traceanalyzer.render.sections import straggler_costs_table
 from traceanalyzer.render.sections import (
     Cell,
     Table,
@@ -145,6 +146,12 @@ def render(model: dict[str, Any], images: dict[str, bytes] | None = None) -> str
     if strag is not None:
         out.append('<h2 id="stragglers">Stragglers</h2>')
         out.append(_table(strag))
+    costs = straggler_costs_table(model)
+    if costs is not None:
+        out.append('<h2 id="straggler-costs">What each straggler costs, and who waited on whom</h2>')
+        out.append(_table(costs))
+        if images.get("waits"):
+            out.append(_img(images.get("waits"), "wait per rank that waited and rank it waited on, per collective"))
 
     out.append('<h2 id="kernels">Top kernels</h2>')
     out.append(_table(kernel_section_table(model) or kernels_table(model)))

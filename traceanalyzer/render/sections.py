@@ -353,3 +353,23 @@ def stragglers_table(model: dict[str, Any]) -> Table | None:
               f"by the most, on the most of those steps. {s['steps_compared']} step(s) compared"
               + (f"; {more} more slow rank(s) in the JSON report." if more > 0 else "."))
     return t
+
+
+def straggler_costs_table(model: dict[str, Any]) -> Table | None:
+    """What each straggler costs the job, phase by phase (the cross-rank replay), or None."""
+    sc = model.get("straggler_costs")
+    if not sc or not sc["costs"]:
+        return None
+    t = Table("straggler-costs", "What each straggler costs the job: step time saved had the rank run that phase like the median rank",
+              ["rank", "phase", "before / of", "costs ms/step", "made others wait ms/step", "waited ms/step"])
+    for i, r in enumerate(sc["costs"]):
+        p = f"straggler_costs.costs.{i}"
+        t.rows.append([num(model, f"{p}.rank", "{}"), Cell(r["phase"].replace("_", " ")), Cell(r["collective"] or "step end"),
+                       num(model, f"{p}.cost_ms_per_step", MS), num(model, f"{p}.made_wait_ms_per_step", MS),
+                       num(model, f"{p}.waited_ms_per_step", MS)])
+    made = ", ".join(str(r["rank"]) for r in sc["made_wait"]) or "none"
+    err = sc["replay_max_error_pct"]
+    t.note = (f"Made the others wait (arrived last more than it waited): rank {made}. Every rank made typical at once saves "
+              f"{sc['total_cost_ms_per_step']:.3f} ms per step. The replay of the measured job is within "
+              f"{0 if err is None else err:.3f} % of every rank's step.")
+    return t

@@ -30,6 +30,7 @@ from traceanalyzer.classify.partition import segment_frame
 from traceanalyzer.classify.rankspread import rank_spread, summarise_ranks
 from traceanalyzer.classify.stragglers import DEFAULT_TOLERANCE
 from traceanalyzer.classify.stragglers import stragglers as stragglers_by_rank
+from traceanalyzer.report.crossrank import straggler_costs
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
 from traceanalyzer.queries import query_engine
 
@@ -167,6 +168,7 @@ def build(
         "ranks": ranks,
         "rank_summary": _rank_summary(steps, top) if summarise_ranks(len(ranks), ranks_mode) else None,
         "stragglers": _stragglers(steps, top),
+        "straggler_costs": straggler_costs(analysis, top),
         "steps": _steps(steps),
         "timeline": _timeline(analysis, seg, rank),
         "waterfall": wf,
