@@ -276,8 +276,12 @@ def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
     assert doc["headline"]["sentence"] in html
     # kernel names are escaped, not interpreted as tags
     assert "<c10::" not in html
-    # images: partition, timeline, heatmap (no waterfall without a config), all embedded PNGs
-    assert len(p.imgs) == 3
+    # images: partition, timeline, heatmap (no waterfall without a config), and for a job of
+    # several ranks who waited on whom; all embedded PNGs
+    waits = bool(doc.get("straggler_costs") and doc["straggler_costs"]["wait_matrix"])
+    assert len(p.imgs) == 3 + waits
+    if n_ranks > 1:  # the straggler costs are shown, each number as the JSON has it (checked above)
+        assert waits and "straggler_costs.costs.0.cost_ms_per_step" in paths
     for src in p.imgs:
         assert src.startswith("data:image/png;base64,")
         _check_png(base64.b64decode(src.split(",", 1)[1]))
@@ -335,7 +339,7 @@ def test_markdown_numbers_equal_the_json_and_pngs_beside_it(tmp_path):
     head = tables["headline | value"]
     assert any(r[1] == f"{doc['headline']['step_ms']:.3f}" for r in head)
     refs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-    assert refs == ["r_partition.png", "r_timeline.png", "r_heatmap.png"]
+    assert refs == ["r_partition.png", "r_timeline.png", "r_heatmap.png", *(["r_waits.png"] if doc.get("straggler_costs") else [])]
     for ref in refs:
         _check_png((out.parent / ref).read_bytes())
 

@@ -46,7 +46,7 @@ def bus_factor() -> pl.Expr:
 def measured(analysis: Analysis) -> pl.DataFrame:
     """Per dimension: ``measured_bytes`` (bus bytes per rank and step; null when no kernel of it
     carries a size), ``kernels`` and ``sized`` (kernels per rank and step, all and with a size)."""
-    coll = analysis.collectives
+    coll = getattr(analysis, "collectives", None)  # an analysis of the partition only has none
     rank_steps = max(analysis.steps.height, 1)
     if coll is None or coll.height == 0:
         return pl.DataFrame(schema={k: SCHEMA[k] for k in ("dim", "measured_bytes", "kernels", "sized")})
