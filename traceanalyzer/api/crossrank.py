@@ -138,11 +138,13 @@ def straggler_view(source: Source, *, tolerance: float = 0.05) -> dict[str, Any]
         [7, 5]
     """
     from traceanalyzer.classify.stragglercost import job_view
+    from traceanalyzer.classify.stragglers import DEFAULT_TOLERANCE
     from traceanalyzer.errors import InvalidArgument
 
     if not isinstance(tolerance, (int, float)) or not tolerance >= 0:
         raise InvalidArgument(f"tolerance must be a non-negative fraction, got {tolerance!r}")
-    return job_view(_analysis(source), tolerance)
+    a = _analysis(source)
+    return dict(a.straggler_view()) if tolerance == DEFAULT_TOLERANCE else job_view(a, tolerance)
 
 
 def comm_bytes(source: Source, config: PathLike) -> pl.DataFrame:

@@ -207,6 +207,8 @@ def replay_warnings(points: pl.DataFrame, kern: pl.DataFrame) -> list[str]:
     loaded, groups whose ranks disagree on the number of collectives."""
     out = []
     ranks = points.get_column("rank").unique().sort().to_list()
+    if len(ranks) == 1:
+        out.append(f"stragglers: only rank {ranks[0]} is loaded: nothing to compare across ranks (load every rank file of the job)")
     with_coll = set(kern.get_column("rank").unique().to_list()) if kern.height else set()
     alone = [r for r in ranks if r not in with_coll]
     if alone and len(ranks) > 1:
@@ -286,7 +288,14 @@ def inputs(a: Analysis) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     coll = a.collectives
     if coll is None or coll.height == 0:
         coll = pl.DataFrame(schema=_KERNEL_SCHEMA)
-    return points, rp.job_kernels(coll.filter(pl.col("rank").is_in(ranks))), a.steps
+    kern = rp.job_kernels(coll.filter(pl.col("rank").is_in(ranks)))
+    # the last arrival over the ranks held (a selection of ranks waits only for its own: the
+    # whole job's is what the collectives table holds)
+    matched = pl.col("last_arrival_ns").is_not_null()
+    kern = kern.with_columns(
+        pl.when(matched).then(pl.when(matched).then(pl.col("start_ns")).max().over("pg_name", "instance")).alias("last_arrival_ns")
+    )
+    return points, kern, a.steps
 
 
 def job_view(a: Analysis, tolerance: float) -> dict[str, Any]:

@@ -71,6 +71,8 @@ def print_view(view: dict[str, Any], console: Console, top: int = 10) -> None:
                       f"{r['slow_steps']} of {r['steps']}", (r["bucket"] or "-").replace("_", " "))
         console.print(t)
     costs = view["costs"].filter(pl.col("cost_ms_per_step") > 0)
+    if costs.height == 0:
+        console.print("No rank costs the job anything: no rank's phase is longer than the median rank's where it holds the others.")
     t = Table(title=f"What each straggler costs the job: step time saved had the rank run that phase like the median rank (top {top})",
               title_justify="left",
               caption=f"every rank made typical at once: {view['total_cost_ms_per_step']:.3f} ms per step", caption_justify="left")
@@ -79,7 +81,8 @@ def print_view(view: dict[str, Any], console: Console, top: int = 10) -> None:
     for r in costs.head(top).iter_rows(named=True):  # at most ``top`` rows
         t.add_row(str(r["rank"]), r["phase"].replace("_", " "), r["collective"] or "step end", r["group"] or "-", _ms(r["cost_ms_per_step"]),
                   _ms(r["made_wait_ms_per_step"]), _ms(r["waited_ms_per_step"]))
-    console.print(t)
+    if costs.height:
+        console.print(t)
     rep = view["replay"]
     if rep.height:
         err = ((rep["replayed_ms"] - rep["measured_ms"]).abs() / rep["measured_ms"]).max()

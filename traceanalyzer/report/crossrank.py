@@ -9,7 +9,6 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.classify import Analysis
-from traceanalyzer.classify.stragglers import DEFAULT_TOLERANCE
 
 
 #: above this many ranks the report's wait matrix is left out (the API's wait_matrix has it)
@@ -20,11 +19,11 @@ def straggler_costs(analysis: Analysis, top: int) -> dict[str, Any] | None:
     """What each straggler costs the job (the cross-rank replay), the ranks that made the others
     wait, and who waited on whom per collective (a rank x rank matrix, up to
     :data:`MATRIX_RANKS` ranks); None for one rank or no collective."""
-    from traceanalyzer.classify.stragglercost import MADE_WAIT, job_view
+    from traceanalyzer.classify.stragglercost import MADE_WAIT
 
     if analysis.steps.get_column("rank").n_unique() < 2 or analysis.collectives is None or analysis.collectives.height == 0:
         return None
-    v = job_view(analysis, DEFAULT_TOLERANCE)
+    v = analysis.straggler_view()  # at the default tolerance
     rep = v["replay"]
     err = ((rep["replayed_ms"] - rep["measured_ms"]).abs() / rep["measured_ms"]).max() if rep.height else None
     ranks = sorted(analysis.steps.get_column("rank").unique().to_list())
