@@ -33,8 +33,8 @@ class Analysis:
     collectives: pl.DataFrame | None = None  # one row per communication kernel (classify.comm.collectives); its text columns (name, coll_type, pg_name, pg_desc, pg_ranks, dim) are pl.Categorical
     comm: pl.DataFrame | None = None  # rank, step, by (type/group/dim), key, count, bytes, time/wait/transfer/exposed/overlapped ns
     cross_rank: pl.DataFrame | None = None  # per step over ranks: slowest rank, skew, straggler bucket
-    replay_points: pl.DataFrame | None = None  # per rank: step starts/ends and collective arrivals with their anchor and lead (classify.replay.rank_points)
-    replay: pl.DataFrame | None = None  # rank, step, measured_ms, replayed_ms: the cross-rank replay of the measured job (classify.replay.replay_table)
+    replay_points: pl.DataFrame | None = None  # per rank: step starts/ends and collective arrivals with their anchor and lead (classify.replaypoints.rank_points)
+    replay: pl.DataFrame | None = None  # rank, step, measured_ms, replayed_ms: the cross-rank replay of the measured job (classify.replay.replay_table); None when no rank waits on another
     outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns: GPU busy time in no step
     kernel_rows: pl.DataFrame | None = None  # per rank and kernel: calls, total_ns (classify.kernels.kernel_rows)
     exposed_kernels: pl.DataFrame | None = None  # comm kernels with exposed time (classify.kernels.exposed_rows)

@@ -1,12 +1,13 @@
 """A cross-rank replay of the job: every rank's step rebuilt from its own work and the collectives
 it shares with the other ranks, with durations that can be changed.
 
-**The points of a rank** (:func:`rank_points`, per rank, in the rank worker): each step's start
-and end, and the *arrival* (the start) of each of its collective kernels. Every point has an
-**anchor**: the rank's collective kernel that ended last at or before it (none: the job's origin,
-the earliest step start over the ranks), and a **lead**, the time from the anchor's end to the
-point, split into the GPU's **busy** time in it (``busy_ns``: any kernel, memcpy or memset on any
-stream of the rank: the work before the point) and the rest, **idle** (the GPU waited for the host).
+**The points of a rank** (:func:`.replaypoints.rank_points`, per rank, in the rank worker): each
+step's start and end, and the *arrival* (the start) of each of its collective kernels. Every
+point has an **anchor**: the rank's collective kernel that ended last at or before it (none: the
+job's origin, the earliest step start over the ranks), and a **lead**, the time from the anchor's
+end to the point, split into the GPU's **busy** time in it (``busy_ns``: any kernel, memcpy or
+memset on any stream of the rank: the work before the point) and the rest, **idle** (the GPU
+waited for the host).
 
 **The replay** (:func:`replay_graph`, :func:`run`, in the reduce step): a collective ends on a
 rank when its *last* participant arrives plus that rank's transfer (``transfer = end − last
@@ -30,105 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-#: the points' kinds
-START, ARRIVE, END = "start", "arrive", "end"
-
-POINT_SCHEMA = {
-    "rank": pl.Int32, "step": pl.Int64, "point": pl.String, "kernel": pl.Int64, "t_ns": pl.Int64,
-    "anchor": pl.Int64, "anchor_end_ns": pl.Int64, "lead_ns": pl.Int64, "busy_ns": pl.Int64,
-}
-
-
-def _busy_prefix(starts: np.ndarray, ends: np.ndarray):
-    """The union of ``[start, end)`` intervals as sorted disjoint intervals and the busy time
-    before each one's start (for :func:`_busy_before`)."""
-    if starts.size == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(s.size, bool)
-    new[1:] = s[1:] > reach[:-1]
-    idx = np.flatnonzero(new)
-    us = s[idx]
-    ue = np.maximum.reduceat(e, idx) if idx.size else e[:0]
-    ue = np.maximum.accumulate(ue)
-    before = np.concatenate([[0], np.cumsum(ue - us)[:-1]]).astype(np.int64)
-    return us, ue, before
-
-
-def _busy_before(t: np.ndarray, us: np.ndarray, ue: np.ndarray, before: np.ndarray) -> np.ndarray:
-    """GPU busy time before each time of ``t`` (the union of :func:`_busy_prefix`)."""
-    if us.size == 0:
-        return np.zeros(t.size, np.int64)
-    i = np.searchsorted(us, t, side="right") - 1
-    ok = i >= 0
-    j = np.where(ok, i, 0)
-    inside = np.minimum(t, ue[j]) - us[j]
-    return np.where(ok, before[j] + np.clip(inside, 0, None), 0).astype(np.int64)
-
-
-def rank_points(gpu: pl.DataFrame, windows: pl.DataFrame, inst: pl.DataFrame) -> pl.DataFrame:
-    """The points of each rank (see the module docstring): one row per step start, step end and
-    collective kernel, sorted by rank and time.
-
-    ``gpu``: the labelled GPU work; ``windows``: the step windows; ``inst``: the rank's collective
-    instances (:func:`.comm.collective_instances`) in their order. Columns: ``rank``, ``step``,
-    ``point`` (``start`` / ``arrive`` / ``end``), ``kernel`` (Int64: the collective kernel's
-    position among the rank's instances, arrivals only), ``t_ns``, ``anchor`` (the position of
-    the anchoring collective kernel; null: the job's origin), ``anchor_end_ns`` (its end),
-    ``lead_ns`` (``t − anchor end``; null for an origin anchor: the reducer knows the origin),
-    ``busy_ns`` (GPU busy time between the anchor's end, or the rank's first step start, and the
-    point).
-    """
-    out = []
-    ranks = windows.get_column("rank").unique().sort().to_list() if windows.height else []
-    for rank in ranks:
-        w = windows.filter(pl.col("rank") == rank).sort("wstart_ns")
-        g = gpu.filter(pl.col("rank") == rank).select("start_ns", "end_ns")
-        k = inst.filter(pl.col("rank") == rank).select("step", "start_ns", "end_ns") if inst.height else None
-        us, ue, before = _busy_prefix(g.get_column("start_ns").to_numpy().astype(np.int64), g.get_column("end_ns").to_numpy().astype(np.int64))
-        wsteps = w.get_column("step").to_numpy()
-        ws, we = w.get_column("wstart_ns").to_numpy().astype(np.int64), w.get_column("wend_ns").to_numpy().astype(np.int64)
-        n_k = 0 if k is None else k.height
-        ks = np.zeros(0, np.int64) if k is None else k.get_column("start_ns").to_numpy().astype(np.int64)
-        ke = np.zeros(0, np.int64) if k is None else k.get_column("end_ns").to_numpy().astype(np.int64)
-        kstep = np.zeros(0, np.int64) if k is None else k.get_column("step").fill_null(-1).to_numpy().astype(np.int64)
-        # the points: step starts and ends, then the arrivals
-        t = np.concatenate([ws, we, ks])
-        kind = np.array([START] * ws.size + [END] * we.size + [ARRIVE] * n_k, dtype=object)
-        step = np.concatenate([wsteps, wsteps, kstep]).astype(np.int64)
-        kernel = np.concatenate([np.full(ws.size + we.size, -1), np.arange(n_k)]).astype(np.int64)
-        # anchor: the kernel with the latest end at or before the point (ties: the later position)
-        if n_k:
-            order = np.lexsort((np.arange(n_k), ke))
-            se = ke[order]
-            pos = np.searchsorted(se, t, side="right") - 1
-            # the running "latest end" is the sorted end itself; the kernel of that end
-            anchor = np.where(pos >= 0, order[np.clip(pos, 0, None)], -1)
-            # a kernel of no duration ends where it arrives: its anchor is the one before it
-            own = (kernel >= 0) & (anchor == kernel)
-            prev = np.where(pos >= 1, order[np.clip(pos - 1, 0, None)], -1)
-            anchor = np.where(own, prev, anchor)
-        else:
-            anchor = np.full(t.size, -1, np.int64)
-        anchor_end = np.where(anchor >= 0, ke[np.clip(anchor, 0, None)] if n_k else 0, np.int64(-1))
-        first = ws.min() if ws.size else (t.min() if t.size else 0)
-        lo = np.where(anchor >= 0, anchor_end, first)
-        busy = np.clip(_busy_before(np.maximum(t, lo), us, ue, before) - _busy_before(lo, us, ue, before), 0, None)
-        lead = np.where(anchor >= 0, t - anchor_end, -1)
-        df = pl.DataFrame({
-            "rank": np.full(t.size, rank, np.int32), "step": step, "point": kind.astype(str), "kernel": kernel, "t_ns": t,
-            "anchor": anchor, "anchor_end_ns": anchor_end, "lead_ns": lead, "busy_ns": busy.astype(np.int64),
-        })
-        out.append(df.with_columns(
-            pl.when(pl.col("step") >= 0).then(pl.col("step")).alias("step"),
-            pl.when(pl.col("kernel") >= 0).then(pl.col("kernel")).alias("kernel"),
-            *[pl.when(pl.col("anchor") >= 0).then(pl.col(c)).alias(c) for c in ("anchor", "anchor_end_ns", "lead_ns")],
-        ).sort("t_ns", maintain_order=True))
-    if not out:
-        return pl.DataFrame(schema=POINT_SCHEMA)
-    return pl.concat(out).cast(POINT_SCHEMA).select(list(POINT_SCHEMA))
+# the points, computed per rank by the worker (polars only: no NumPy on the rank workers)
+from traceanalyzer.classify.replaypoints import ARRIVE, END, POINT_SCHEMA, START, rank_points  # noqa: F401
 
 
 @dataclass

@@ -11,7 +11,8 @@ Only what needs all ranks at once happens here, on compact tables:
   :func:`traceanalyzer.classify.comm.match_instances`), the per-type/group/dimension summary;
 * the cross-rank view (slowest rank, skew, straggler bucket, the rank the others waited on);
 * the cross-rank replay of the measured job (:mod:`traceanalyzer.classify.replay`), from each
-  rank's points (a few per collective kernel and step);
+  rank's points (a few per collective kernel and step), when its ranks wait on each other in at
+  least one matched collective;
 * the job's warnings, in the order a single process gives them.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.classify import IDLE_FIELDS, comm, crossrank, invariants, replay
+from traceanalyzer.classify import IDLE_FIELDS, comm, crossrank, invariants
 from traceanalyzer.classify.steps import outside_warnings
 from traceanalyzer.engine.rank import EXTRAS, Options, RankResult
 from traceanalyzer.errors import InvalidTrace, NoGpuActivity
@@ -197,9 +198,12 @@ def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: s
     gpu = _concat([r.gpu for r in gpu_ranks])
     points = _concat([r.points for r in gpu_ranks])
     replayed = None
-    if points is not None and points.height:
-        # the replay reads only the points and the kernels' narrow columns (one row per collective
-        # kernel and per step boundary): the coordinator's memory does not grow with the events
+    if points is not None and points.height and coll.height and coll.get_column("last_arrival_ns").is_not_null().any():
+        # ranks that wait on each other: the replay of the measured job. It reads only the points
+        # and the kernels' narrow columns (one row per collective kernel and per step boundary):
+        # the coordinator's memory does not grow with the events. (NumPy, loaded here only.)
+        from traceanalyzer.classify import replay
+
         replayed = replay.replay_table(steps, points, replay.replay_graph(points, replay.job_kernels(coll)))
     return Analysis(
         trace=trace,

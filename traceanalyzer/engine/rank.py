@@ -22,7 +22,7 @@ from typing import Callable
 
 import polars as pl
 
-from traceanalyzer.classify import COMM_DIM_FIELDS, HOST_FIELDS, IDLE_FIELDS, comm, idle, recompute, replay
+from traceanalyzer.classify import COMM_DIM_FIELDS, HOST_FIELDS, IDLE_FIELDS, comm, idle, recompute, replaypoints
 from traceanalyzer.classify.invariants import check_event_span, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import FIELDS, check_causes, partition
@@ -150,7 +150,7 @@ class RankResult:
     windows: pl.DataFrame | None = None
     instances: pl.DataFrame | None = None  # comm.collective_instances
     exposure: pl.DataFrame | None = None  # comm.exposure
-    points: pl.DataFrame | None = None  # replay.rank_points: what the cross-rank replay needs of the rank
+    points: pl.DataFrame | None = None  # replaypoints.rank_points: what the cross-rank replay needs of the rank
     recompute_ops: pl.DataFrame | None = None
     recomputed_by_name: pl.DataFrame | None = None
     outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns (classify.steps.outside_steps)
@@ -241,7 +241,7 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
         inst = comm.collective_instances(events, gpu, windows, meta, tree=tree)
         del tree
         expo = comm.exposure(gpu, inst, windows)
-        points = replay.rank_points(gpu, windows, inst)
+        points = replaypoints.rank_points(gpu, windows, inst)
         idle_parts = idle.idle_split(events, gpu, windows, inst, launched)
         del launched
         steps = _with_causes(steps, idle_parts, expo)
