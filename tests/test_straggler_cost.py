@@ -29,19 +29,21 @@ STEP = 1000
 
 
 def _rank_file(tmp_path, rank: int, world: int, extra: int, steps: int = 2, collectives: int | None = None,
-               nelems: int | None = None) -> None:
+               nelems: int | None = None, late: int = 0) -> None:
     """One rank of the job: ``steps`` ProfilerStep host ranges of 1000 µs; in each, a compute
     kernel of ``C + extra`` µs from 10 µs, then an all-reduce that ends at 10 + C + max extra + T
-    (``collectives``: only that many all-reduces in all, to break the matching; None: one per step)."""
+    (``collectives``: only that many all-reduces in all, to break the matching; None: one per step).
+    ``late``: the compute kernel starts that much later (the GPU idles, waiting for the host) and
+    lasts ``C`` µs; the all-reduce follows it."""
     ev, corr = [], 0
     worst = D
     for s in range(steps):
         base = s * STEP
         ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s + 1}", "ts": base, "dur": STEP, "pid": 1, "tid": 1,
                    "args": {"External id": 1000 + s}})
-        kernels = [("sm90_gemm", base + 10, C + extra)]
+        kernels = [("sm90_gemm", base + 10 + late, C + extra)]
         if collectives is None or s < collectives:
-            arrive = base + 10 + C + extra
+            arrive = base + 10 + late + C + extra
             kernels.append(("ncclKernel_AllReduce_RING_LL_Sum_float", arrive, base + 10 + C + worst + T - arrive))
         for name, ts, dur in kernels:
             corr += 1
@@ -131,6 +133,22 @@ def test_a_known_straggler_costs_its_extra_compute_and_nothing_else(tmp_path):
     # and the replay of the unchanged job is the measured one
     assert (v["replay"]["replayed_ms"] - v["replay"]["measured_ms"]).abs().max() < 1e-9
     assert v["warnings"] == []
+
+
+def test_a_rank_that_starts_its_compute_late_costs_its_host_stall(tmp_path):
+    """Rank 1's GPU idles D µs longer before its compute (the host launched it late): the cost is
+    D in its host stall before the all-reduce, none in its compute."""
+    for r in range(4):
+        _rank_file(tmp_path, r, 4, 0, late=D if r == 1 else 0)
+    v = ta.straggler_view(tmp_path)
+    assert _cost(v["costs"], 1, "host_stall") == pytest.approx(D / 1000, abs=1e-9)
+    assert v["costs"].filter(~((pl.col("rank") == 1) & (pl.col("phase") == "host_stall")))["cost_ms_per_step"].abs().max() <= 1e-9
+    # the analysis keeps the same view, computed once; a selection of three ranks computes its own
+    a = ta.analyze(tmp_path)
+    assert a.straggler_view()["costs"].row(0) == v["costs"].row(0) and a.straggler_view() is a.straggler_view()
+    sel = ta.select(a, ranks=[0, 2, 3])
+    assert ta.straggler_costs(sel)["cost_ms_per_step"].abs().max() == 0.0
+    assert (ta.replay(sel)["replayed_ms"] - ta.replay(sel)["measured_ms"]).abs().max() < 1e-9
 
 
 def test_two_ranks_tied_as_last_arrivals_each_cost_nothing_alone(tmp_path):
