@@ -216,7 +216,7 @@ PREDICTED = 2 * 3 / 4 * 4 * PSI
 
 
 @pytest.mark.parametrize("nelems,ratio,warned", [(PSI, 1.0, False), (2 * PSI, 2.0, True)])
-def test_bytes_per_dimension_measured_beside_predicted(tmp_path, nelems, ratio, warned):
+def test_bytes_per_dimension_measured_beside_predicted(tmp_path, capsys, nelems, ratio, warned):
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(TINY)
     traces = tmp_path / "job"
@@ -232,3 +232,12 @@ def test_bytes_per_dimension_measured_beside_predicted(tmp_path, nelems, ratio, 
     doc = ta.reconcile(traces, cfg)
     assert [r["dim"] for r in doc["comm_bytes"]] == ["DP"]
     assert any("more than 20 % apart" in w for w in doc["warnings"]) is warned
+    # reconcile -c prints the table: measured and predicted MB, the ratio, "!" past 20 %
+    from traceanalyzer.cli import main
+
+    assert main(["reconcile", str(traces), "-c", str(cfg), "-q"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("│ DP"))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert cells[1] == f"{1.5 * 4 * nelems / 1e6:.3f}" and cells[3] == f"{PREDICTED / 1e6:.3f}" and cells[4] == f"{ratio:.2f}x"
+    assert (cells[5:] == ["!"]) is warned  # an empty column is not printed
