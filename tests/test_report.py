@@ -301,7 +301,7 @@ def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
         # every cell of the first matrix says who waited on whom, as the JSON has it
         m0 = doc["straggler_costs"]["wait_matrix"][0]
         marks = _marks(html, waits[0])
-        assert len(marks) == len(m0["ranks"]) ** 2
+        assert len(marks) == sum(1 for row in m0["wait_ms"] for v in row if v) > 0  # a pair with no wait has no cell
         for key, title in marks:
             i, j = (m0["ranks"].index(int(x)) for x in key.split("-"))
             got = re.fullmatch(r"rank \d+ waited (\S+) ms per step on rank \d+ in .*", title)

@@ -77,8 +77,9 @@ def wait_matrix(model: dict[str, Any], m: dict[str, Any]) -> str:
     ms per step; the numbers in the cells when they fit."""
     ranks, grid = m["ranks"], m["wait_ms"]
     top = max((max(row) for row in grid), default=0.0) or 1.0
+    # a pair with no wait has no cell (most pairs: the page stays small)
     cells = [[svg.Mark(v, "", f"rank {ranks[i]} waited {_f(MS, v)} ms per step on rank {ranks[j]} in {m['collective']} ({m['group']})",
-                       f"{ranks[i]}-{ranks[j]}") for j, v in enumerate(row)] for i, row in enumerate(grid)]
+                       f"{ranks[i]}-{ranks[j]}") if v else None for j, v in enumerate(row)] for i, row in enumerate(grid)]
     texts = [[_f("{:.2f}", v) if v else "" for v in row] for row in grid] if len(ranks) <= 12 else None
     return svg.heatmap(f"plot-waits-{m['collective']}-{m['group']}", f"{m['collective'].replace('_', '-')} ({m['group']}): "
                        "rank that waited (rows) on the rank that arrived last (columns), ms per step",

@@ -9,10 +9,12 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.classify import Analysis
+from traceanalyzer.classify.rankspread import RANK_SUMMARY_THRESHOLD
 
 
-#: above this many ranks the report's wait matrix is left out (the API's wait_matrix has it)
-MATRIX_RANKS = 64
+#: above this many ranks the report's wait matrix is left out (the API's wait_matrix has every
+#: pair): the threshold above which the report summarises the ranks (a matrix grows as ranks²)
+MATRIX_RANKS = RANK_SUMMARY_THRESHOLD
 
 
 def straggler_costs(analysis: Analysis, top: int) -> dict[str, Any] | None:
