@@ -86,6 +86,7 @@ def charges(kern: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     ties = int(lasts.filter(pl.col("__n") > 1).height)
     waits = (
         m.select("rank", "collective", "group", "instance", "step", (pl.col("last_arrival_ns") - pl.col("start_ns")).clip(0).alias("w"))
+        .filter(pl.col("w") > 0)  # a rank that did not wait charges no one
         .join(lasts, on=["group", "instance"], how="inner")
         .explode("on_rank")
         .filter(pl.col("on_rank") != pl.col("rank"))
