@@ -133,6 +133,10 @@ def test_a_known_straggler_costs_its_extra_compute_and_nothing_else(tmp_path):
     # and the replay of the unchanged job is the measured one
     assert (v["replay"]["replayed_ms"] - v["replay"]["measured_ms"]).abs().max() < 1e-9
     assert v["warnings"] == []
+    # the second step alone gives the same answer (its first collective's anchor keeps its end)
+    one = ta.straggler_view(ta.select(ta.analyze(tmp_path), steps=[2]))
+    assert one["replay"]["step"].unique().to_list() == [2] and (one["replay"]["replayed_ms"] - one["replay"]["measured_ms"]).abs().max() < 1e-9
+    assert one["costs"].row(0)[:3] == (2, "compute", "all_reduce") and one["costs"].row(0)[4] == pytest.approx(D / 1000)
 
 
 def test_a_rank_that_starts_its_compute_late_costs_its_host_stall(tmp_path):

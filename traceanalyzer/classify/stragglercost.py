@@ -290,6 +290,20 @@ def inputs(a: Analysis) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     if coll is None or coll.height == 0:
         coll = pl.DataFrame(schema=_KERNEL_SCHEMA)
     kern = rp.job_kernels(coll.filter(pl.col("rank").is_in(ranks)))
+    if a.steps.height < points.filter(pl.col("point") == rp.START).height or kern.height < points.filter(pl.col("point") == rp.ARRIVE).height:
+        # a selection of steps: the points of its steps and of its collectives only, the kernels
+        # found again by their times (their positions among the rank's kernels changed); an anchor
+        # left out keeps its measured end
+        by_start = kern.select("rank", pl.col("start_ns").alias("t_ns"), pl.col("kernel").alias("__k")).unique(["rank", "t_ns"], keep="first")
+        by_end = kern.select("rank", pl.col("end_ns").alias("anchor_end_ns"), pl.col("kernel").alias("__a")).unique(["rank", "anchor_end_ns"], keep="first")
+        idx = points.with_row_index("__o").join(by_start, on=["rank", "t_ns"], how="left").join(by_end, on=["rank", "anchor_end_ns"], how="left")
+        arrivals = idx.filter((pl.col("point") == rp.ARRIVE) & pl.col("__k").is_not_null())
+        bounds = idx.filter(pl.col("point") != rp.ARRIVE).join(a.steps.select("rank", "step"), on=["rank", "step"], how="semi")
+        points = (
+            pl.concat([arrivals, bounds]).sort("__o")
+            .with_columns(pl.when(pl.col("point") == rp.ARRIVE).then(pl.col("__k")).alias("kernel"), pl.col("__a").alias("anchor"))
+            .select(points.columns)
+        )
     # the last arrival over the ranks held (a selection of ranks waits only for its own: the
     # whole job's is what the collectives table holds)
     matched = pl.col("last_arrival_ns").is_not_null()
