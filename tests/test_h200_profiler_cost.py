@@ -128,7 +128,7 @@ def test_breakdown_json_has_the_estimate_per_step_and_its_median_per_rank():
     assert r["profiler_options"] == ["profile_memory", "record_shapes", "with_flops"] and r["profiler_note"] is None
 
 
-def test_mfu_is_given_both_ways_with_a_warning(tmp_path):
+def _small_config(tmp_path):
     cfg = tmp_path / "small.toml"
     c = _truth("small")["config"]
     base = (ROOT / "docs" / "examples" / "h200-gpt1.4b-recompute.toml").read_text()
@@ -139,6 +139,20 @@ def test_mfu_is_given_both_ways_with_a_warning(tmp_path):
         assert a in base
         base = base.replace(a, b)
     cfg.write_text(base)
+    return cfg
+
+
+def test_the_what_if_anchor_is_the_step_without_the_profiler(tmp_path):
+    from traceanalyzer.model import load_config
+    from traceanalyzer.reconciliation.anchor import anchor_from_analysis
+
+    anchor = anchor_from_analysis(_analysis("small"), load_config(_small_config(tmp_path)))
+    assert abs(anchor.step_s / _truth("small")["step_s_median"] - 1) <= 0.05
+    assert any(n.startswith("anchored on the unprofiled estimate") for n in anchor.notes)
+
+
+def test_mfu_is_given_both_ways_with_a_warning(tmp_path):
+    cfg = _small_config(tmp_path)
     res = run_cli("reconcile", _trace("small"), "-c", cfg, "-f", "json", "-q")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
