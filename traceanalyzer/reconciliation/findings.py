@@ -6,7 +6,12 @@ dimension) and returns at most :data:`MAX_FINDINGS` losses, largest first. Each 
 in the trace (no finding without time in the partition: at least :data:`MIN_SHARE` of the mean
 step); its ``predicted_gain_ms`` comes from the what-if model (:func:`traceanalyzer.model.whatif`,
 the same code as ``traceanalyzer whatif``) when a run configuration is given and the model can
-price the change, else it is null and ``gain_note`` says why.
+price the change, else it is null and ``gain_note`` says why. Host-bound findings (host dispatch,
+the data loader, a host stall, a sync wait) are priced by the step replay instead
+(:mod:`traceanalyzer.classify.profiler_cost`: the step without the profiler replayed with that
+host time taken out), and read on the step without the profiler: the host-bound idle that sits
+in recorded ops shrinks by what the profiler added (``ms_per_step_in_trace`` keeps the measured
+value), and a finding of its own (``profiler``) says how much of the step the profiler is.
 
 Every finding is a dict: ``loss`` (key), ``label``, ``ms_per_step`` (mean over the rank-steps),
 ``share_of_step`` (0-1, of the mean step), ``cause``, ``remedy``, ``predicted_gain_ms``,

@@ -111,56 +111,71 @@ def union(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def replay_step(s: StepInput, rm: Removal) -> float:
-    """The step's length (ns) replayed with ``rm`` taken out of its host time (module doc)."""
+    """The step's length (ns) replayed with ``rm`` taken out of its host time (module doc).
+
+    Vectorised: between two synchronisations the host map is one shift, and on each stream the
+    items' ends follow ``end_i = max(a_i + d_i, end_(i-1) + g_i + d_i)`` (``a_i`` the moved launch
+    plus latency, ``d_i`` the duration, ``g_i`` the queue gap), whose solution is
+    ``end_i = S_i + max(max_(j<=i) (a_j + d_j - S_j), ready)`` with ``S_i`` the running sum of
+    ``g + d``: a running maximum per stream, no loop over items. Times are relative to the
+    step's start (float64 holds them exactly to well below a nanosecond)."""
+    w0 = s.wstart
     n_sync = 0 if rm.drop_syncs else int(s.sync_start.size)
-    # the segment of host time each item's launch falls in (between two synchronisations)
     known = s.launch >= 0
     host_t = np.where(known, s.launch, s.start)
     seg = np.searchsorted(s.sync_start[:n_sync], host_t, side="right") if n_sync else np.zeros(host_t.size, np.int64)
-    order = np.lexsort((s.start, seg))
     r_host = rm.removed(host_t)
-    # the item's own latency (capped) and its own queue gap behind the item before it (capped)
-    lat = np.minimum(np.maximum(s.start - s.launch, 0), s.latency)
-    ready = dict(s.ready)
-    ready_old = dict(s.ready)
-    gap = np.zeros(s.start.size, np.int64)
-    for i in np.argsort(s.start, kind="stable"):
-        st = int(s.stream[i])
-        prev = ready_old.get(st)
-        gap[i] = QUEUE_GAP_NS if prev is None else min(max(int(s.start[i]) - prev, 0), QUEUE_GAP_NS)
-        ready_old[st] = max(prev or 0, int(s.end[i]))
+    lat = np.where(known, np.minimum(np.maximum(s.start - s.launch, 0), s.latency), 0).astype(np.float64)
+    dur = (s.end - s.start).astype(np.float64)
+    # each item's own queue gap behind the item before it on its stream (in the trace), capped
+    order = np.lexsort((s.start, s.stream))
+    st_o = s.stream[order]
+    first = np.concatenate([[True], st_o[1:] != st_o[:-1]]) if order.size else np.zeros(0, bool)
+    prev_end = np.concatenate([[0], s.end[order][:-1]]) if order.size else np.zeros(0, np.int64)
+    ready0 = np.array([s.ready.get(int(x), np.iinfo(np.int64).min) for x in st_o[first]], dtype=np.int64) if order.size else np.zeros(0, np.int64)
+    prev_end[first] = ready0
+    raw = s.start[order] - prev_end
+    gap_o = np.where(first & (prev_end == np.iinfo(np.int64).min), QUEUE_GAP_NS, np.clip(raw, 0, QUEUE_GAP_NS))
+    gap = np.empty(order.size, np.float64)
+    gap[order] = gap_o
+    ready = {int(k): float(v - w0) for k, v in s.ready.items()}
     new_end = np.empty(s.start.size, np.float64)
-    anchor_old, anchor_new = float(s.wstart), float(s.wstart)
-    r_anchor = float(rm.removed(np.array([s.wstart]))[0])
-    done_old, done_new = float(max(s.ready.values(), default=s.wstart)), float(max(s.ready.values(), default=s.wstart))
-    k = 0
-    n = order.size
+    anchor_old, anchor_new = 0.0, 0.0
+    r_anchor = float(rm.removed(np.array([w0]))[0])
+    done_old = float(max(s.ready.values(), default=w0) - w0)
+    done_new = done_old
+    rel_host = (host_t - w0).astype(np.float64)
+    rel_end = (s.end - w0).astype(np.float64)
     for seg_i in range(n_sync + 1):
-        # the items launched in this segment, in stream order
-        while k < n and seg[order[k]] == seg_i:
-            i = order[k]
-            k += 1
-            launch_new = anchor_new + (host_t[i] - anchor_old) - (r_host[i] - r_anchor)
-            st = int(s.stream[i])
-            t0 = launch_new + (lat[i] if known[i] else 0)
-            prev = ready.get(st)
-            if prev is not None:
-                t0 = max(t0, prev + gap[i])
-            t1 = t0 + float(s.end[i] - s.start[i])
-            new_end[i] = t1
-            ready[st] = t1
-            done_new = max(done_new, t1)
-            done_old = max(done_old, float(s.end[i]))
+        idx = np.flatnonzero(seg == seg_i)
+        if idx.size:
+            a = anchor_new + (rel_host[idx] - anchor_old) - (r_host[idx] - r_anchor) + lat[idx]
+            for stream in np.unique(s.stream[idx]):
+                sub = idx[s.stream[idx] == stream]
+                sub = sub[np.argsort(s.start[sub], kind="stable")]
+                ai = a[np.searchsorted(idx, sub)]
+                c = gap[sub] + dur[sub]
+                S = np.cumsum(c)
+                base = np.maximum.accumulate(ai + dur[sub] - S)
+                prev = ready.get(int(stream))
+                if prev is not None:
+                    base = np.maximum(base, prev)
+                ends = S + base
+                new_end[sub] = ends
+                ready[int(stream)] = float(ends[-1])
+            done_new = max(done_new, float(new_end[idx].max()))
+            done_old = max(done_old, float(rel_end[idx].max()))
         if seg_i == n_sync:
             break
-        a, b = int(s.sync_start[seg_i]), int(s.sync_end[seg_i])
-        ra, rb = rm.removed(np.array([a, b]))
-        a_new = anchor_new + (a - anchor_old) - (ra - r_anchor)
-        if done_old > b:  # the call did not wait for all of it (another stream): not an anchor
+        a0, b0 = int(s.sync_start[seg_i]), int(s.sync_end[seg_i])
+        ra, rb = rm.removed(np.array([a0, b0]))
+        a_rel, b_rel = float(a0 - w0), float(b0 - w0)
+        a_new = anchor_new + (a_rel - anchor_old) - (ra - r_anchor)
+        if done_old > b_rel:  # the call did not wait for all of it (another stream): not an anchor
             continue
-        tail = b - max(a, done_old)  # what the call took after the GPU had finished
-        anchor_old, anchor_new, r_anchor = float(b), max(a_new, done_new) + tail, float(rb)
+        tail = b_rel - max(a_rel, done_old)  # what the call took after the GPU had finished
+        anchor_old, anchor_new, r_anchor = b_rel, max(a_new, done_new) + tail, float(rb)
     r_end = float(rm.removed(np.array([s.wend]))[0])
-    host_end = anchor_new + (s.wend - anchor_old) - (r_end - r_anchor)
+    host_end = anchor_new + (float(s.wend - w0) - anchor_old) - (r_end - r_anchor)
     gpu_end = float(new_end.max()) if new_end.size else -np.inf
-    return max(host_end, gpu_end) - s.wstart
+    return max(host_end, gpu_end)
