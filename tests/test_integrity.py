@@ -76,20 +76,21 @@ def test_graph_replays_fail_when_the_replays_kernels_were_not_recorded(tmp_path)
 
 
 @pytest.mark.skipif(not H200.exists(), reason=f"H200 traces not found at {H200}")
-@pytest.mark.parametrize("run, ok", [("small", False), ("base", True)])
-def test_profiler_dilation_reads_the_unprofiled_estimate(run, ok):
-    """The estimate is the other half of the analysis; here it is the truth itself (profiled and
-    unprofiled step medians of truth.json): small's profiler adds a third, base's nothing."""
+@pytest.mark.parametrize("run", ["small", "compiled", "base", "b4"])
+def test_profiler_dilation_reads_the_unprofiled_estimate(run):
+    """The verdict on the analysis' unprofiled estimate is the one truth.json gives (the profiled
+    and the unprofiled step medians, timed outside the trace): small's profiler adds half the step,
+    compiled's 8 %, base's and b4's nothing. Without an estimate the check is skipped, saying why."""
+    import dataclasses
+
     an = _analyse(H200 / run / "rank0.pt.trace.json.gz")
-    assert _check(an, "profiler_dilation")["ok"] is None  # no estimate: skipped, with a reason
     truth = json.loads((H200 / run / "truth.json").read_text())
-    prof = sorted(truth["step_s_profiled"])[len(truth["step_s_profiled"]) // 2] * 1e6
-    unprof = truth["step_s_median"] * 1e6
-    est = an.steps.select("rank", "step").with_columns(
-        pl.lit(prof - unprof).alias("profiler_overhead_us"), pl.lit(unprof).alias("unprofiled_estimate_us"))
-    an.extras["profiler_overhead"] = est
+    prof = sorted(truth["step_s_profiled"])[len(truth["step_s_profiled"]) // 2]
+    dilated = (prof - truth["step_s_median"]) / truth["step_s_median"] > DILATION_SHARE
     c = _check(an, "profiler_dilation")
-    assert c["ok"] is ok and ((prof - unprof) / unprof > DILATION_SHARE) is not ok
+    assert c["ok"] is (not dilated), (run, c["detail"], prof, truth["step_s_median"])
+    bare = dataclasses.replace(an, steps=an.steps.drop("profiler_overhead_us", "unprofiled_estimate_us", strict=False))
+    assert _check(bare, "profiler_dilation")["ok"] is None
 
 
 def test_gpu_work_fails_on_a_step_whose_gpu_records_were_lost(tmp_path):
