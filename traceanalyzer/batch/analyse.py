@@ -16,7 +16,7 @@ import polars as pl
 
 from traceanalyzer._version import __version__
 from traceanalyzer.batch.discover import RunSpec, fallback_date
-from traceanalyzer.batch.store import RANK_SCHEMA, RUN_SCHEMA, STEP_SCHEMA
+from traceanalyzer.batch.store import LOOP_RANK_FIELDS, RANK_SCHEMA, RUN_SCHEMA, STEP_SCHEMA
 from traceanalyzer.classify import FIELDS
 from traceanalyzer.engine import WorkerDied  # noqa: F401 - re-exported: a run's worker died
 from traceanalyzer.classify.steps import DEFAULT_STEP
@@ -97,7 +97,8 @@ def run_result(spec: RunSpec, step_range: str, analyse, input_key, t0: float) ->
             analysis.totals()
             .select("rank", "steps", *[f"{f}_ns" for f in FIELDS])
             .join(meta, on="rank", how="left")
-            .with_columns(*ident, (pl.col("duration_ns") / pl.col("steps") / 1000).alias("step_time_us"))
+            .with_columns(*ident, (pl.col("duration_ns") / pl.col("steps") / 1000).alias("step_time_us"),
+                          *[pl.lit(None, dtype=t).alias(c) for c, t in LOOP_RANK_FIELDS.items()])
             .cast(RANK_SCHEMA)
             .select(list(RANK_SCHEMA))
         )

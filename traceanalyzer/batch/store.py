@@ -86,6 +86,19 @@ RANK_SCHEMA: dict[str, pl.DataType] = {
     "step_time_us": pl.Float64,  # duration_ns / steps / 1000
 }
 
+#: what the training-loop handler (traceanalyzer.integrations) adds to a rank's row: its host,
+#: the profiler's step count when the trace was written, the findings' top losses, the profiler's
+#: own cost where the breakdown estimates it, and whether the trace file was kept
+LOOP_RANK_FIELDS: dict[str, pl.DataType] = {
+    "host": pl.String,
+    "profiler_step": pl.Int64,
+    "top_losses": pl.List(pl.Struct({"loss": pl.String, "label": pl.String, "ms_per_step": pl.Float64, "share_of_step": pl.Float64})),
+    "profiler_overhead_us": pl.Float64,
+    "unprofiled_estimate_us": pl.Float64,
+    "trace_kept": pl.Boolean,
+}
+RANK_SCHEMA.update(LOOP_RANK_FIELDS)
+
 STEP_SCHEMA: dict[str, pl.DataType] = {
     "run_id": pl.String,
     "job": pl.String,
