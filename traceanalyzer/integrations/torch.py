@@ -101,7 +101,7 @@ class TraceHandler:
         self.on_result = on_result
         self.results: list[dict[str, Any]] = []  # one per trace handed over, in order (the worker's answers)
         self.failures = 0
-        self._seen: dict[str, int] = {}
+        self._seen: dict[tuple[str, int], int] = {}
         self._settings = {"keep": keep, "slow_factor": slow_factor, "window": window, "finding_share": finding_share}
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._proc: subprocess.Popen | None = None
@@ -132,7 +132,7 @@ class TraceHandler:
             step = getattr(prof, "step_num", None)
             job = {
                 "trace": str(path.resolve()), "store": str(self.store.resolve()), "job": self.job,
-                "run_id": self._cycle_id(step),
+                "run_id": self._cycle_id(step, rank),
                 "rank": rank, "world_size": world, "host": socket.gethostname(),
                 "profiler_step": int(step) if step is not None else None, "date": self.date, "config": self.config,
                 "step_range": self.step_range, "report": str(path.resolve()) + ".report.html" if self.report else None,
@@ -144,12 +144,12 @@ class TraceHandler:
         except Exception as exc:  # noqa: BLE001 - never into training
             self._fail(path, f"{type(exc).__name__}: {exc}")
 
-    def _cycle_id(self, step: int | None) -> str:
+    def _cycle_id(self, step: int | None, rank: int) -> str:
         """The store run of this trace: ``<run_id>/step<N>`` (N: the profiler's step count, the
         same on every rank for the same cycle); a second trace at the same count (the one
         ``prof.stop()`` writes of a cycle still open) gets ``-2``, then ``-3``..."""
         base = f"{self.run_id}/step{int(step):08d}" if step is not None else f"{self.run_id}/trace"
-        self._seen[base] = n = self._seen.get(base, 0) + 1
+        self._seen[(base, rank)] = n = self._seen.get((base, rank), 0) + 1
         return base if n == 1 else f"{base}-{n}"
 
     def close(self, timeout: float | None = None) -> None:
