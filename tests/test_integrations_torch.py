@@ -202,3 +202,28 @@ def test_keep_anomalous_keeps_only_the_slow_trace_and_stores_every_row(tmp_path)
     handler(RecordedProfiler(SMALL, 1))
     handler.close()
     assert handler.results[0]["kept"] and "of the step" in handler.results[0]["keep_reason"]
+
+
+@needs_h200
+def test_a_dying_analysis_process_is_a_warning_a_status_row_and_a_new_process(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TRACEANALYZER_FAULT", "loop:worker")  # the worker SIGKILLs itself on each trace
+    handler = on_trace_ready(tmp_path, run_id="dies", job="gpt")
+    with caplog.at_level(logging.WARNING, logger="traceanalyzer.integrations"):
+        for step in (1, 2):
+            handler(RecordedProfiler(SMALL, step))
+        handler.close()
+    runs = Store(tmp_path / STORE_DIR).runs()
+    assert runs["run_id"].to_list() == ["dies/step00000001", "dies/step00000002"]
+    assert runs["status"].to_list() == ["failed", "failed"] and runs["error_class"].to_list() == ["InternalError"] * 2
+    assert all("the analysis process died on this trace" in e and "exit code -9" in e for e in runs["error"])
+    assert handler.failures == 2 and len([r for r in caplog.records if "exit code -9" in r.getMessage()]) == 2
+    assert len([p for p in tmp_path.iterdir() if p.is_file()]) == 2  # the traces are kept: the evidence
+
+
+@needs_extra("torch")
+def test_the_trace_prof_stop_writes_of_an_open_cycle_gets_a_run_of_its_own(tmp_path):
+    handler = on_trace_ready(tmp_path, run_id="open", job="tiny")
+    _train(handler, steps=2, cycles=0)  # every step a cycle, for ever: the exit writes the open one
+    handler.close()
+    assert [r["profiler_step"] for r in handler.results] == [1, 2, 2]
+    assert Store(tmp_path / STORE_DIR).runs()["run_id"].to_list() == ["open/step00000001", "open/step00000002", "open/step00000002-2"]

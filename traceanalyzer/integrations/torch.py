@@ -218,6 +218,7 @@ class TraceHandler:
                 answer = json.loads(line)
             except Exception as exc:  # noqa: BLE001 - the worker died: say so; the next trace gets a new one
                 answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                self._store_failure(job, answer["error"])
             summary = answer.get("summary") or {"status": "failed", "error": answer.get("error")}
             summary = {**summary, "trace": job["trace"], "run_id": job["run_id"], "rank": job["rank"],
                        "profiler_step": job["profiler_step"]}
@@ -231,6 +232,17 @@ class TraceHandler:
                     self.on_result(summary)
                 except Exception as exc:  # noqa: BLE001 - a logger's failure is not training's
                     log.warning("traceanalyzer: the result logger failed on %s: %s", job["trace"], exc)
+
+
+    def _store_failure(self, job: dict[str, Any], error: str) -> None:
+        """A new worker stores the status row of the trace whose worker died on it."""
+        try:
+            self._proc = self._start()
+            self._proc.stdin.write(json.dumps({**job, "failure": f"the analysis process died on this trace: {error}"}) + "\n")
+            self._proc.stdin.flush()
+            self._proc.stdout.readline()
+        except Exception as exc:  # noqa: BLE001 - logged with the failure itself
+            log.warning("traceanalyzer: %s: its status row could not be stored either: %s", job["trace"], exc)
 
 
 def on_trace_ready(dir: str | os.PathLike[str], *, store: str | os.PathLike[str] | None = None,

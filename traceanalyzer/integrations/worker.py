@@ -5,7 +5,8 @@ the traces one at a time in order, and answers one JSON line per job on stdout: 
 "summary": {...}}`` (:func:`traceanalyzer.api.loop.store_trace`'s summary, with ``kept`` and
 ``keep_reason``) or ``{"ok": false, "error": "..."}`` when even the status row could not be
 written. The first line is its settings (``keep``, the anomaly thresholds). A trace that is not
-kept is deleted here, after its rows are stored. It runs at a lower priority than training
+kept is deleted here, after its rows are stored. A job with ``failure`` set (the handler's,
+for a trace whose worker died) stores that failure as the trace's status row. It runs at a lower priority than training
 (``nice`` +5) and, unless ``POLARS_MAX_THREADS`` is set, on two polars threads.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -42,6 +44,8 @@ def main() -> int:
             continue
         job = json.loads(line)
         trace, store = job.pop("trace"), job.pop("store")
+        if os.environ.get("TRACEANALYZER_FAULT") == "loop:worker" and not job.get("failure"):
+            os.kill(os.getpid(), signal.SIGKILL)  # the tests' dying worker
         try:
             summary = store_trace(trace, store, keep=keep, **job)
         except BaseException as exc:  # noqa: BLE001 - the store could not take the rows: try a status row
