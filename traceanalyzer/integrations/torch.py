@@ -89,6 +89,9 @@ class TraceHandler:
             raise ValueError(f"queue_size must be a whole number of traces, at least 1, got {queue_size!r}")
         self.dir = Path(dir)
         self.store = Path(store) if store is not None else self.dir / STORE_DIR
+        # resolved once, here: the training step pays for no path lookups
+        self._dir_abs, self._store_abs = self.dir.resolve(), str(self.store.resolve())
+        self._host = socket.gethostname()
         self.config = str(Path(config).resolve()) if config is not None else None
         self.keep = keep
         self.worker_name = worker_name
@@ -116,7 +119,7 @@ class TraceHandler:
     def trace_path(self) -> Path:
         """The next trace's file name, as ``tensorboard_trace_handler`` makes it."""
         if not self.worker_name:
-            self.worker_name = f"{socket.gethostname()}_{os.getpid()}"
+            self.worker_name = f"{self._host}_{os.getpid()}"
         name = f"{self.worker_name}.{time.time_ns()}.pt.trace.json"
         return self.dir / (name + ".gz" if self.use_gzip else name)
 
@@ -127,15 +130,16 @@ class TraceHandler:
             raise RuntimeError(f"Can't create directory: {self.dir}") from exc
         path = self.trace_path()
         prof.export_chrome_trace(str(path))
+        path = self._dir_abs / path.name
         try:
             rank, world = distributed_identity()
             step = getattr(prof, "step_num", None)
             job = {
-                "trace": str(path.resolve()), "store": str(self.store.resolve()), "job": self.job,
+                "trace": str(path), "store": self._store_abs, "job": self.job,
                 "run_id": self._cycle_id(step, rank),
-                "rank": rank, "world_size": world, "host": socket.gethostname(),
+                "rank": rank, "world_size": world, "host": self._host,
                 "profiler_step": int(step) if step is not None else None, "date": self.date, "config": self.config,
-                "step_range": self.step_range, "report": str(path.resolve()) + ".report.html" if self.report else None,
+                "step_range": self.step_range, "report": f"{path}.report.html" if self.report else None,
             }
             if self._closed:
                 log.warning("%s: the trace handler is closed: the trace is written but not analysed", path)
