@@ -45,6 +45,7 @@ log = logging.getLogger("traceanalyzer.integrations")
 
 STORE_DIR = "traceanalyzer-store"
 DEFAULT_QUEUE = 8
+POLL_S = 0.05  # how often the handler's thread looks for a new trace
 _STOP = object()
 
 
@@ -208,7 +209,13 @@ class TraceHandler:
 
     def _feed(self) -> None:
         while True:
-            job = self._queue.get()
+            # polled, not waited on: a put() from the training step then wakes no thread (a woken
+            # thread can take the core, and the GIL, from the training step on a busy machine)
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                time.sleep(POLL_S)
+                continue
             if job is _STOP:
                 return
             try:
