@@ -148,6 +148,7 @@ COMMANDS = {
     "launches": ["launches", DEMO],
     "annotations": ["annotations", DEMO],
     "critical-path": ["critical-path", DEMO],
+    "stragglers": ["stragglers", DEMO],
 }
 
 

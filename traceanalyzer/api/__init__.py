@@ -43,6 +43,7 @@ __all__ = [
     "kernels", "ops", "kernel_diff", "annotations", "launches", "queue_length", "critical_path", "reconcile", "memory", "whatif",
     "search_layouts", "predict", "plan", "annotate", "baseline", "batch", "trend", "gate",
 ]
+__all__ += ["straggler_view", "straggler_costs", "replay", "wait_matrix", "comm_bytes"]
 
 # ---------------------------------------------------------------------------------------------
 # loading and classifying
@@ -2381,3 +2382,6 @@ def _model_flops_and_peak(config: PathLike | Any, analysis: Analysis) -> tuple[f
     gpus = cfg.need(gpus, "[hardware] num_gpus", "the FLOPs per GPU (the trace does not give a world size either)")
     peak, _gpu, _where = _peak(cfg, analysis.trace, [])
     return step_flops(cfg).model / gpus, peak
+
+
+from traceanalyzer.api.crossrank import comm_bytes, replay, straggler_costs, straggler_view, wait_matrix  # noqa: E402
