@@ -145,10 +145,11 @@ def test_real_h200_trace_stores_what_breakdown_json_prints(tmp_path):
     assert ranks["steps"] == rank["total"]["steps"] == 3
     for f in ("duration", "compute", "recompute", "exposed_comm", "overlapped_comm", "other", "idle"):
         assert ranks[f"{f}_ns"] / 1000 == rank["total"][f"{f}_us"]
-    # the profiler-cost estimate: stored where the breakdown gives it, null where it does not
-    for key in ("profiler_overhead_us", "unprofiled_estimate_us"):
-        given = rank["total"].get(key, rank.get(key, doc.get(key)))
-        assert ranks[key] == given
+    # the profiler-cost estimate: per step above (steps' profiler_*_us), and the rank's medians
+    assert rank["unprofiled_estimate_median_us"] is not None
+    for key in ("profiler_overhead", "unprofiled_estimate"):
+        assert ranks[f"{key}_us"] == rank[f"{key}_median_us"]
+    assert {"profiler_overhead_us", "unprofiled_estimate_us"} <= set(rank["steps"][0])
 
 
 @needs_h200

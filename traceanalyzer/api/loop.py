@@ -125,20 +125,11 @@ def _extras(analysis: Any, config: PathLike | None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "top_losses": [{k: f.get(k) for k in ("loss", "label", "ms_per_step", "share_of_step")} for f in found[:TOP_LOSSES]],
     }
-    for key in ("profiler_overhead_us", "unprofiled_estimate_us"):
-        out[key] = _find_number(doc, key)
+    rank = (doc.get("ranks") or [{}])[0]
+    for key in ("profiler_overhead_us", "unprofiled_estimate_us"):  # the rank's medians over its steps
+        value = rank.get(key.replace("_us", "_median_us"))
+        out[key] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     return out
-
-
-def _find_number(doc: dict, key: str) -> float | None:
-    """``key`` of the breakdown document: at the top, in ``profiler``, or in the (one) rank's
-    entry or its total; None where this version does not estimate it."""
-    ranks = doc.get("ranks") or [{}]
-    for place in (doc, doc.get("profiler") or {}, ranks[0], ranks[0].get("total") or {}, ranks[0].get("profiler") or {}):
-        value = place.get(key) if isinstance(place, dict) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    return None
 
 
 def rank_trend(store: PathLike, *, last: int = 10, job: str | None = None) -> pl.DataFrame:
