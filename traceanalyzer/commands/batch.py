@@ -106,10 +106,10 @@ def batch(
         for w in warns:
             err_console.print(warning_line(f"{run_id}: {w}"), soft_wrap=True)
     if summary.failed:
-        from traceanalyzer.errors import RunsFailed
+        from traceanalyzer.errors import RunsFailed, few
 
         raise RunsFailed(f"{len(summary.failed)} of {total} run(s) failed (the others are stored in {store}): "
-                         + ", ".join(f["run_id"] for f in summary.failed))
+                         + few(f["run_id"] for f in summary.failed))
 
 
 def summary_document(summary, store: Path, force: bool) -> dict:
