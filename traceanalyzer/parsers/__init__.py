@@ -179,6 +179,7 @@ def _load_kineto(files: list[Path], progress: ProgressFn | None, cache: bool | s
         [df.with_columns(pl.lit(m["rank"], dtype=pl.Int32).alias("rank")) for df, m in zip(frames, metas)],
         how="vertical",
     )
+    kineto.single_process(metas)
     meta = kineto.meta_frame(metas)
     warnings.extend(clean.check_job(events, meta))
     return Trace(events=events, meta=meta, warnings=warnings, sources=list(files))
@@ -216,6 +217,7 @@ def _sane_meta(f: Path, meta: dict) -> list[str]:
             shown = str(meta[key]) if len(str(meta[key])) <= 20 else f"{float(meta[key]):.3g}"
             warnings.append(f"{f}: {field} {shown} is out of range: ignored")
             meta[key] = None
+            meta[f"{key}_dropped"] = True
     return warnings
 
 
