@@ -842,7 +842,7 @@ def ops(
     name: str | None = None,
     rank: int | Iterable[int] | None = None,
     step: int | Iterable[int] | None = None,
-    sort: str = "total",
+    sort: str = "gpu",
     top: int | None = None,
     precision: str | None = None,
     step_range: str | None = DEFAULT_STEP,
@@ -863,8 +863,8 @@ def ops(
     rank, step:
         Only these ranks / step numbers (``ProfilerStep#N``: ``N``; one int or several).
     sort:
-        As for :func:`kernels` (``total`` is the host time), and also ``gpu``: the GPU time of
-        the op's kernels; biggest first.
+        ``gpu`` (the default): the GPU time of the op's kernels; or as for :func:`kernels`
+        (``total`` is the host time); biggest first.
     top:
         Keep the first ``top`` rows after sorting.
     precision:

@@ -51,7 +51,9 @@ def batch(
         outputs.protect(store)
         outputs.check(output)
     show = sys.stderr.isatty() and not quiet
-    lines = not sys.stderr.isatty() and not quiet  # cron logs: one line per run
+    from traceanalyzer.outputs import progress_lines_asked
+
+    lines = not sys.stderr.isatty() and not quiet and progress_lines_asked()  # cron logs that ask: one line per run
     progress = None
     if show:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn

@@ -71,8 +71,14 @@ def _cpu_verdict(launches: pl.DataFrame | None) -> str | None:
     bound = launches.filter(pl.col("cpu_bound"))
     if bound.height == 0:
         return None
-    host = bound["host_ns_per_kernel"].median() / 1e3
-    gpu = bound["gpu_ns_per_kernel"].median() / 1e3
+    # over the CPU-bound rank-steps, as the per-rank verdict sums its steps: the same value
+    # wherever it is shown (breakdown --detail, launches, the report)
+    launched = bound["launched"].sum() if "launched" in bound.columns else 0
+    if launched and {"host_ns", "duration_ns", "idle_ns"} <= set(bound.columns):
+        host = bound["host_ns"].sum() // launched / 1e3
+        gpu = (bound["duration_ns"] - bound["idle_ns"]).sum() // launched / 1e3
+    else:
+        host, gpu = bound["host_ns_per_kernel"].median() / 1e3, bound["gpu_ns_per_kernel"].median() / 1e3
     graphs = " (CUDA graphs in use)" if bool(launches["cuda_graphs"].any()) else ""
     return (f"CPU-bound on {bound.height} of {launches.height} rank-steps: {host:.1f} µs of host time per launched item "
             f"(dispatch + launch) against {gpu:.1f} µs of GPU time{graphs}")
