@@ -91,7 +91,7 @@ if STAGES:
     from traceanalyzer.parsers import clean, kineto
 
     for name in ("_parse", "step_starts", "check_event_span", "gpu_windows", "refuse_duplicate_steps", "check_windows",
-                 "label_gpu", "partition", "outside_steps", "_with_causes", "check_causes"):
+                 "label_gpu", "partition", "outside_steps", "_with_causes", "check_causes", "_with_profiler_cost"):
         wrap(R, name)
     for name in ("recompute_threads", "host_tree", "recompute_ops", "ops_by_name"):
         wrap(recompute, name)

@@ -1,4 +1,4 @@
-"""The step replay (classify.critical_path.replay) on hand-built steps whose answer is known by
+"""The step replay (classify.step_replay) on hand-built steps whose answer is known by
 hand: a host thread launching kernels with gaps of known size, a GPU-bound queue, a
 synchronisation, and the profiler's cost on a trace built event by event."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from traceanalyzer.classify.critical_path.replay import QUEUE_GAP_NS, Removal, StepInput, replay_step, union
+from traceanalyzer.classify.step_replay import QUEUE_GAP_NS, Removal, StepInput, replay_step, union
 from traceanalyzer.classify.profiler_cost import profiler_cost
 from traceanalyzer.schema import EVENT_SCHEMA, conform
 
@@ -79,7 +79,7 @@ def test_items_of_one_stream_run_in_order_with_their_queue_gap():
 
 def test_union_merges_overlapping_intervals():
     lo, hi = union(_arr(0, 5, 20, 21), _arr(10, 8, 25, 22))
-    assert lo.tolist() == [0, 20] and hi.tolist() == [10, 25]
+    assert lo.to_list() == [0, 20] and hi.to_list() == [10, 25]
 
 
 def _trace_events(n=4, every=100_000, kernel=20_000, ops_per_launch=3):

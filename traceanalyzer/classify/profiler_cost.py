@@ -11,7 +11,7 @@ paces (its queue never drains) it hides behind the GPU.
 kind (cpu_op, user annotation, runtime / driver call, Python frame), the op's cost growing
 with the options the trace was recorded with (:func:`event_costs`), put at each event's start
 on the step's launching threads; then it replays the step's host -> GPU dependencies with
-that time taken out (:mod:`traceanalyzer.classify.critical_path.replay`). The difference of
+that time taken out (:mod:`traceanalyzer.classify.step_replay`). The difference of
 the two replays is what the profiler added to the step; the step's measured length less it
 is the unprofiled estimate.
 
@@ -27,11 +27,11 @@ events or no launch linked to its GPU work gets no estimate and a ``profiler_not
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
-from traceanalyzer.classify.critical_path.replay import DEFAULT_LATENCY_NS, QUEUE_GAP_NS, Removal, StepInput, replay_step, union
+from traceanalyzer.classify.step_replay import DEFAULT_LATENCY_NS, QUEUE_GAP_NS, Removal, StepInput, i64, replay_step, union
 from traceanalyzer.classify.idle import DATALOADER_RANGE, SYNC_RUNTIME
+from traceanalyzer.queries import query_engine
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: host ns the profiler adds per recorded event, by kind; an op's cost grows with the options
@@ -80,6 +80,14 @@ def infer_options(events: pl.DataFrame) -> list[str]:
     return sorted(set(out))
 
 
+def infer_options_by_rank(events: pl.DataFrame) -> dict[int, list[str]]:
+    """:func:`infer_options` of every rank of ``events`` (one pass over two columns)."""
+    seen = events.group_by("rank").agg(pl.col("input_dims").is_not_null().any().alias("shapes"),
+                                       (pl.col("kind") == "python").any().alias("stack"))
+    return {rank: sorted({*ASSUMED_OPTIONS, *(["record_shapes"] if shapes else []), *(["with_stack"] if stack else [])})
+            for rank, shapes, stack in seen.iter_rows()}
+
+
 def profiler_cost(events: pl.DataFrame, windows: pl.DataFrame, options: dict[int, list[str] | None] | None = None,
                   costs: dict[str, float] | None = None, gains: bool = True) -> pl.DataFrame:
     """Per (rank, step) of ``windows``: the columns of :data:`COLUMNS` (module doc).
@@ -90,15 +98,27 @@ def profiler_cost(events: pl.DataFrame, windows: pl.DataFrame, options: dict[int
     ``gains``: price the host-bound causes too (else their columns are null)."""
     options = options or {}
     out = []
-    for (rank,), ev in events.partition_by("rank", as_dict=True, maintain_order=True).items():
+    for (rank,), ev in _slim(events).partition_by("rank", as_dict=True, maintain_order=True).items():
         win = windows.filter(pl.col("rank") == rank).sort("wstart_ns")
         if win.height == 0:
             continue
         opts = options.get(rank)
         if opts is None:
-            opts = infer_options(ev)
+            opts = infer_options(events.filter(pl.col("rank") == rank))
         out.append(_rank(int(rank), ev, win, opts, costs or event_costs(opts), gains))
     return pl.concat(out, how="vertical_relaxed") if out else empty()
+
+
+def _slim(events: pl.DataFrame) -> pl.DataFrame:
+    """The events the estimate reads (GPU work and host events), in their order, with only the
+    columns it reads: the names it tests are read once, as flags."""
+    kind, name = pl.col("kind"), pl.col("name")
+    return events.lazy().filter(kind.is_in([*GPU_WORK_KINDS, *HOST_KINDS])).select(
+        "rank", "kind", "start_ns", "end_ns", "stream", "correlation", "tid",
+        ((kind == "annotation") & name.str.starts_with("ProfilerStep#")).alias("is_step"),
+        ((kind == "annotation") & name.str.contains(DATALOADER_RANGE)).alias("is_dataloader"),
+        ((kind == "runtime") & name.str.contains(SYNC_RUNTIME)).alias("is_sync"),
+    ).collect(engine=query_engine())
 
 
 def _reason_frame(rank: int, win: pl.DataFrame, opts: list[str], why: str) -> pl.DataFrame:
@@ -120,40 +140,36 @@ def _rank(rank: int, ev: pl.DataFrame, win: pl.DataFrame, opts: list[str], costs
     threads = gpu.get_column("tid").drop_nulls().unique().to_list()
     if not threads:
         return _reason_frame(rank, win, opts, "no GPU work is linked to a launch call (no correlation ids): the host -> GPU dependencies are unknown")
-    host = host.filter(pl.col("tid").is_in(threads))
+    h = host.filter(pl.col("tid").is_in(threads)).select("kind", "start_ns", "end_ns", "is_step", "is_dataloader", "is_sync").sort("start_ns")
+    del host, calls
     streams = {s: i for i, s in enumerate(gpu.get_column("stream").fill_null(-1).unique().sort().to_list())}
-    g_start = gpu.get_column("start_ns").to_numpy().astype(np.int64)
-    g_end = gpu.get_column("end_ns").to_numpy().astype(np.int64)
-    g_stream = gpu.get_column("stream").fill_null(-1).replace_strict(streams, return_dtype=pl.Int64).to_numpy()
-    g_launch = gpu.get_column("launch_ns").fill_null(-1).to_numpy().astype(np.int64)
-    latency = _latency(g_start, g_end, g_stream, g_launch)
+    g = gpu.select(pl.col("start_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64),
+                   pl.col("stream").fill_null(-1).replace_strict(streams, return_dtype=pl.Int64),
+                   pl.col("launch_ns").fill_null(-1).cast(pl.Int64))
+    del gpu
+    latency = _latency(g)
     # the profiler's cost at each recorded host event's start
-    h = host.sort("start_ns")
-    kinds = h.get_column("kind").cast(pl.String)
-    p_t = h.get_column("start_ns").to_numpy().astype(np.int64)
-    p_c = kinds.replace_strict({k: float(v) for k, v in costs.items()}, default=0.0, return_dtype=pl.Float64).to_numpy()
+    points = h.select(pl.col("start_ns").cast(pl.Int64).alias("t"),
+                      pl.col("kind").cast(pl.String).replace_strict({k: float(v) for k, v in costs.items()}, default=0.0, return_dtype=pl.Float64).alias("c"))
     # what the replays remove: the host intervals of each cause
     iv = h.filter(pl.col("end_ns") > pl.col("start_ns"))
-    is_step = pl.col("name").str.starts_with("ProfilerStep#")
-    rec = iv.filter(~((pl.col("kind") == "annotation") & is_step))
-    rec_lo, rec_hi = union(rec["start_ns"].to_numpy(), rec["end_ns"].to_numpy())
-    ops_lo, ops_hi = union(*(iv.filter(pl.col("kind").is_in(["cpu_op", "runtime"]))[c].to_numpy() for c in ("start_ns", "end_ns")))
-    dl = iv.filter((pl.col("kind") == "annotation") & pl.col("name").str.contains(DATALOADER_RANGE))
-    dl_lo, dl_hi = union(dl["start_ns"].to_numpy(), dl["end_ns"].to_numpy())
-    syncs = iv.filter((pl.col("kind") == "runtime") & pl.col("name").str.contains(SYNC_RUNTIME))
-    s_lo, s_hi = union(syncs["start_ns"].to_numpy(), syncs["end_ns"].to_numpy())
+    rec_lo, rec_hi = _union_of(iv.filter(~pl.col("is_step")))
+    ops_lo, ops_hi = _union_of(iv.filter(pl.col("kind").is_in(["cpu_op", "runtime"])))
+    dl_lo, dl_hi = _union_of(iv.filter(pl.col("is_dataloader")))
+    syncs = pl.DataFrame(dict(zip(("lo", "hi"), _union_of(iv.filter(pl.col("is_sync"))))))
+    del h, iv
+    start, end, stream, launch = pl.col("start_ns"), pl.col("end_ns"), pl.col("stream"), pl.col("launch_ns")
     rows = []
     for step, ws, we in win.select("step", "wstart_ns", "wend_ns").iter_rows():
-        inside = (g_launch >= ws) & (g_launch < we) | ((g_launch < 0) & (g_start >= ws) & (g_start < we))
-        before = (~inside) & (np.where(g_launch >= 0, g_launch, g_start) < ws) & (g_end > ws)
-        ready = {}
-        for st, e in zip(g_stream[before], g_end[before]):
-            ready[int(st)] = max(ready.get(int(st), ws), int(e))
-        sm = (s_lo >= ws) & (s_hi <= we)
-        inp = StepInput(int(ws), int(we), g_start[inside], g_end[inside], g_stream[inside], g_launch[inside], ready,
-                        s_lo[sm], s_hi[sm], latency)
-        pm = (p_t >= ws) & (p_t < we)
-        step_rm = Removal(p_t[pm], p_c[pm])
+        inside = (launch >= ws) & (launch < we) | ((launch < 0) & (start >= ws) & (start < we))
+        before = ~inside & (pl.when(launch >= 0).then(launch).otherwise(start) < ws) & (end > ws)
+        ready = {int(st): max(ws, int(e)) for st, e in g.filter(before).group_by(stream).agg(end.max()).iter_rows()}
+        step_g = g.filter(inside)
+        sm = syncs.filter((pl.col("lo") >= ws) & (pl.col("hi") <= we))
+        inp = StepInput(int(ws), int(we), step_g["start_ns"], step_g["end_ns"], step_g["stream"], step_g["launch_ns"], ready,
+                        sm["lo"], sm["hi"], latency)
+        pm = points.filter((pl.col("t") >= ws) & (pl.col("t") < we))
+        step_rm = Removal(pm["t"], pm["c"])
         zero = Removal()
         e0 = replay_step(inp, zero)
         e1 = replay_step(inp, step_rm)
@@ -163,44 +179,46 @@ def _rank(rank: int, ev: pl.DataFrame, win: pl.DataFrame, opts: list[str], costs
         gl, gh = _gaps(rec_lo, rec_hi, ws, we)
         big = (gh - gl) >= STALL_NS
         gains: dict[str, int | None] = dict.fromkeys(GAINS)
-        for g, (lo, hi, drop) in ({} if not price else {
-            "host_untraced": (gl[big], gh[big], False),
+        for name, (lo, hi, drop) in ({} if not price else {
+            "host_untraced": (gl.filter(big), gh.filter(big), False),
             "host_dataloader": (*_clip(dl_lo, dl_hi, ws, we), False),
             "host_ops": (*_clip(ops_lo, ops_hi, ws, we), False),
             "sync": (inp.sync_start, inp.sync_end, True),  # not anchors, and their wait taken out
         }).items():
-            if lo.size == 0:
-                gains[g] = 0
+            if lo.len() == 0:
+                gains[name] = 0
                 continue
-            gains[g] = int(round(max(e1 - replay_step(inp, step_rm.plus(lo, hi, drop)), 0.0)))
-        rows.append({"rank": rank, "step": step, "profiler_host_ns": int(round(p_c[pm].sum())),
+            gains[name] = int(round(max(e1 - replay_step(inp, step_rm.plus(lo, hi, drop)), 0.0)))
+        rows.append({"rank": rank, "step": step, "profiler_host_ns": int(round(pm["c"].sum())),
                      "profiler_overhead_ns": int(round(dur - est)), "unprofiled_estimate_ns": int(round(est)),
                      **{f"gain_{g}_ns": v for g, v in gains.items()}, "profiler_options": ",".join(opts), "profiler_note": None})
     return pl.DataFrame(rows, schema=COLUMNS)
 
 
-def _latency(start: np.ndarray, end: np.ndarray, stream: np.ndarray, launch: np.ndarray) -> int:
+def _union_of(iv: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    return union(iv.get_column("start_ns"), iv.get_column("end_ns"))
+
+
+def _latency(g: pl.DataFrame) -> int:
     """The rank's launch latency: the median launch-to-start time of the items that waited on
     their launch (a gap of more than :data:`QUEUE_GAP_NS` behind the item before them)."""
-    order = np.lexsort((start, stream))
-    s, e, st, la = start[order], end[order], stream[order], launch[order]
-    prev_end = np.concatenate([[np.iinfo(np.int64).min], e[:-1]])  # items of one stream do not overlap
-    same = np.concatenate([[False], st[1:] == st[:-1]])
-    waited = same & (s - prev_end > QUEUE_GAP_NS) & (la >= 0) & (s >= la)
-    if not waited.any():
-        return DEFAULT_LATENCY_NS
-    return int(np.median(s[waited] - la[waited]))
+    s, la = pl.col("start_ns"), pl.col("launch_ns")
+    # items of one stream do not overlap
+    same = (pl.col("stream") == pl.col("stream").shift(1)).fill_null(False)
+    waited = same & (s - pl.col("end_ns").shift(1) > QUEUE_GAP_NS) & (la >= 0) & (s >= la)
+    lat = g.sort("stream", "start_ns", maintain_order=True).filter(waited).select((s - la).median()).item()
+    return DEFAULT_LATENCY_NS if lat is None else int(lat)
 
 
-def _clip(lo: np.ndarray, hi: np.ndarray, ws: int, we: int) -> tuple[np.ndarray, np.ndarray]:
+def _clip(lo: pl.Series, hi: pl.Series, ws: int, we: int) -> tuple[pl.Series, pl.Series]:
     keep = (hi > ws) & (lo < we)
-    return np.maximum(lo[keep], ws), np.minimum(hi[keep], we)
+    return lo.filter(keep).clip(lower_bound=ws), hi.filter(keep).clip(upper_bound=we)
 
 
-def _gaps(lo: np.ndarray, hi: np.ndarray, ws: int, we: int) -> tuple[np.ndarray, np.ndarray]:
+def _gaps(lo: pl.Series, hi: pl.Series, ws: int, we: int) -> tuple[pl.Series, pl.Series]:
     """The gaps of the union ``[lo, hi)`` (sorted, disjoint) inside ``[ws, we)``."""
     lo, hi = _clip(lo, hi, ws, we)
-    starts = np.concatenate([[ws], hi])
-    ends = np.concatenate([lo, [we]])
+    starts = pl.concat([i64([ws]), hi])
+    ends = pl.concat([lo, i64([we])])
     keep = ends > starts
-    return starts[keep], ends[keep]
+    return starts.filter(keep), ends.filter(keep)

@@ -318,9 +318,7 @@ def _with_profiler_cost(steps: pl.DataFrame, events: pl.DataFrame, windows: pl.D
     for r in into:
         header = r.profiler_options if r.profiler_options is not None else (profiler_options(r.file) if r.file else [])
         opts[r.rank] = header
-    seen = {}
-    for (rank,), ev in events.partition_by("rank", as_dict=True, maintain_order=True).items():
-        seen[rank] = sorted(set(opts.get(rank) or []) | set(profiler_cost.infer_options(ev)))
+    seen = {rank: sorted(set(opts.get(rank) or []) | set(shown)) for rank, shown in profiler_cost.infer_options_by_rank(events).items()}
     cost = profiler_cost.profiler_cost(events, windows, seen)
     out = steps.join(cost, on=["rank", "step"], how="left").with_columns(
         *[(pl.col(c) / 1000).alias(c.replace("_ns", "_us")) for c in ("profiler_host_ns", "profiler_overhead_ns", "unprofiled_estimate_ns")])
