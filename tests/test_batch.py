@@ -239,7 +239,11 @@ def test_gate_fails_on_a_slower_run_and_passes_otherwise(tmp_path):
     assert change == pytest.approx(0.10, abs=1e-4)
     r = _gate_cli(store, "--max-regression", "3%", "--job", "resnet")
     assert r.returncode == 8, r.stderr
-    msg = r.stderr
+    # the explanation is the verdict's line on stdout; the error line says it in short
+    msg = r.stdout
+    [err] = r.stderr.strip().splitlines()
+    assert err == (f"traceanalyzer: error: gate failed: run resnet-2026-11-20 (job resnet) regressed {change:+.1%} "
+                   "against baseline resnet-2026-11-19, above the 3.0% limit (explained above)")
     assert f"{change:+.1%}" in msg and "resnet-2026-11-20" in msg and "baseline resnet-2026-11-19" in msg
     deltas = {b: latest[f"{b}_us"] - base[f"{b}_us"] for b in ("compute", "recompute", "exposed_comm", "other", "idle")}
     top = max(deltas, key=deltas.get)

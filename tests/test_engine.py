@@ -181,9 +181,12 @@ def test_progress_advances_within_one_gzip_file_to_its_size():
     assert len(seen) >= 3 and sum(seen) == DEMO.stat().st_size
 
 
-def test_one_line_per_rank_file_when_stderr_is_not_a_terminal(monkeypatch, capsys):
+def test_one_line_per_rank_file_when_stderr_is_not_a_terminal_and_lines_are_asked_for(monkeypatch, capsys):
     monkeypatch.setattr(engine_progress, "SHOW_BYTES", 0)
     plain = Console(file=io.StringIO(), force_terminal=False)
+    analyse(DLRM, workers=1, console=plain)
+    assert capsys.readouterr().err == ""  # not a terminal, not asked: no progress
+    monkeypatch.setenv("TRACEANALYZER_PROGRESS", "lines")
     analyse(DLRM, workers=1, console=plain)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 8 and all(" rank file " in line and " done: " in line for line in lines)
@@ -198,10 +201,13 @@ def test_cli_progress_lines_and_quiet_on_a_real_54mb_trace(tmp_path):
     """The 3 MB gzip that inflates to 54 MB takes over a second: one line when stderr is a
     pipe, none with --quiet (warnings still go to stderr); the JSON is the same either way."""
     big = TRACES / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
-    loud = run_cli("breakdown", "-f", "json", big)
+    plain = run_cli("breakdown", "-f", "json", big)
     quiet = run_cli("breakdown", "-f", "json", "--quiet", big)
-    assert loud.returncode == quiet.returncode == 0
-    assert "rank file" not in quiet.stderr
+    with pytest.MonkeyPatch.context() as mp:  # lines on a pipe only when asked for
+        mp.setenv("TRACEANALYZER_PROGRESS", "lines")
+        loud = run_cli("breakdown", "-f", "json", big)
+    assert loud.returncode == quiet.returncode == plain.returncode == 0
+    assert "rank file" not in quiet.stderr and plain.stderr == quiet.stderr
     assert loud.stderr.splitlines()[0].startswith(f"traceanalyzer: rank file 1/1 done: {big} (2.9 MB")
     assert loud.stderr.splitlines()[1:] == quiet.stderr.splitlines()  # the warnings, in both
     assert orjson.loads(loud.stdout) == orjson.loads(quiet.stdout)

@@ -133,5 +133,11 @@ def test_step_range_skip_counts_and_no_contradictory_warning():
     # ProfilerStep#1 launches all 16 GPU events, ProfilerStep#2 none (raw JSON): 1 of 2 skipped
     w = [x for x in ta.analyze(t).warnings if "ProfilerStep" in x]
     assert w == ["rank 0: 1 of 2 'ProfilerStep' steps launched no GPU work and are skipped"]
-    w = [x for x in ta.analyze(t, "no_such_range").warnings if "no_such_range" in x]
-    assert w == ["rank 0: no 'no_such_range' step markers: the whole GPU span is analysed as one step (step 0)"]
+    # a range name the trace does not have at all is a mistake (exit 4), naming the ranges it has
+    # (raw JSON: user_annotation ProfilerStep#1, #2 and Optimizer.step#SGD.step)
+    from traceanalyzer.errors import InvalidTrace
+
+    with pytest.raises(InvalidTrace) as err:
+        ta.analyze(t, "no_such_range")
+    assert str(err.value) == ("--step-range 'no_such_range' matches no range of rank 0 (its ranges: ProfilerStep, "
+                              "Optimizer.step#SGD.step); or give --whole-trace")

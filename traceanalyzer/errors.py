@@ -103,3 +103,20 @@ class RunsFailed(TraceAnalyzerError):
     """``batch``: at least one run failed; every other run was analysed and stored."""
 
     exit_code = 9
+
+
+#: the longest message an error or warning line carries (a list of names in it is cut to fit)
+MAX_MESSAGE = 300
+
+
+def few(names, budget: int = 120) -> str:
+    """``names`` joined by ", " within about ``budget`` characters: ``a, b, c and 7 more``."""
+    names = [str(n) for n in names]
+    shown: list[str] = []
+    for i, n in enumerate(names):
+        rest = len(names) - i - 1
+        tail = f" and {rest} more" if rest else ""
+        if shown and len(", ".join([*shown, n])) + len(tail) > budget:
+            return ", ".join(shown) + f" and {len(names) - len(shown)} more"
+        shown.append(n)
+    return ", ".join(shown)

@@ -259,3 +259,16 @@ def remove_temporaries() -> None:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+#: the environment variable that asks for progress lines where stderr is not a terminal
+PROGRESS_ENV = "TRACEANALYZER_PROGRESS"
+
+
+def progress_lines_asked() -> bool:
+    """Whether progress lines were asked for where stderr is not a terminal (a CI log that
+    wants them): ``TRACEANALYZER_PROGRESS=lines`` (or ``1``, ``yes``, ``true``). Without it,
+    progress shows on a terminal only."""
+    import os
+
+    return os.environ.get(PROGRESS_ENV, "").strip().lower() in ("lines", "1", "yes", "true")

@@ -458,8 +458,9 @@ def comm(
     _choice("per", per, ("step", "rank"))
     a = _analysis(source)
     c = a.comm if a.comm is not None else pl.DataFrame()
-    if not c.height:
+    if not c.width:
         return c
+    # an empty table goes through the same steps: the same columns and dtypes with or without collectives
     c = c.filter(pl.col("by") == by).drop("by")
     if per == "rank":
         c = c.group_by("rank", "key").agg(
@@ -607,7 +608,7 @@ def compare(a: Source, b: Source) -> pl.DataFrame:
     """
     from traceanalyzer.reconciliation import compare_time
 
-    res = compare_time(_analysis(a), _analysis(b))
+    res = compare_time(_analysis(_source_arg(a, "a")), _analysis(_source_arg(b, "b")))
     return pl.DataFrame(
         [(t["term"], t["a_ms"], t["b_ms"], t["contribution_ms"]) for t in res["terms"]],
         schema={"term": pl.String, "a_ms": pl.Float64, "b_ms": pl.Float64, "diff_ms": pl.Float64},
@@ -672,8 +673,10 @@ def report(
 
     a = _analysis(source)
     a = with_tables(a, "kernel_stats", "trace_facts", if_possible=True)  # the top-kernel table, the integrity checks' facts
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
+        raise InvalidArgument(f"rank: expected an integer, got {type(rank).__name__} {rank!r}")
     if rank is not None and rank not in a.trace.ranks:
-        raise InvalidArgument(f"no rank {rank} in the trace (ranks: {a.trace.ranks[:16]})")
+        raise InvalidArgument(f"rank: no rank {rank} in the trace (ranks: {a.trace.ranks[:16]})")
     model = document.build(a, rank=rank, config=Path(config) if config is not None else None, top=top, ranks=ranks)
     if output is None:
         return model
@@ -844,7 +847,7 @@ def ops(
     name: str | None = None,
     rank: int | Iterable[int] | None = None,
     step: int | Iterable[int] | None = None,
-    sort: str = "total",
+    sort: str = "gpu",
     top: int | None = None,
     precision: str | None = None,
     step_range: str | None = DEFAULT_STEP,
@@ -865,8 +868,8 @@ def ops(
     rank, step:
         Only these ranks / step numbers (``ProfilerStep#N``: ``N``; one int or several).
     sort:
-        As for :func:`kernels` (``total`` is the host time), and also ``gpu``: the GPU time of
-        the op's kernels; biggest first.
+        ``gpu`` (the default): the GPU time of the op's kernels; or as for :func:`kernels`
+        (``total`` is the host time); biggest first.
     top:
         Keep the first ``top`` rows after sorting.
     precision:
@@ -1441,8 +1444,8 @@ def whatif(
 
     if convention is not None:
         _choice("convention", convention, CONVENTIONS)
-    if isinstance(sets, str):
-        raise InvalidArgument("sets is a list of KEY=VALUE changes (or a dict), not one string")
+    if isinstance(sets, str) or not isinstance(sets, (list, tuple, dict)):
+        raise InvalidArgument(f"sets: expected a list of KEY=VALUE changes (or a dict), got {type(sets).__name__}")
     anchor = analysis if analysis is not None else (analyze(source) if source is not None else None)
     return predict_layout(_config(config), sets, analysis=anchor, baseline=_baseline(baseline), convention=convention)
 
@@ -2214,7 +2217,22 @@ def _path(p: object, arg: str = "source") -> str | os.PathLike[str]:
     raise InvalidArgument(f"{arg}: expected a path, {what}, got {type(p).__name__}")
 
 
+def _source_arg(value: object, arg: str) -> object:
+    """``value`` of the argument ``arg`` when it can be a source; else InvalidArgument naming ``arg``."""
+    from traceanalyzer.classify import Analysis
+    from traceanalyzer.schema import Trace
+
+    if isinstance(value, (str, os.PathLike, Trace, Analysis)):
+        return value
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (str, os.PathLike)) for v in value):
+        return value
+    raise InvalidArgument(f"{arg}: expected a path, a list of paths, a Trace or an Analysis, got {type(value).__name__}")
+
+
 def _paths(ps: object, arg: str = "source") -> list:
+    if isinstance(ps, (dict, bytes)) or hasattr(ps, "keys"):  # iterable, but not a list of paths
+        what = "a Trace or an Analysis" if arg == "source" else "file names"
+        raise InvalidArgument(f"{arg}: expected a path, a list of paths, {what}, got {type(ps).__name__}")
     try:
         items = list(ps)  # type: ignore[call-overload]
     except TypeError:

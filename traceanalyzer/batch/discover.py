@@ -2,7 +2,9 @@
 
 A *run* is one job's traces of one night:
 
-* a directory holding trace files (its rank traces, analysed together), or
+* a directory holding trace files (its rank traces, analysed together; its other files, such as
+  ``config.json``, ``metrics.json``, logs and checkpoints, are not part of the run), found at any
+  depth (``DATE/JOB/``, ``JOB/DATE/``, ``JOB/`` alike: no manifest needed), or
 * one trace file, when the trace files of a directory each carry a date in their name
   (``2026-11-19.json.gz``, ``2026-11-20.json.gz``: one run per file), or when a file is given
   as a root.
@@ -13,13 +15,14 @@ link would name a run twice); a root named on the command line may itself be a l
 link to a trace file is a trace file (a dangling one too: its run fails, naming it). Identity,
 from the name unless a manifest says otherwise:
 
-* **date**: ``YYYY-MM-DD``, ``YYYY_MM_DD`` or ``YYYYMMDD`` anywhere in the run's name; else the
-  manifest's ``date``; else (filled in after parsing) the trace's own start time, else the
+* **date**: ``YYYY-MM-DD``, ``YYYY_MM_DD`` or ``YYYYMMDD`` anywhere in the run's name; else in
+  the name of the nearest directory above it (``2026-11-20/llama/``); else the manifest's ``date``; else (filled in after parsing) the trace's own start time, else the
   file's modification time — see :func:`fallback_date`.
 * **job**: the name with the date and its separators removed (``llama-nightly-2026-11-20`` →
   ``llama-nightly``); when nothing is left (``2026-11-20``), the parent directory's name.
 * **run id**: the run's name (a file's name without the trace suffix) when it says more than the
-  date, else ``<job>/<name>`` (``dlrm/2026-11-20``). It does not depend on which root was given.
+  date, else ``<job>/<name>`` (``dlrm/2026-11-20``); ``<job>/<dated directory>`` when the date
+  comes from the directory above (``2026-11-20/dlrm/`` is ``dlrm/2026-11-20`` too). It does not depend on which root was given.
 
 A manifest ``traceanalyzer-run.toml`` in a run directory overrides any of ``run_id``, ``date``,
 ``job``, and may name a run ``config`` (a ``run.toml`` for MFU, relative to the manifest) and a
@@ -39,6 +42,7 @@ from pathlib import Path
 
 from traceanalyzer.errors import ConfigError, InputNotFound
 from traceanalyzer.parsers import TRACE_SUFFIXES
+from traceanalyzer.parsers.sniff import not_a_trace
 
 MANIFEST = "traceanalyzer-run.toml"
 
@@ -85,9 +89,13 @@ def _strip_suffix(name: str) -> str:
 
 
 def _is_trace(p: Path) -> bool:
+    """Named like a trace and not a JSON document of another kind (``config.json``,
+    ``metrics.json``, ``truth.json``: :func:`~traceanalyzer.parsers.sniff.not_a_trace`)."""
     if not p.name.lower().endswith(TRACE_SUFFIXES) or p.name == MANIFEST:
         return False
-    return p.is_file() or (p.is_symlink() and not p.exists())  # dangling: kept, so that it is named
+    if p.is_symlink() and not p.exists():
+        return True  # dangling: kept, so that it is named
+    return p.is_file() and not_a_trace(p) is None
 
 
 def _is_subdir(p: Path) -> bool:
@@ -119,11 +127,25 @@ def read_manifest(directory: Path) -> dict:
     return doc
 
 
+def _dated_ancestor(d: Path, root: Path) -> str | None:
+    """The name of the nearest directory above ``d`` (up to ``root`` itself) that carries a date:
+    the night of a ``DATE/JOB/`` layout."""
+    for parent in d.parents:
+        if parse_date(parent.name)[0]:
+            return parent.name
+        if parent == root or parent == parent.parent:
+            return None
+    return None
+
+
 def _spec(name: str, parent_name: str, path: Path, files: list[Path], manifest: dict, config: str | None,
-          error: Exception | None = None) -> RunSpec:
+          error: Exception | None = None, dated_parent: str | None = None) -> RunSpec:
     date, rest = parse_date(name)
     job = str(manifest.get("job", rest if date and rest else (name if not date else parent_name or name)))
     run_id = name if (not date or rest) else f"{job}/{name}"
+    if date is None and dated_parent is not None:  # DATE/JOB/: the night from the directory above
+        date = parse_date(dated_parent)[0]
+        run_id = f"{job}/{dated_parent}"
     return RunSpec(
         run_id=str(manifest.get("run_id", run_id)),
         job=job,
@@ -179,7 +201,8 @@ def discover_runs(roots: list[Path], exclude: Path | None = None, config: str | 
                 if error is None and not manifest and len(traces) > 1 and all(dated) and len(set(dated)) == len(dated):
                     runs.extend(_spec(_strip_suffix(p.name), real.name, p, [p], {}, config) for p in traces)
                 else:
-                    runs.append(_spec(real.name, real.parent.name, d, traces, manifest, config, error))
+                    runs.append(_spec(real.name, real.parent.name, d, traces, manifest, config, error,
+                                      _dated_ancestor(d, root) if d != root else None))
             stack.extend(p for p in reversed(entries) if _is_subdir(p))
     if not runs:
         raise InputNotFound("no trace files found under " + ", ".join(str(r) for r in roots))

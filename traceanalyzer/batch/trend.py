@@ -33,13 +33,18 @@ def trend_frame(store: str | Path | Store, metric: str = "step_time", since: str
         raise ConfigError(f"unknown metric {metric!r}: one of {', '.join(METRICS)}")
     column, _, scale = METRICS[metric]
     st = store if isinstance(store, Store) else Store(store)
-    runs = st.require_runs().filter(pl.col("status") == "ok")
+    stored = st.require_runs()
+    runs = stored.filter(pl.col("status") == "ok")
+    if not runs.height:
+        raise InputNotFound(f"the store holds no successful run ({stored.height} failed): nothing to show", st.root)
     if since is not None:
         try:
             day = since if isinstance(since, dt.date) else dt.date.fromisoformat(str(since))
         except ValueError as exc:
             raise ConfigError(f"--since {since!r} is not a date (YYYY-MM-DD)") from exc
         runs = runs.filter(pl.col("date") >= day)
+        if not runs.height:
+            raise InputNotFound(f"no successful run on or after {day.isoformat()} in the store", st.root)
     if job is not None:
         if job not in runs.get_column("job").unique().to_list():
             raise InputNotFound(f"no successful run of job {job!r} in the store", st.root)

@@ -28,6 +28,7 @@ import polars as pl
 from traceanalyzer.classify.idle import launch_times
 from traceanalyzer.classify.intervals import segments
 from traceanalyzer.queries import query_engine
+from traceanalyzer.errors import InvalidTrace
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 DEFAULT_STEP = "ProfilerStep"
@@ -218,6 +219,8 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP, launched:
         if name is not None:
             marked = dict(cpu_counts.iter_rows())
             bare = sorted(r for r in stepless.to_list() if r not in marked)
+            if bare and name != DEFAULT_STEP:  # a range named by the user that is not there: a mistake
+                raise no_such_range(events, name, bare)
             if bare:
                 warnings.append(
                     f"rank {', '.join(map(str, bare))}: no '{name}' step markers: the whole GPU span is analysed as one step (step 0)"
@@ -231,6 +234,39 @@ def gpu_windows(events: pl.DataFrame, name: str | None = DEFAULT_STEP, launched:
     for r, n, k in dropped.sort("rank").iter_rows():  # one row per rank: a handful at most
         warnings.append(f"rank {r}: {n - k} of {n} '{name}' steps launched no GPU work and are skipped")
     return win.sort("rank", "wstart_ns"), warnings
+
+
+def range_names(events: pl.DataFrame) -> list[str]:
+    """The host range names of a trace (``record_function`` / NVTX ranges, ``ProfilerStep``), a
+    trailing ``#N`` dropped, the most frequent first."""
+    return (
+        events.lazy()
+        .filter(pl.col("kind") == "annotation")
+        .select(pl.col("name").str.replace(r"#\d+$", ""))
+        .group_by("name")
+        .len()
+        .sort(["len", "name"], descending=[True, False])
+        .collect(engine=query_engine())
+        .get_column("name")
+        .to_list()
+    )
+
+
+def no_such_range(events: pl.DataFrame, name: str, ranks: list[int]) -> InvalidTrace:
+    """The error for a ``--step-range`` that matches no range of some ranks (exit 4): the names
+    the trace has, the closest first ("did you mean")."""
+    import difflib
+
+    from traceanalyzer.errors import few
+
+    names = range_names(events.filter(pl.col("rank").is_in(ranks)))
+    close = difflib.get_close_matches(name, names, n=2, cutoff=0.5)
+    close += [n for n in names if name.lower() in n.lower() and n not in close][:2 - len(close)]
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    who, its = (f"rank {ranks[0]}", "its") if len(ranks) == 1 else (f"ranks {few(ranks, 30)}", "their")
+    budget = max(40, 200 - len(name) - len(hint) - len(who))
+    present = f"{its} ranges: {few(names, budget)}" if names else f"{its} trace has no named ranges"
+    return InvalidTrace(f"--step-range {name!r} matches no range of {who} ({present}{hint}); or give --whole-trace")
 
 
 def outside_steps(gpu: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:

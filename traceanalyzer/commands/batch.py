@@ -51,7 +51,9 @@ def batch(
         outputs.protect(store)
         outputs.check(output)
     show = sys.stderr.isatty() and not quiet
-    lines = not sys.stderr.isatty() and not quiet  # cron logs: one line per run
+    from traceanalyzer.outputs import progress_lines_asked
+
+    lines = not sys.stderr.isatty() and not quiet and progress_lines_asked()  # cron logs that ask: one line per run
     progress = None
     if show:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -106,10 +108,10 @@ def batch(
         for w in warns:
             err_console.print(warning_line(f"{run_id}: {w}"), soft_wrap=True)
     if summary.failed:
-        from traceanalyzer.errors import RunsFailed
+        from traceanalyzer.errors import RunsFailed, few
 
         raise RunsFailed(f"{len(summary.failed)} of {total} run(s) failed (the others are stored in {store}): "
-                         + ", ".join(f["run_id"] for f in summary.failed))
+                         + few(f["run_id"] for f in summary.failed))
 
 
 def summary_document(summary, store: Path, force: bool) -> dict:

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from enum import Enum
 from pathlib import Path
@@ -289,9 +290,16 @@ class Group(typer.core.TyperGroup):
         return super().parse_args(ctx, args)
 
 
-#: the formats a known extension of ``-o`` names (any other name leaves the format to ``-f``)
+#: the formats a known extension of ``-o`` names (a name without an extension leaves the format
+#: to ``-f``; another extension is refused, see :func:`format_from_output`)
 OUTPUT_EXTENSIONS = {".md": "markdown", ".markdown": "markdown", ".json": "json", ".html": "html", ".htm": "html",
-                     ".csv": "csv", ".parquet": "parquet"}
+                     ".csv": "csv", ".parquet": "parquet", ".txt": "text", ".text": "text"}
+#: the plain-text formats, by name: ``.txt`` selects whichever of them the command has
+TEXT_FORMATS = ("table", "text")
+#: extensions a command writes itself, outside its ``-f`` formats (``trend -o trend.png``: the plot)
+OWN_EXTENSIONS = {"trend": {".png"}}
+#: what looks like a file extension (``.png``, ``.xlsx``): a name ending otherwise (``run.2026-11-20``) has none
+_EXTENSION = re.compile(r"^\.[A-Za-z][A-Za-z0-9]{0,7}$")
 
 
 def format_from_output(command, ctx) -> None:
@@ -301,15 +309,27 @@ def format_from_output(command, ctx) -> None:
     output, fmt = ctx.params.get("output"), ctx.params.get("format")
     if output is None or fmt is None or "format" not in {p.name for p in command.params}:
         return
-    wanted = OUTPUT_EXTENSIONS.get(Path(str(output)).suffix.lower())
-    if wanted is None:
+    suffix = Path(str(output)).suffix
+    if not _EXTENSION.match(suffix):
         return
     param = next(p for p in command.params if p.name == "output")
     _, formats = param_kind(next(p for p in command.params if p.name == "format"))
+    if suffix.lower() in OWN_EXTENSIONS.get(ctx.info_name, ()):
+        given = str(getattr(fmt, "value", fmt))
+        if given not in TEXT_FORMATS:
+            raise typer.BadParameter(f"{output}: the name says a {suffix} plot, written with the table format, but -f {given} "
+                                     "was given; drop -f, or give another name", ctx=ctx, param=param)
+        return
+    wanted = OUTPUT_EXTENSIONS.get(suffix.lower())
+    if wanted == "text":  # .txt: the command's plain-text format, whatever its name
+        wanted = next((f for f in formats if f in TEXT_FORMATS), "text")
+    if wanted is None:  # .png, .xlsx, .gz...: never written as something else
+        _check_not_an_input(ctx, output)
+        raise typer.BadParameter(f"{output}: {ctx.info_name} cannot write {suffix} files (formats: {', '.join(formats)}); "
+                                 "give a name with one of their extensions, or none", ctx=ctx, param=param)
     given = str(getattr(fmt, "value", fmt))
     source = ctx.get_parameter_source("format")
     explicit = source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
-    suffix = Path(str(output)).suffix
     if wanted not in formats or (explicit and given != wanted):
         _check_not_an_input(ctx, output)  # an output naming an input is exit 3 first, whatever its name
     if wanted not in formats:

@@ -47,13 +47,25 @@ def gate(
             fh.write(render.json_bytes(results, baseline, threshold, job))
     else:
         with outputs.stream(output, "w") as fh:
-            for r in results:
-                if r.passed or output is not None:
+            if results and all(r.passed and r.baseline is None for r in results):
+                # a store too short to compare anything: one line, not one per job
+                fh.write(f"gate: no job has a baseline yet ({len(results)} job(s), each with one successful run): "
+                         "nothing to compare, passed.\n")
+            else:
+                for r in results:  # one line per job; a failed job's full explanation included
                     fh.write(r.message + "\n")
     if junit is not None:
         outputs.write_bytes(junit, render.junit_xml(results, threshold))
     if failed:
-        raise GateFailed("gate failed. " + " ".join(r.message for r in failed))
+        from traceanalyzer.errors import few
+
+        where = "in " + str(output) if output is not None else "above"
+        if len(failed) == 1:
+            r = failed[0]
+            what = (f"run {r.latest} (job {r.job}) regressed {r.change:+.1%} against baseline {r.baseline}, above the "
+                    f"{threshold:.1%} limit" if r.change is not None else f"run {r.latest} (job {r.job}) could not be analysed")
+            raise GateFailed(f"gate failed: {what} (explained {where})")
+        raise GateFailed(f"gate failed for {len(failed)} of {len(results)} job(s): {few(r.job for r in failed)} (each explained {where})")
 
 
 def register(app: typer.Typer) -> None:

@@ -121,7 +121,7 @@ def ops(
     name: NameOpt = None,
     rank: RankOpt = None,
     step: StepOpt = None,
-    sort: Annotated[Sort, typer.Option("--sort", help="Sort key (total: host time; gpu: GPU time of the kernels it launched).")] = Sort.total,
+    sort: Annotated[Sort, typer.Option("--sort", help="Sort key (gpu: GPU time of the kernels it launched; total: host time).")] = Sort.gpu,
     top: TopOpt = None,
     precision: PrecisionOpt = None,
     format: FormatOpt = TableFormat.table,

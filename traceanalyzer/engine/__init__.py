@@ -115,11 +115,12 @@ def breakdown(trace, step_name: str | None = DEFAULT_STEP) -> pl.DataFrame:
     return analyze(trace, step_name).steps
 
 
-def kineto_files(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
-    """(Kineto files, Nsight Systems inputs) the paths stand for."""
+def kineto_files(paths: Iterable[Path], skipped: list[str] | None = None) -> tuple[list[Path], list[Path]]:
+    """(Kineto files, Nsight Systems inputs) the paths stand for; ``skipped``: where the warning
+    lines of the directories' files that are not traces go (see :func:`~traceanalyzer.parsers.discover`)."""
     from traceanalyzer.parsers import _nsys_sniff, discover, one_profiler
 
-    files = [f for p in paths for f in discover(Path(p))]
+    files = [f for p in paths for f in discover(Path(p), skipped)]
     if not files:
         raise InputNotFound("no trace files given")
     kin, nsys = [], []
@@ -189,7 +190,8 @@ def _map(paths: list[Path], opts: Options, engine: str, workers: int | None, add
     the loaded :class:`~traceanalyzer.schema.Trace` when the job is mapped in this process (Nsight
     Systems inputs, or a small job on the local engine with no ``workers`` asked for)."""
     check_engine(engine, address)  # as batch checks
-    kin, nsys = kineto_files(paths)
+    skipped: list[str] = []
+    kin, nsys = kineto_files(paths, skipped)
     small = sum(json_bytes(f) for f in kin) < POOL_BYTES
     if nsys or (engine == "local" and workers in (None, 1) and small):
         # several ranks per file (Nsight), or a small job: one process, all ranks in one frame
@@ -226,6 +228,8 @@ def _map(paths: list[Path], opts: Options, engine: str, workers: int | None, add
             for res in run_tasks(redo, engine, 1 if engine == "local" else workers, address):
                 results[res.index] = res
             ordered = [results[i] for i in sorted(results)]
+    if skipped and ordered:  # said once for the job, first, as parsers.load says them
+        ordered[0].warnings = [*skipped, *ordered[0].warnings]
     return ordered
 
 

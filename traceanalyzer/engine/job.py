@@ -115,6 +115,7 @@ def job_trace(results: list[RankResult], sources: list[Path]) -> Trace:
         if r.shift_borrowed:
             r.meta["base_time_ns"] = r.shift_borrowed
             warnings.append(f"{r.meta['file']}: no baseTimeNanoseconds (truncated?): used the job's base time")
+    kineto.single_process([r.meta for r in results])
     meta = kineto.meta_frame([r.meta for r in results])
     warnings += check_job(results, meta)
     kept = [r.events for r in results if r.events is not None]

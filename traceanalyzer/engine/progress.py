@@ -2,7 +2,8 @@
 
 * stderr is a terminal: one rich bar for the whole job — bytes read of the total (compressed
   bytes for a ``.gz``, so the bar moves while one file inflates), ranks done, time left;
-* stderr is not a terminal (cron, CI logs): one plain line per rank file as it completes;
+* stderr is not a terminal (cron, CI logs, a pipe): nothing, unless asked for with
+  ``TRACEANALYZER_PROGRESS=lines``: then one plain line per rank file as it completes;
 * ``quiet``: nothing.
 
 Shown only for inputs that take more than about a second: more than :data:`SHOW_BYTES` of JSON
@@ -15,6 +16,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from traceanalyzer.outputs import progress_lines_asked as lines_asked
 
 #: about a second of decoding on one core
 SHOW_BYTES = 20 * 2**20
@@ -66,7 +69,7 @@ class JobProgress:
 
             console = Console(stderr=True, highlight=False)
         self.console = console
-        self.mode = "bar" if big and console.is_terminal else ("lines" if big else "quiet")
+        self.mode = "bar" if big and console.is_terminal else ("lines" if big and lines_asked() else "quiet")
         self._t0 = time.perf_counter()
         if self.mode == "bar":
             from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn,

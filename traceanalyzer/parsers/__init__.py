@@ -19,17 +19,25 @@ from traceanalyzer.parsers import clean, kineto
 from traceanalyzer.schema import Trace
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".jsonl", ".nsys-rep")
+#: a batch run's manifest (:mod:`traceanalyzer.batch.discover`): not a file to warn about
+RUN_MANIFEST = "traceanalyzer-run.toml"
 
 ProgressFn = Callable[[Path], None]
 
 
-def discover(path: Path) -> list[Path]:
+def discover(path: Path, skipped: list[str] | None = None) -> list[Path]:
     """The trace files a path stands for: the file itself, or the trace files in a directory.
 
     In a directory, every entry named like a trace file (``TRACE_SUFFIXES``) is a rank file: one
     that is a dangling symbolic link, a symbolic-link loop or unreadable is an error naming it
-    (exit 3), never silently left out. Sub-directories, symbolic links to directories included
-    (a ``loop -> ..`` link), are not followed."""
+    (exit 3), never silently left out. A file that is not a trace (a JSON document without
+    ``traceEvents`` such as ``config.json`` or ``metrics.json``, a log, a checkpoint: see
+    :mod:`traceanalyzer.parsers.sniff`) is skipped, with one warning line naming it appended to
+    ``skipped`` when given; only a directory with no trace left is an error (exit 3).
+    Sub-directories, symbolic links to directories included (a ``loop -> ..`` link), are not
+    followed."""
+    from traceanalyzer.parsers.sniff import not_a_trace, skip_lines
+
     path = Path(path)
     if not path.exists():
         raise InputNotFound(_broken_link(path) or "no such file or directory", path)
@@ -41,9 +49,11 @@ def discover(path: Path) -> list[Path]:
         entries = sorted(path.iterdir())
     except PermissionError:
         raise InputNotFound("permission denied (the directory cannot be listed)", path) from None
-    files = []
+    files, others = [], []
     for p in entries:  # directory entries, a handful: not a loop over events
         if not p.name.lower().endswith(TRACE_SUFFIXES):
+            if not p.name.startswith(".") and p.name != RUN_MANIFEST and p.is_file() and not p.is_symlink():
+                others.append((p, "not named like a trace (.json, .json.gz, .sqlite, .nsys-rep)"))
             continue
         problem = _broken_link(p)
         if problem:
@@ -52,12 +62,20 @@ def discover(path: Path) -> list[Path]:
             continue
         if not os.access(p, os.R_OK):
             raise InputNotFound("permission denied", p)
+        why = not_a_trace(p)
+        if why:
+            others.append((p, why))
+            continue
         files.append(p)
     if not files:
         # nsys parquet/arrow directories are one trace
         if _nsys_sniff(path):
             return [path]
-        raise InputNotFound("directory holds no trace files (*.json, *.json.gz, *.sqlite)", path)
+        shown = ", ".join(p.name for p, _ in others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        extra = f" (skipped, not traces: {shown})" if others else ""
+        raise InputNotFound(f"directory holds no trace files (*.json, *.json.gz, *.sqlite){extra}", path)
+    if skipped is not None:
+        skipped.extend(skip_lines(path, others))
     return files
 
 
@@ -120,10 +138,11 @@ def load(
     default directory, ``cache=DIR`` in ``DIR``, for Kineto files: a file whose bytes were parsed
     before is read back from Parquet instead of being decoded.
     """
+    skipped: list[str] = []
     if isinstance(path, (str, Path)):
-        files = discover(Path(path))
+        files = discover(Path(path), skipped)
     else:
-        files = [f for p in path for f in discover(Path(p))]
+        files = [f for p in path for f in discover(Path(p), skipped)]
     if not files:
         raise InputNotFound("no trace files given")
     kineto_files, nsys_files = [], []
@@ -139,9 +158,10 @@ def load(
         if progress:
             progress(f)
         traces.append(load_nsys(f))
-    if len(traces) == 1:
-        return traces[0]
-    return _merge(traces)
+    trace = traces[0] if len(traces) == 1 else _merge(traces)
+    if skipped:
+        trace.warnings[:0] = skipped
+    return trace
 
 
 def _load_kineto(files: list[Path], progress: ProgressFn | None, cache: bool | str | Path = False) -> Trace:
@@ -159,6 +179,7 @@ def _load_kineto(files: list[Path], progress: ProgressFn | None, cache: bool | s
         [df.with_columns(pl.lit(m["rank"], dtype=pl.Int32).alias("rank")) for df, m in zip(frames, metas)],
         how="vertical",
     )
+    kineto.single_process(metas)
     meta = kineto.meta_frame(metas)
     warnings.extend(clean.check_job(events, meta))
     return Trace(events=events, meta=meta, warnings=warnings, sources=list(files))
@@ -196,6 +217,7 @@ def _sane_meta(f: Path, meta: dict) -> list[str]:
             shown = str(meta[key]) if len(str(meta[key])) <= 20 else f"{float(meta[key]):.3g}"
             warnings.append(f"{f}: {field} {shown} is out of range: ignored")
             meta[key] = None
+            meta[f"{key}_dropped"] = True
     return warnings
 
 

@@ -864,5 +864,17 @@ def _str(v: object) -> str | None:
     return None if v is None else str(v)
 
 
+def single_process(metas: list[dict]) -> None:
+    """A job of one rank file with no ``distributedInfo`` (no rank, world size, backend or
+    process groups) ran without ``torch.distributed``: its world size is 1, set in place. The
+    profiler writes ``distributedInfo`` whenever the process group is initialised, so one file
+    without it is a single-GPU run; several such files keep a world size of null (they may be
+    some of a job's ranks, recorded without it)."""
+    if len(metas) == 1:
+        m = metas[0]
+        if all(m.get(k) is None for k in ("world_size", "backend", "pg_config")) and not m.get("world_size_dropped"):
+            m["world_size"] = 1
+
+
 def meta_frame(rows: list[dict]) -> pl.DataFrame:
     return conform(pl.DataFrame(rows, schema_overrides=META_SCHEMA, strict=False), META_SCHEMA) if rows else pl.DataFrame(schema=META_SCHEMA)

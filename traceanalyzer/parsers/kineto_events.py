@@ -259,6 +259,22 @@ def normal_ph() -> pl.Expr:
 # the dict decoder
 
 
+def _bad_field(events: list) -> str | None:
+    """The first event field holding an object or an array where a name or a number belongs
+    (``"name": {...}``), said by field and event: the error path only, after polars refused the
+    rows (its own message shows the value, not where it is)."""
+    for i, e in enumerate(events):  # only once the frame could not be built: an error path
+        if not isinstance(e, dict):
+            continue
+        for key in TOP_SCHEMA:
+            v = e.get(key)
+            if isinstance(v, (dict, list)):
+                kind = "an object" if isinstance(v, dict) else "an array"
+                return (f"malformed events: event {i} ('ph': {str(e.get('ph'))[:8]!r}) has {kind} for '{key}' "
+                        f"(a {'string' if TOP_SCHEMA[key] == pl.String else 'number'} is expected)")
+    return None
+
+
 def raw_frame_from_dicts(events: list, path) -> tuple[pl.DataFrame, int, int]:
     """As :func:`decode_typed`, from event dicts: top-level event fields and the ``args``
     fields we use, built by polars.
@@ -275,7 +291,7 @@ def raw_frame_from_dicts(events: list, path) -> tuple[pl.DataFrame, int, int]:
             arg_dicts = [a if isinstance(a := e.get("args"), dict) else {} for e in events]
             args = _typed_dicts(arg_dicts, ARG_SCHEMA)
     except Exception as exc:  # polars raises several types on malformed rows
-        raise InvalidTrace(f"malformed events ({short(exc)})", path) from None
+        raise InvalidTrace(_bad_field(events) or f"malformed events ({short(exc)})", path) from None
     df = pl.concat([df, args.rename({k: f"args.{k}" for k in ARG_SCHEMA})], how="horizontal")
 
     def dims(i: int) -> object:

@@ -75,6 +75,21 @@ def _price(cfg, analysis, sets: list[str]) -> tuple[float | None, str | None, bo
     return 1e3 * (a["step_time_s"] - p["step_time_s"]), note, fits
 
 
+def _per_item(steps: pl.DataFrame, unprofiled: bool) -> tuple[float, float]:
+    """(host, GPU) µs per launched item over ``steps`` (rank-steps of the launches table), summed
+    as the per-rank verdict sums its steps (:func:`traceanalyzer.classify.launches.verdict`), so
+    that the value reads the same in the finding, the verdict table and the report; the host time
+    without the profiler's own where ``unprofiled``."""
+    launched = steps["launched"].sum() if "launched" in steps.columns else 0
+    if not launched or not {"host_ns", "duration_ns", "idle_ns"} <= set(steps.columns):
+        col = "host_ns_per_kernel_unprofiled" if unprofiled else "host_ns_per_kernel"
+        return steps[col].median() / 1e3, steps["gpu_ns_per_kernel"].median() / 1e3
+    host = steps["host_ns"]
+    if unprofiled and "profiler_host_ns" in steps.columns:
+        host = (host - steps["profiler_host_ns"]).clip(lower_bound=0)
+    return host.sum() // launched / 1e3, (steps["duration_ns"] - steps["idle_ns"]).sum() // launched / 1e3
+
+
 def _cpu_verdict(launches: pl.DataFrame | None) -> str | None:
     if launches is None or launches.height == 0 or "cpu_bound" not in launches.columns:
         return None
@@ -82,15 +97,12 @@ def _cpu_verdict(launches: pl.DataFrame | None) -> str | None:
     bound = launches.filter(pl.col("cpu_bound"))
     if bound.height == 0:
         if unprof and "cpu_bound_profiled" in launches.columns and launches["cpu_bound_profiled"].any():
-            host = launches["host_ns_per_kernel_unprofiled"].median() / 1e3
-            gpu = launches["gpu_ns_per_kernel"].median() / 1e3
+            host, gpu = _per_item(launches, unprof)
             return (f"not CPU-bound without the profiler: {host:.1f} µs of host time per launched item (dispatch + launch) "
                     f"against {gpu:.1f} µs of GPU time (CPU-bound as recorded, on {int(launches['cpu_bound_profiled'].sum())} "
                     f"of {launches.height} rank-steps)")
         return None
-    col = "host_ns_per_kernel_unprofiled" if unprof else "host_ns_per_kernel"
-    host = bound[col].median() / 1e3
-    gpu = bound["gpu_ns_per_kernel"].median() / 1e3
+    host, gpu = _per_item(bound, unprof)
     graphs = " (CUDA graphs in use)" if bool(launches["cuda_graphs"].any()) else ""
     return (f"CPU-bound on {bound.height} of {launches.height} rank-steps{' without the profiler' if unprof else ''}: "
             f"{host:.1f} µs of host time per launched item (dispatch + launch) against {gpu:.1f} µs of GPU time{graphs}")

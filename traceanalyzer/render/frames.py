@@ -1,4 +1,4 @@
-"""Result frames for people and machines: a terminal table (``*_ns`` shown in ms), JSON, CSV,
+"""Result frames for people and machines: a terminal table (``*_ns`` in one unit per column), JSON, CSV,
 Parquet. Formatting only: every number comes from the frame (the command computes it).
 
 Parquet is written by polars' own Rust writer (no pyarrow on this path); CSV with a header row;
@@ -14,6 +14,7 @@ import orjson
 import polars as pl
 
 from traceanalyzer._version import __version__
+from traceanalyzer.render import units
 
 if TYPE_CHECKING:  # rich loads where a table is printed, not for the machine formats
     from rich.console import Console
@@ -22,7 +23,8 @@ if TYPE_CHECKING:  # rich loads where a table is printed, not for the machine fo
 
 def table(df: pl.DataFrame, title: str, *, limit: int | None = None, caption: str | None = None,
           labels: dict[str, str] | None = None) -> Table:
-    """A rich table of ``df``: ``<x>_ns`` columns as ``<x> ms`` (3 decimals), shares as %,
+    """A rich table of ``df``: each ``<x>_ns`` column in one unit chosen for it (``<x> ms``,
+    ``<x> µs``: :func:`traceanalyzer.render.units.column_unit`), shares as %,
     floats with 4 significant digits; ``limit``: the first rows only (the caption says so);
     ``labels``: column headings by column name (the unit is added to ``_ns`` columns)."""
     from rich.table import Table
@@ -34,21 +36,22 @@ def table(df: pl.DataFrame, title: str, *, limit: int | None = None, caption: st
         note.append(f"{more} more rows not shown (use -f csv or -f json for all of them)")
     t = Table(title=title, title_justify="left", caption="\n".join(note) or None, caption_justify="left")
     cols = shown.columns
+    timed = {c: units.column_unit(shown.get_column(c).to_list()) for c in cols if c.endswith("_ns")}
     for c in cols:
         base = (labels or {}).get(c, c[:-3] if c.endswith("_ns") else c)
-        head = base + " ms" if c.endswith("_ns") else base
+        head = f"{base} {timed[c][0]}" if c in timed else base
         text = shown.schema[c] == pl.String
         t.add_column(head, justify="left" if text else "right", overflow="fold", min_width=24 if c == "name" else None)
     for row in shown.iter_rows():  # display rows only (at most ``limit``)
-        t.add_row(*[_cell(c, v) for c, v in zip(cols, row)])
+        t.add_row(*[_cell(c, v, timed.get(c)) for c, v in zip(cols, row)])
     return t
 
 
-def _cell(col: str, v) -> str:
+def _cell(col: str, v, unit: tuple[str, float, int] | None = None) -> str:
     if v is None:
         return "-"
-    if col.endswith("_ns"):
-        return f"{v / 1e6:.3f}"
+    if unit is not None:  # a *_ns column, in the unit chosen for the whole column
+        return units.fixed(v / unit[1], unit[2])
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):

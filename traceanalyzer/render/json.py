@@ -59,7 +59,10 @@ def _collectives(analysis: Analysis, rank: int) -> dict:
         item = {
             "count": r["count"],
             "bytes": r["bytes"],
-            **{f"{x}_us": _us(r[f"{x}_ns"]) for x in ("time", "exposed", "overlapped", "wait", "transfer")},
+            # time: the sum of the kernels' durations, 0 for a row of none (``concurrent``: the
+            # exposed time of collectives running at once, counted under no single type)
+            "time_us": _us(r["time_ns"] if r["time_ns"] is not None or r["count"] else 0),
+            **{f"{x}_us": _us(r[f"{x}_ns"]) for x in ("exposed", "overlapped", "wait", "transfer")},
             "transfer_estimated": bool(r["transfer_estimated"]),
         }
         if r["by"] == "type":

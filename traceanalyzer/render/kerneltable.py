@@ -9,59 +9,78 @@ import polars as pl
 from rich.table import Table
 
 from traceanalyzer._version import __version__
+from traceanalyzer.render import units
 
 SCHEMA_VERSION = 1
 
 
 def duration(ns: int | float | None) -> str:
-    """A duration in the unit that suits it: ``812 ns``, ``4.58 us``, ``12.3 ms``, ``1.20 s``."""
-    if ns is None:
-        return "-"
-    v = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(v) >= scale:
-            x = v / scale
-            return f"{x:.3g} {unit}" if abs(x) < 100 else f"{x:.0f} {unit}"
-    return f"{v:.0f} ns"
+    """One duration with its unit (:func:`traceanalyzer.render.units.duration`): ``30.9 µs``."""
+    return units.duration(ns)
 
 
 def _num(v, fmt: str) -> str:
-    return "-" if v is None else format(v, fmt)
+    if v is None:
+        return "-"
+    text = format(v, fmt)
+    return text[1:] if text.startswith("-") and float(text.rstrip("%")) == 0 else text
+
+
+def _pct(v, fmt: str) -> str:
+    return _num(v, fmt) + ("%" if v is not None else "")
 
 
 def _short(name: str, width: int = 70) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+def _time_columns(frame: pl.DataFrame, cols: dict[str, str]) -> dict[str, tuple[str, list[str]]]:
+    """Per ``*_ns`` column: (heading with its unit, cells), one unit per column
+    (:func:`traceanalyzer.render.units.column`)."""
+    out = {}
+    for c, head in cols.items():
+        unit, cells = units.column(frame.get_column(c).to_list())
+        out[c] = (f"{head} {unit}", cells)
+    return out
+
+
 def kernel_rich_table(frame: pl.DataFrame, title: str, caption: str | None = None) -> Table:
-    """The kernel table for a terminal."""
+    """The kernel table for a terminal: names shortened so that distinct kernels stay distinct
+    (:func:`traceanalyzer.render.names.shorten`), every time column in one unit."""
+    from traceanalyzer.render.names import shorten
+
     t = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
-    for col, just in (("kernel", "left"), ("bucket", "left"), ("stream", "right"), ("calls", "right"), ("total", "right"),
-                      ("mean", "right"), ("p50", "right"), ("p99", "right"), ("bucket time", "right"), ("share", "right"),
-                      ("TFLOP/s", "right"), ("roofline", "right")):
-        t.add_column(col, justify=just, overflow="fold" if col == "kernel" else "ellipsis")
-    for r in frame.iter_rows(named=True):  # the displayed rows (--top)
+    times = _time_columns(frame, {"total_ns": "total", "mean_ns": "mean", "p50_ns": "p50", "p99_ns": "p99", "bucket_ns": "bucket time"})
+    heads = ["kernel", "bucket", "stream", "calls", *[h for h, _ in times.values()], "share", "TFLOP/s", "roofline"]
+    for col in heads:
+        t.add_column(col, justify="left" if col in ("kernel", "bucket") else "right", overflow="fold" if col == "kernel" else "ellipsis")
+    names = shorten(frame.get_column("name").to_list(), 70)
+    for i, r in enumerate(frame.iter_rows(named=True)):  # the displayed rows (--top)
         t.add_row(
-            _short(r["name"]), r["bucket"], r["streams"] or "-", str(r["calls"]), duration(r["total_ns"]), duration(r["mean_ns"]),
-            duration(r["p50_ns"]), duration(r["p99_ns"]), duration(r["bucket_ns"]), _num(r["share_pct"], ".1f") + ("%" if r["share_pct"] is not None else ""),
-            _num(r["tflops"], ".1f"), _num(r["roofline_pct"], ".0f") + ("%" if r["roofline_pct"] is not None else ""),
+            names[i], r["bucket"], r["streams"] or "-", str(r["calls"]), *[cells[i] for _, cells in times.values()],
+            _pct(r["share_pct"], ".1f"), _num(r["tflops"], ".1f"), _pct(r["roofline_pct"], ".0f"),
         )
     return t
 
 
 def op_rich_table(frame: pl.DataFrame, title: str, caption: str | None = None) -> Table:
-    """The op table for a terminal."""
+    """The op table for a terminal: every time column in one unit."""
+    from traceanalyzer.render.names import shorten
+
     t = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
-    for col, just in (("op", "left"), ("input shapes", "left"), ("bucket", "left"), ("calls", "right"), ("host total", "right"),
-                      ("host mean", "right"), ("host p99", "right"), ("kernels", "right"), ("GPU time", "right"), ("GPU share", "right"),
-                      ("TFLOP/s", "right"), ("GB/s", "right"), ("roofline", "right")):
-        t.add_column(col, justify=just, overflow="fold" if col in ("op", "input shapes") else "ellipsis")
-    for r in frame.iter_rows(named=True):  # the displayed rows (--top)
+    times = _time_columns(frame, {"total_ns": "host total", "mean_ns": "host mean", "p99_ns": "host p99"})
+    gpu = _time_columns(frame, {"gpu_ns": "GPU time"})
+    heads = ["op", "input shapes", "bucket", "calls", *[h for h, _ in times.values()], "kernels", *[h for h, _ in gpu.values()],
+             "GPU share", "TFLOP/s", "GB/s", "roofline"]
+    for col in heads:
+        t.add_column(col, justify="left" if col in ("op", "input shapes", "bucket") else "right",
+                     overflow="fold" if col in ("op", "input shapes") else "ellipsis")
+    names = shorten(frame.get_column("name").to_list(), 50)
+    for i, r in enumerate(frame.iter_rows(named=True)):  # the displayed rows (--top)
         t.add_row(
-            _short(r["name"], 50), _short(r["input_dims"] or "-", 50), r["bucket"] or "-", str(r["calls"]), duration(r["total_ns"]),
-            duration(r["mean_ns"]), duration(r["p99_ns"]), str(r["kernels"]), duration(r["gpu_ns"]),
-            _num(r["gpu_share_pct"], ".1f") + ("%" if r["gpu_share_pct"] is not None else ""),
-            _num(r["tflops"], ".1f"), _num(r["gbps"], ".0f"), _num(r["roofline_pct"], ".0f") + ("%" if r["roofline_pct"] is not None else ""),
+            names[i], _short(r["input_dims"] or "-", 50), r["bucket"] or "-", str(r["calls"]), *[cells[i] for _, cells in times.values()],
+            str(r["kernels"]), *[cells[i] for _, cells in gpu.values()], _pct(r["gpu_share_pct"], ".1f"),
+            _num(r["tflops"], ".1f"), _num(r["gbps"], ".0f"), _pct(r["roofline_pct"], ".0f"),
         )
     return t
 
@@ -80,13 +99,17 @@ def kernel_diff_sections(diff: dict, top: int = 15) -> list:
 
     s = Section(f"Kernels, B − A ({diff['unit']}): the {top} biggest changes",
                 ["kernel", "bucket", "status", "calls A", "calls B", "A ms", "B ms", "B − A ms"])
-    for r in diff["rows"][:top]:
-        if r["status"] == "same":
-            break
-        s.rows.append([_short(r["name"], 60), r["bucket"], r["status"], num(r["calls_a"], 1), num(r["calls_b"], 1),
-                       num(r["bucket_ms_a"], 3), num(r["bucket_ms_b"], 3), f"{r['contribution_ms']:+,.3f}"])
+    from traceanalyzer.render.names import shorten
+
+    import itertools
+
+    shown = list(itertools.takewhile(lambda r: r["status"] != "same", diff["rows"][:top]))
+    cut = shorten([r["name"] for r in shown], 60)
+    for i, r in enumerate(shown):
+        s.rows.append([cut[i], r["bucket"], r["status"], num(r["calls_a"], 1), num(r["calls_b"], 1),
+                       num(r["bucket_ms_a"], 3), num(r["bucket_ms_b"], 3), units.signed(r["contribution_ms"], 3)])
     c = diff["counts"]
     s.notes.append(f"{c['appeared']} appeared, {c['disappeared']} disappeared, {c['changed']} changed, {c['same']} unchanged. "
                    "Time: each kernel's exact share of its bucket, so the kernels of a bucket sum to that bucket's difference:")
-    s.notes.append("; ".join(f"{label(b)} {v:+,.3f} ms" for b, v in diff["by_bucket"].items() if v != 0) or "no bucket changed")
+    s.notes.append("; ".join(f"{label(b)} {units.signed(v, 3)} ms" for b, v in diff["by_bucket"].items() if v != 0) or "no bucket changed")
     return [s]

@@ -18,6 +18,7 @@ from matplotlib.patches import Patch
 # the buckets' order, labels and colours: one source for the classifiers and every output
 from traceanalyzer.buckets import BUCKET_COLORS, BUCKET_LABELS as LABELS
 from traceanalyzer.buckets import BUCKETS as BUCKET_ORDER
+from traceanalyzer.render import units
 
 #: the buckets' colours and those of the waterfall's other bars (Okabe & Ito (2008), "Color
 #: Universal Design": distinguishable with every common colour-vision deficiency)
@@ -205,7 +206,7 @@ def waterfall(model: dict[str, Any]) -> bytes | None:
         color, hatch = _term_style(t["key"])
         ax.bar(i, t["tflops"], bottom=level - t["tflops"], color=color, width=0.7, hatch=hatch, edgecolor="#555555" if hatch else None,
                linewidth=0.6 if hatch else 0)
-        ax.text(i, level + 0.01 * wf["peak_tflops"], f"{-t['tflops']:+.1f}", ha="center", va="bottom", fontsize=8.5, color=TEXT)
+        ax.text(i, level + 0.01 * wf["peak_tflops"], units.signed(-t["tflops"], 1), ha="center", va="bottom", fontsize=8.5, color=TEXT)
         level -= t["tflops"]
     last = len(labels) - 1
     ax.bar(last, wf["achieved_tflops"], color=COLORS["achieved"], width=0.7)

@@ -67,7 +67,8 @@ def num(x: Any, digits: int = 1) -> str:
         return "—"
     if isinstance(x, float) and not math.isfinite(x):
         return "n/a"
-    return f"{x:,.{digits}f}"
+    text = f"{x:,.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text.replace(",", "")) == 0 else text  # never -0.0
 
 
 def sci(x: float | None) -> str:
@@ -75,7 +76,9 @@ def sci(x: float | None) -> str:
 
 
 def pct(x: float | None, digits: int = 1) -> str:
-    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * x:.{digits}f} %"
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    return f"{num(100 * x, digits).replace(',', '')} %"
 
 
 def _zero(*values: Any) -> bool:

@@ -73,7 +73,14 @@ def headline_cells(model: dict[str, Any]) -> list[tuple[str, Cell]]:
     if h["ranks"] > 1:
         out.append((f"slowest rank ({h['slowest_rank']}) step time (ms)", num(model, "headline.slowest_rank_step_ms", MS)))
     out.append(("compute share of the step (%)", num(model, "headline.compute_pct", PCT)))
-    if h["biggest_loss"]:
+    first = (model.get("findings") or [None])[0]
+    if first is not None and first.get("ms_per_step") is not None:
+        # the headline is finding 1, what the findings list first (a cause within a bucket)
+        out.append((f"biggest loss (finding 1): {first['label']} (ms per step)", num(model, "findings.0.ms_per_step", MS)))
+        share = first.get("share_of_step")
+        out.append((f"biggest loss (finding 1): {first['label']} (% of step)",
+                    Cell("" if share is None else PCT.format(100 * share).removeprefix("-"))))  # shown scaled: no data-path
+    elif h["biggest_loss"]:
         out.append((f"biggest loss: {h['biggest_loss']['label']} (ms per step)", num(model, "headline.biggest_loss.ms", MS)))
         out.append((f"biggest loss: {h['biggest_loss']['label']} (% of step)", num(model, "headline.biggest_loss.pct", PCT)))
     if h["achieved_tflops"] is not None:

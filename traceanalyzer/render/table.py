@@ -109,28 +109,34 @@ def _ms(ns) -> str:
 
 
 def idle_table(analysis: Analysis) -> Table:
-    t = Table(title="Idle by cause, mean per step: ms and % of idle", title_justify="left")
-    t.add_column("rank", justify="right")
-    t.add_column("idle ms", justify="right")
-    for label in CAUSE_LABELS.values():
-        t.add_column(label, justify="right")
+    """Idle by cause as a tree, per rank: idle, its causes indented under it and the host-bound
+    split under host-bound, each with its mean per step and its share of its parent (the
+    children of a row sum to 100 % of it)."""
+    from traceanalyzer.render import units
+
+    t = Table(title="Idle by cause, mean per step: each cause as a share of its parent", title_justify="left")
+    for col, just in (("rank", "right"), ("cause", "left"), ("ms per step", "right"), ("share", "right"), ("of", "left")):
+        t.add_column(col, justify=just)
     host = [f for f in HOST_LABELS if f"{f}_ns" in analysis.steps.columns]
-    for f in host:
-        t.add_column(f"host: {HOST_LABELS[f]}", justify="right")
-    for row in analysis.totals().iter_rows(named=True):
-        n, idle = row["steps"], row["idle_ns"]
-        cells = [str(row["rank"]), _ms(idle / n)]
-        for f in CAUSE_LABELS:
+
+    def share(v: float, parent: float) -> str:
+        return f"{units.fixed(100 * v / parent if parent else 0.0, 0)}%"
+
+    for i, row in enumerate(analysis.totals().iter_rows(named=True)):
+        n, idle, step = row["steps"], row["idle_ns"], row["duration_ns"]
+        if i:
+            t.add_section()
+        t.add_row(str(row["rank"]), "idle", units.fixed(idle / n / 1e6, 3), share(idle, step), "step")
+        for f, label in CAUSE_LABELS.items():
             v = row.get(f"{f}_ns", 0) or 0
-            cells.append(f"{_ms(v / n)} ({100 * v / idle if idle else 0.0:.0f}%)")
-        hb = row.get("idle_host_bound_ns", 0) or 0
-        for f in host:
-            v = row.get(f"{f}_ns", 0) or 0
-            cells.append(f"{_ms(v / n)} ({100 * v / hb if hb else 0.0:.0f}%)")
-        t.add_row(*cells)
+            t.add_row("", f"  {label}", units.fixed(v / n / 1e6, 3), share(v, idle), "idle")
+            if f == "idle_host_bound":
+                for h in host:
+                    hv = row.get(f"{h}_ns", 0) or 0
+                    t.add_row("", f"    {HOST_LABELS[h]}", units.fixed(hv / n / 1e6, 3), share(hv, v), "host-bound")
     if host:
-        t.caption = ("host-bound split by what the launching host thread was doing (% of host-bound): in a DataLoader "
-                     "__next__ range, an Optimizer.step/zero_grad range, another recorded op (dispatch, launch), or none (untraced)")
+        t.caption = ("host-bound split by what the launching host thread was doing: in a DataLoader __next__ range, "
+                     "an Optimizer.step/zero_grad range, another recorded op (dispatch, launch), or none (untraced)")
         t.caption_justify = "left"
     return t
 
@@ -247,7 +253,12 @@ def print_detail(analysis: Analysis, console: Console, summary=None, stragglers=
 
 # --- many ranks (breakdown --ranks) ----------------------------------------------------------
 
-SPREAD_LABELS = {"duration": "step time", **LABELS, **{f: f"idle: {v}" for f, v in CAUSE_LABELS.items()}}
+#: a field named in a sentence or a cell of its own (the stragglers' bucket)
+FIELD_LABELS = {"duration": "step time", **LABELS, **{f: f"idle: {v}" for f, v in CAUSE_LABELS.items()},
+                **{f: f"idle: host-bound: {v}" for f, v in HOST_LABELS.items()}}
+#: idle's causes indented under idle, host-bound's split under host-bound: a tree, as the idle table
+SPREAD_LABELS = {"duration": "step time", **LABELS, **{f: f"  {v}" for f, v in CAUSE_LABELS.items()},
+                 **{f: f"    {v}" for f, v in HOST_LABELS.items()}}
 
 
 def rank_summary_table(summary) -> Table:
@@ -274,7 +285,7 @@ def stragglers_table(per_rank, top: int = 10) -> Table | None:
         t.add_column(col, justify="left" if col == "slow in" else "right")
     for r in slow.head(top).iter_rows(named=True):
         t.add_row(str(r["rank"]), f"{r['slow_steps']} of {r['steps']}", str(r["slowest_steps"]), _ms(r["excess_ns"]),
-                  _ms(r["max_excess_ns"]), SPREAD_LABELS.get(r["bucket"], str(r["bucket"])), str(r["bucket_steps"]),
+                  _ms(r["max_excess_ns"]), FIELD_LABELS.get(r["bucket"], str(r["bucket"])), str(r["bucket_steps"]),
                   _ms(r["bucket_excess_ns"]))
     if slow.height > top:
         t.caption = f"{slow.height - top} more slow ranks: traceanalyzer.stragglers() in Python"

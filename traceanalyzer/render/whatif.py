@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.render.predictions import Section, _hidden, label, num, pct
+from traceanalyzer.render import units
 
 
 def _layout(lay: dict[str, Any]) -> str:
@@ -66,15 +67,15 @@ def whatif_sections(res: dict[str, Any], all_rows: bool = False) -> list[Section
             hidden.append(label(t["term"]))
             continue
         terms.rows.append([label(t["term"]), num(1e3 * t["anchor_s"], 3), num(1e3 * t["predicted_s"], 3),
-                           f"{1e3 * t['delta_s']:+,.3f}", t["rule"]])
+                           units.signed(1e3 * t["delta_s"], 3), t["rule"]])
     terms.rows.append(["= step", num(1e3 * a["step_time_s"], 3), num(1e3 * p["step_time_s"], 3),
-                       f"{1e3 * (p['step_time_s'] - a['step_time_s']):+,.3f}", ""])
+                       units.signed(1e3 * (p["step_time_s"] - a["step_time_s"]), 3), ""])
     _hidden(terms, hidden)
     wf = Section(f"What changed: TFLOP/s/GPU {num(a['tflops_per_gpu'])} → {num(p['tflops_per_gpu'])} [{conv}]",
                  ["term", "TFLOP/s/GPU"])
     for w in sorted(res["waterfall"], key=lambda w: -abs(w["tflops"])):
-        wf.rows.append([label(w["term"]), f"{w['tflops']:+,.1f}"])
-    wf.rows.append(["= change", f"{p['tflops_per_gpu'] - a['tflops_per_gpu']:+,.1f}"])
+        wf.rows.append([label(w["term"]), units.signed(w["tflops"], 1)])
+    wf.rows.append(["= change", units.signed(p["tflops_per_gpu"] - a["tflops_per_gpu"], 1)])
     return [head, terms, wf]
 
 
