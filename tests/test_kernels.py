@@ -12,7 +12,8 @@ import pytest
 
 from traceanalyzer.classify.kernelstats import nearest_rank
 from traceanalyzer.classify.shapes import op_cost
-from traceanalyzer.api import analysis_with_tables, kernels, ops
+from traceanalyzer.api import kernels, ops
+from traceanalyzer.api.tables import analysis_with_tables
 
 from conftest import DEMO, DLRM, ROOT, TRACES, needs_shared, run_cli
 

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import polars as pl
 
-from traceanalyzer.api import (
-    DEFAULT_STEP, PathLike, _baseline, _baseline_tables, collective_busbw, launches, queue_length, search_parts, waterfall_of,
-)
+from traceanalyzer.api._common import PathLike, _baseline
+from traceanalyzer.api.layouts import search_parts
+from traceanalyzer.api.modelling import _baseline_tables, collective_busbw, waterfall_of
+from traceanalyzer.api.tables import launches, queue_length
+from traceanalyzer.classify.steps import DEFAULT_STEP
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
@@ -27,6 +29,7 @@ _VOCABULARY: dict[str, str] = {
     "LAST_GOOD": "traceanalyzer.batch.gate",
     "parse_threshold": "traceanalyzer.batch.gate",
     "METRICS": "traceanalyzer.batch.trend",
+    "DEFAULT_BUS_BW_GBPS": "traceanalyzer.classify.comm",
     "TRANSFER_WARNING": "traceanalyzer.classify.comm",
     "SORT_KEYS": "traceanalyzer.classify.kernelstats",
     "ELEMENT_BYTES": "traceanalyzer.classify.roofline",

@@ -34,7 +34,7 @@ from traceanalyzer.queries import query_engine
 #: processes, ~1 s each, would cost more than they save)
 POOL_BYTES = 32 * 2**20
 
-__all__ = ["analyze", "breakdown", "analyse", "load", "check_workers", "check_engine", "analyse_trace", "analyse_any", "with_tables",
+__all__ = ["analyze", "breakdown", "analyse", "load", "check_workers", "check_engine", "analyse_trace", "with_tables",
            "kineto_files", "reduce_ranks", "run_tasks", "Options", "RankResult", "RankTask", "ENGINES", "KEEP", "TABLES", "WorkerDied",
            "default_workers"]
 
@@ -228,21 +228,6 @@ def _map(paths: list[Path], opts: Options, engine: str, workers: int | None, add
             ordered = [results[i] for i in sorted(results)]
     return ordered
 
-
-def analyse_any(what, opts: Options, **engine_kw):
-    """An :class:`~traceanalyzer.classify.Analysis` holding the optional tables ``opts.tables``:
-    for an analysis, :func:`with_tables` (its own options, never ``opts``' others); for a loaded
-    :class:`~traceanalyzer.schema.Trace`, :func:`analyse_trace`; else :func:`analyse` of the
-    file(s) or directory ``what`` (``engine_kw``: ``engine``, ``workers``, ``address``,
-    ``quiet``, ``console``)."""
-    from traceanalyzer.classify import Analysis
-    from traceanalyzer.schema import Trace
-
-    if isinstance(what, Analysis):
-        return with_tables(what, *opts.tables)
-    if isinstance(what, Trace):
-        return analyse_trace(what, opts)
-    return analyse(what, opts, **{"quiet": True, **engine_kw})
 
 
 #: where an analysis holds each optional table of :data:`TABLES` (the rest: ``Analysis.extras``)
