@@ -184,8 +184,8 @@ def test_the_reference_names_no_internal_module():
 
 
 def test_the_optional_table_registry():
-    """One registry names every optional table; the older spellings fold into it; the tables
-    the registry computes by module and function name (which import-linter cannot see) exist."""
+    """One registry names every optional table; the older spellings fold into it; the functions
+    that compute the extra tables are the classifiers' own."""
     import importlib
 
     from traceanalyzer.engine import KEEP, TABLES, Options
@@ -201,9 +201,8 @@ def test_the_optional_table_registry():
     assert all(set(v) <= set(TABLES) for v in KEEP.values()) and set(EXTRAS) <= set(TABLES)
     with pytest.raises(InvalidArgument, match="tables: no optional table 'nope'"):
         Options(tables={"nope"})
-    for module, func in EXTRAS.values():
-        assert callable(getattr(importlib.import_module(module), func))
-        assert module.startswith("traceanalyzer.classify.")  # the engine computes, classify holds the code
+    for func in EXTRAS.values():
+        assert callable(func) and func.__module__.startswith("traceanalyzer.classify.")  # the engine computes, classify holds the code
     for name, target in ta._API.items():
         module, attr = target.split(":")
         assert hasattr(importlib.import_module(module), attr), name

@@ -107,7 +107,7 @@ def scan(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = True) 
     """
     import orjson
 
-    from traceanalyzer import cache as parse_cache
+    import traceanalyzer.cache as parse_cache
     from traceanalyzer.parsers import _assign_ranks, _nsys_sniff, _parse_kineto_file, discover, one_profiler
     from traceanalyzer.schema import EVENT_SCHEMA
 

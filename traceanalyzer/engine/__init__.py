@@ -22,11 +22,12 @@ from typing import Iterable
 import polars as pl
 
 from traceanalyzer.classify import comm
+from traceanalyzer.classify.pipeline import EXTRAS, extra_table
 from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
 from traceanalyzer.engine.pool import ENGINES, WorkerDied, run_tasks
 from traceanalyzer.engine.progress import JobProgress, json_bytes
-from traceanalyzer.engine.rank import EXTRAS, KEEP, TABLES, Options, RankResult, RankTask, check_tables, classify_ranks, default_workers, extra_table
+from traceanalyzer.engine.rank import KEEP, TABLES, Options, RankResult, RankTask, check_tables, classify_ranks, default_workers
 from traceanalyzer.errors import ConfigError, InputNotFound, InvalidArgument
 from traceanalyzer.queries import query_engine
 

@@ -1,10 +1,9 @@
-"""The map step: one rank's events -> a compact :class:`RankResult`.
+"""The map step: one rank file -> a compact :class:`RankResult`.
 
-Everything here needs one rank only: the step windows, the recompute marking, the labels, the
-partition with every cause column, the collective instances (type, bytes, group, step, instance:
-what cross-rank matching needs), the exposed communication per type / group / dimension, the
-recomputed ops by name, and the small tables the job checks need (step starts, median event
-time). The raw events never leave the worker unless a renderer asks for them (``keep``).
+A worker parses the file, runs the breakdown's recipe on its events
+(:mod:`traceanalyzer.classify.pipeline`) and keeps the compact tables, the optional ones asked
+for (:data:`TABLES`) and the small tables the job checks need (step starts, median event time).
+The raw events never leave the worker unless a verb asks for them (the ``events`` table).
 
 Errors about the input (:class:`~traceanalyzer.errors.TraceAnalyzerError`) are returned in the
 result, not raised, so that the job reducer raises them in the order the single-process path
@@ -22,24 +21,13 @@ from typing import Callable
 
 import polars as pl
 
-from traceanalyzer.classify import COMM_DIM_FIELDS, HOST_FIELDS, IDLE_FIELDS, comm, idle, recompute
-from traceanalyzer.classify.invariants import check_event_span, check_windows
-from traceanalyzer.classify.labels import label_gpu
-from traceanalyzer.classify.partition import FIELDS, check_causes, partition
-from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows, outside_steps, refuse_duplicate_steps
+from traceanalyzer.classify import comm, pipeline
+from traceanalyzer.classify.pipeline import EXTRAS, extra_table
+from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import InputNotFound, InternalFailure, InvalidArgument, TraceAnalyzerError
 from traceanalyzer.parsers.clean import step_starts
-from traceanalyzer.queries import query_engine, sized
+from traceanalyzer.queries import sized
 from traceanalyzer.schema import GPU_WORK_KINDS
-
-#: the per-step table's columns, in this order
-STEP_COLUMNS = [
-    "rank", "step", "start_ns", "duration_ns", "compute_ns", "recompute_ns", "exposed_comm_ns", "other_ns", "idle_ns",
-    "overlapped_comm_ns", "start_us", *[f"{f}_us" for f in FIELDS],
-    *[f"{f}_ns" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]], *[f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]],
-    *[f"{f}_ns" for f in HOST_FIELDS], *[f"{f}_us" for f in HOST_FIELDS],
-]
-
 
 #: THE registry of optional per-rank tables: everything an analysis may hold beyond its compact
 #: tables (the partition, the collectives, the exposed communication, the recomputed ops) is named
@@ -216,57 +204,22 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
             by_rank[rank].events = df
     if opts.parse_only or not any(r.has_gpu for r in into):
         return
+    window_warnings: list[str] = []
     try:
-        check_event_span(events, source)
-        # every GPU item with when (and on which host thread) its launch began: read by the step
-        # windows and by the idle split
-        launched = idle.launch_times(
-            events.lazy(), events.lazy().filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("rank", "start_ns", "end_ns", "correlation", "external_id"),
-            tid=True,
-        ).collect(engine=query_engine())
-        windows, win_warnings = gpu_windows(events, opts.step_name, launched)
-        for w in win_warnings:
-            if " step markers: " not in w:  # "rank R: n of m steps ... skipped"; the reducer words the other
-                by_rank[int(w.split(":", 1)[0].split()[1])].window_warnings.append(w)
-        refuse_duplicate_steps(windows, meta, opts.step_name)
-        check_windows(windows, events, source)
-        ev = events.lazy()
-        threads = pl.concat([recompute.recompute_threads(ev, opts.recompute_pattern), comm.linking_threads(ev)]).unique()
-        tree = recompute.host_tree(events, threads).collect(engine=query_engine())
-        rc_ops = recompute.recompute_ops(events, opts.recompute_pattern, tree=tree)
-        gpu = label_gpu(events, rc_ops, comm_kernels=list(opts.comm_kernels) or None)
-        steps = partition(gpu, windows, source)
-        outside = outside_steps(gpu, windows)
-        inst = comm.collective_instances(events, gpu, windows, meta, tree=tree)
-        del tree
-        expo = comm.exposure(gpu, inst, windows)
-        idle_parts = idle.idle_split(events, gpu, windows, inst, launched)
-        del launched
-        steps = _with_causes(steps, idle_parts, expo)
-        check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source, HOST_FIELDS)
+        r = pipeline.breakdown(events, meta, step_name=opts.step_name, recompute_pattern=opts.recompute_pattern,
+                               comm_kernels=opts.comm_kernels, source=source, window_warnings=window_warnings)
     except TraceAnalyzerError as exc:
         into[0].deferred = exc
         return
-    frames = {
-        "steps": steps, "windows": windows, "instances": inst, "exposure": expo, "recompute_ops": rc_ops,
-        "recomputed_by_name": recompute.ops_by_name(rc_ops, gpu), "outside_steps": outside,
-    }
-    if "gpu" in opts.tables:
-        frames["gpu"] = gpu
-    if "kernel_rows" in opts.tables or "kernel_stats" in opts.tables:
-        from traceanalyzer.classify.kernels import exposed_rows, kernel_rows
-        from traceanalyzer.classify.partition import segment_frame
-        from traceanalyzer.classify.tables import table_rows
-
-        seg = segment_frame(gpu, windows).sort("rank", "t0").collect(engine=query_engine())
-        if "kernel_rows" in opts.tables:
-            frames["kernel_rows"], frames["exposed_kernels"] = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
-        frames["kernel_stats"], frames["op_stats"] = table_rows(events, gpu, windows, seg)
+    finally:
+        for w in window_warnings:  # "rank R: n of m steps ... skipped"
+            by_rank[int(w.split(":", 1)[0].split()[1])].window_warnings.append(w)
+    frames = pipeline.frames(r, events, opts.tables)
     for name, df in frames.items():
         for rank, part in _split(df, ranks).items():
             setattr(by_rank[rank], name, part)
     try:
-        extras = {name: extra_table(name, events, gpu, windows, steps, source) for name in opts.tables if name in EXTRAS}
+        extras = {name: extra_table(name, events, r.gpu, r.windows, r.steps, source) for name in opts.tables if name in EXTRAS}
     except TraceAnalyzerError as exc:
         into[0].deferred = exc
         return
@@ -275,48 +228,6 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
             by_rank[rank].extras[name] = part
     for r in into:
         r.stepless = r.windows is not None and r.windows.height > 0 and r.windows.get_column("cpu_start_ns").is_null().all()
-
-
-#: how the optional tables of :data:`TABLES` held in ``Analysis.extras`` are computed: name -> (module, function);
-#: each function takes ``(events, gpu, windows, steps, source)`` and returns a compact frame with
-#: a ``rank`` column (never raw events, except ``launch_rows``: one row per launched GPU item)
-EXTRAS = {
-    "annotations": ("traceanalyzer.classify.annotation_ranges", "rank_table"),
-    "launches": ("traceanalyzer.classify.launches", "rank_steps"),
-    "launch_rows": ("traceanalyzer.classify.launches", "rank_pairs"),
-    "queue": ("traceanalyzer.classify.launches", "rank_queue"),
-    "queue_series": ("traceanalyzer.classify.launches", "rank_queue_series"),
-}
-
-
-def extra_table(name: str, events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame,
-                source: str) -> pl.DataFrame:
-    """The optional table ``name`` (:data:`EXTRAS`) of the ranks in ``events``."""
-    import importlib
-
-    module, func = EXTRAS[name]
-    return getattr(importlib.import_module(module), func)(events, gpu, windows, steps, source)
-
-
-def _with_causes(steps: pl.DataFrame, idle_parts: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
-    """The partition joined with the idle split and the exposed communication by dimension."""
-    dims = (
-        expo.filter(pl.col("by") == "dim")
-        .with_columns(pl.format("exposed_comm_{}_ns", pl.col("key").str.to_lowercase()).alias("col"))
-        .pivot(on="col", index=["rank", "step"], values="exposed_ns", aggregate_function="sum")
-    ) if expo.height else pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64})
-    extra = [c for c in dims.columns if c not in ("rank", "step") and c.removesuffix("_ns") not in COMM_DIM_FIELDS]
-    if extra:  # a dimension outside DIMENSIONS would break the sum: never silently
-        raise AssertionError(f"unexpected exposed-comm dimension columns {extra}")
-    steps = (
-        steps.join(idle_parts, on=["rank", "step"], how="left")
-        .join(dims, on=["rank", "step"], how="left")
-        .with_columns(
-            *[pl.col(f"{f}_ns").fill_null(0).cast(pl.Int64) if f"{f}_ns" in dims.columns or f.startswith("idle_") else pl.lit(0, pl.Int64).alias(f"{f}_ns") for f in [*IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS]]
-        )
-        .with_columns(*[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in [*IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS]])
-    )
-    return steps.select(STEP_COLUMNS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,7 +373,7 @@ def _parse(path: Path, cache: bool, progress: ProgressFn | None):
     from traceanalyzer.parsers import _parse_kineto_file
 
     if cache:
-        from traceanalyzer import cache as parse_cache
+        import traceanalyzer.cache as parse_cache
 
         hit = parse_cache.get(path)
         if hit is not None:
