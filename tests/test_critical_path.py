@@ -169,7 +169,7 @@ def _check_invariants(cp):
 
 
 def test_joint_path_crosses_ranks_through_a_collective(dlrm):
-    from traceanalyzer.engine import analyze
+    from traceanalyzer.api import analyze
 
     a = analyze(dlrm)
     # ops only (as HTA): with host gaps weighed, this host-bound job's path stays on one host thread

@@ -78,13 +78,13 @@ def analyse_files(
     """Load and classify trace files on the engine (rank files in parallel), with progress on
     ``console`` (a bar on a terminal, a line per rank file otherwise, nothing with ``quiet``; a rich
     console, or a function that makes one where progress is shown).
-    ``keep``: what the caller needs beyond the compact tables (see
-    :data:`traceanalyzer.engine.KEEP`); ``extras``: optional per-rank tables
-    (:data:`traceanalyzer.engine.rank.EXTRAS`)."""
-    from traceanalyzer.engine import Options, analyse
+    ``keep``: what the caller needs beyond the compact tables (a name of
+    :data:`traceanalyzer.engine.KEEP`); ``extras``: more optional per-rank tables (names of
+    :data:`traceanalyzer.engine.TABLES`)."""
+    from traceanalyzer.engine import KEEP, Options, analyse
 
-    opts = Options(step_name=step_name, recompute_pattern=recompute_pattern, keep=keep, cache=cache,
-                   comm_kernels=tuple(comm_kernels or ()), extras=tuple(extras))
+    opts = Options(step_name=step_name, recompute_pattern=recompute_pattern, cache=cache,
+                   comm_kernels=tuple(comm_kernels or ()), tables=frozenset({*KEEP[keep], *extras}))
     if bus_bw_gbps is not None:
         opts.bus_bw_gbps = bus_bw_gbps
     return analyse([Path(p) for p in paths], opts, engine=engine, workers=workers, address=address, quiet=quiet, console=console)

@@ -43,7 +43,7 @@ def memory(
     source:
         A trace file, a directory of rank files, a list of files, a loaded
         :class:`traceanalyzer.schema.Trace` or an :class:`~traceanalyzer.classify.Analysis`
-        (its trace; ``trace`` is this argument's older name). Its Kineto ``[memory]`` events (recorded with
+        (its trace). Its Kineto ``[memory]`` events (recorded with
         ``torch.profiler.profile(profile_memory=True)``) give the allocated and reserved bytes
         over time per rank; its memcpy/memset events the copy bandwidth. None: prediction only.
     config:
@@ -66,10 +66,6 @@ def memory(
     quiet:
         No progress bar on standard error (``False``: the command line's bar, bytes read of
         the job).
-    trace:
-        The older name of ``source``.
-    reserve_gb:
-        The older name of ``reserve_gib`` (the value was always GiB).
 
     Returns
     -------

@@ -9,9 +9,9 @@
 * **where the maps run** (:mod:`.pool`): this process, a local process pool, or Ray tasks;
 * **progress** (:mod:`.progress`): bytes read of the whole job.
 
-Every command and ``batch`` call :func:`analyse`; :func:`analyze` (``traceanalyzer.analyze(trace)``)
-runs the same map (in this process, over an already loaded trace) and the same reduce, so both
-give identical numbers.
+Every command and ``batch`` call :func:`analyse`; :func:`analyse_trace` (what
+``traceanalyzer.analyze(trace)`` runs) runs the same map (in this process, over an already loaded
+trace) and the same reduce, so both give identical numbers.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from typing import Iterable
 
 import polars as pl
 
-from traceanalyzer.classify import comm
 from traceanalyzer.classify.pipeline import EXTRAS, extra_table
-from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
 from traceanalyzer.engine.pool import ENGINES, WorkerDied, run_tasks
 from traceanalyzer.engine.progress import JobProgress, json_bytes
@@ -35,7 +33,7 @@ from traceanalyzer.queries import query_engine
 #: processes, ~1 s each, would cost more than they save)
 POOL_BYTES = 32 * 2**20
 
-__all__ = ["analyze", "breakdown", "analyse", "load", "check_workers", "check_engine", "analyse_trace", "with_tables",
+__all__ = ["analyse", "load", "check_workers", "check_engine", "analyse_trace", "with_tables",
            "kineto_files", "reduce_ranks", "run_tasks", "Options", "RankResult", "RankTask", "ENGINES", "KEEP", "TABLES", "WorkerDied",
            "default_workers"]
 
@@ -92,28 +90,6 @@ def analyse_trace(trace, opts: Options):
     classify_ranks(trace.events, trace.meta, opts.with_tables(*want, without=("events", "kernel_rows")), source, results)
     return reduce_job(results, trace, opts, source)
 
-
-def analyze(
-    trace,
-    step_name: str | None = DEFAULT_STEP,
-    recompute_pattern: str | None = None,
-    bus_bw_gbps: float = comm.DEFAULT_BUS_BW_GBPS,
-    comm_kernels: list[str] | None = None,
-):
-    """Classify a loaded trace into the :class:`~traceanalyzer.classify.Analysis`.
-    ``step_name`` names the step range (``None``: whole trace = one step);
-    ``recompute_pattern``: regex of extra host ranges (e.g. NVTX) whose contents are recompute;
-    ``bus_bw_gbps``: bus bandwidth for single-rank transfer estimates;
-    ``comm_kernels``: extra kernel-name regexes that are communication (``--comm-kernel``).
-
-    Each rank is classified on its own and the ranks are then reduced to the job: the same code
-    as the parallel path of the commands."""
-    return analyse_trace(trace, Options(step_name, recompute_pattern, bus_bw_gbps, comm_kernels=tuple(comm_kernels or ())))
-
-
-def breakdown(trace, step_name: str | None = DEFAULT_STEP) -> pl.DataFrame:
-    """Per-rank, per-step exact partition of GPU time (see :mod:`traceanalyzer.classify.partition`)."""
-    return analyze(trace, step_name).steps
 
 
 def kineto_files(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import InitVar, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -24,7 +24,7 @@ import polars as pl
 from traceanalyzer.classify import comm, pipeline
 from traceanalyzer.classify.pipeline import EXTRAS, extra_table
 from traceanalyzer.classify.steps import DEFAULT_STEP
-from traceanalyzer.errors import InputNotFound, InternalFailure, InvalidArgument, TraceAnalyzerError
+from traceanalyzer.errors import InputNotFound, InternalFailure, TraceAnalyzerError
 from traceanalyzer.parsers.clean import step_starts
 from traceanalyzer.queries import sized
 from traceanalyzer.schema import GPU_WORK_KINDS
@@ -49,7 +49,7 @@ TABLES: dict[str, str] = {
     "memory": "the allocator events of each Kineto rank file (engine.load only)",
 }
 
-#: the older spellings of ``keep`` (accepted by :class:`Options`, folded into ``tables``)
+#: what a command keeps beyond the compact tables, by name: the optional tables each needs
 KEEP = {"compact": (), "report": ("kernel_rows", "kernel_stats"), "gpu": ("gpu",), "events": ("events", "gpu")}
 
 
@@ -68,45 +68,23 @@ def check_tables(names) -> frozenset[str]:
 
 @dataclass
 class Options:
-    """How to classify: the same for every rank of a job.
-
-    ``tables`` names the optional tables (:data:`TABLES`) to compute besides the compact ones.
-    ``keep``, ``keep_gpu``, ``extras`` and ``memory`` (and ``tables=True``) are older spellings
-    of the same request (deprecated): accepted when constructing, folded into ``tables``, and
-    read back from it."""
+    """How to classify: the same for every rank of a job. ``tables`` names the optional tables
+    (:data:`TABLES`) to compute besides the compact ones."""
 
     step_name: str | None = DEFAULT_STEP
     recompute_pattern: str | None = None
     bus_bw_gbps: float = comm.DEFAULT_BUS_BW_GBPS
-    keep: InitVar[str] = "compact"  # older spelling: one of KEEP
-    keep_gpu: InitVar[bool] = False  # older spelling of "gpu" in tables
     cache: bool = False
-    comm_kernels: tuple[str, ...] = ()  # extra kernel-name regexes that are communication (--comm-kernel)
-    tables: frozenset[str] = frozenset()  # optional tables (names in TABLES); True: the older spelling of {"kernel_stats"}
-    extras: InitVar[tuple[str, ...]] = ()  # older spelling of tables (its non-core names)
+    comm_kernels: tuple[str, ...] = ()  # extra kernel-name regexes that are communication
+    tables: frozenset[str] = frozenset()  # optional tables (names in TABLES)
     parse_only: bool = False  # the events (with "events") and the job checks' tables: nothing classified (engine.load)
-    memory: InitVar[bool] = False  # older spelling of "memory" in tables
 
-    def __post_init__(self, keep: str, keep_gpu: bool, extras: tuple[str, ...], memory: bool) -> None:
-        if keep not in KEEP:
-            raise InvalidArgument(f"must be one of {', '.join(KEEP)}, got {keep!r}", "keep")
-        names = set(KEEP[keep]) | set(extras) | ({"gpu"} if keep_gpu else set()) | ({"memory"} if memory else set())
-        tables = self.tables
-        if isinstance(tables, bool):
-            tables = ("kernel_stats",) if tables else ()
-        self.tables = check_tables(names | set(check_tables(tables)))
+    def __post_init__(self) -> None:
+        self.tables = check_tables(self.tables)
 
     def with_tables(self, *names: str, without: tuple[str, ...] = ()) -> "Options":
         """These options asking for ``names`` too (and not for ``without``)."""
         return replace(self, tables=(self.tables | check_tables(names)) - frozenset(without))
-
-
-# the older spellings, read back from ``tables`` (set after the class is made: as constructor
-# arguments they are init-only and fold into ``tables``)
-Options.keep = property(lambda self: next((k for k in ("events", "report", "gpu") if set(KEEP[k]) <= self.tables), "compact"))  # type: ignore[assignment]
-Options.keep_gpu = property(lambda self: "gpu" in self.tables)  # type: ignore[assignment]
-Options.extras = property(lambda self: tuple(sorted(n for n in self.tables if n in EXTRAS)))  # type: ignore[assignment]
-Options.memory = property(lambda self: "memory" in self.tables)  # type: ignore[assignment]
 
 
 @dataclass
