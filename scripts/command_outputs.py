@@ -18,9 +18,12 @@ Masked, because they differ from one run to the next whatever the code (and only
 
 * the run's temporary directory (``<TMP>``) and the parse cache's directory under it;
 * wall-clock times: ISO-8601 timestamps and dates (``finished_at``, ``generated_at``, the
-  date a stored run was analysed), and the seconds a batch run took (``(..., 0.3 s)``);
+  date a stored run was analysed), and the seconds a batch run took (``(..., 0.3 s)`` on
+  stderr, ``"seconds"`` in the store's rows);
 * the order of the ``run N done`` progress lines of ``batch``, which finish in parallel
-  (those lines are sorted, their numbers masked).
+  (those lines are sorted, their numbers masked);
+* the store's random write ids (``w`` and 16 hex digits, in its file names and rows) and the
+  process id in its lock file (files whose names then coincide are told apart by their rows).
 
 At most two runs execute at once.
 """
@@ -227,12 +230,17 @@ STORE_RUNS = {"small": SMALL, "compiled": COMPILED, "mi250": MI250}
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?)?")
 _SECONDS = re.compile(r", \d+(\.\d+)? s\)")
 _DONE = re.compile(r"^traceanalyzer: run \d+ done: ", re.M)
+_WRITE_ID = re.compile(r"\bw[0-9a-f]{16}\b")
+_PID = re.compile(r"\bpid \d+")
+_RUN_SECONDS = re.compile(r'"seconds": ?[0-9.e+-]+')
 
 
 def mask(text: str, tmp: str) -> str:
     text = text.replace(os.path.realpath(tmp), "<TMP>").replace(tmp, "<TMP>")
     text = _TIME.sub("<TIME>", text)
     text = _SECONDS.sub(", <S> s)", text)
+    text = _PID.sub("pid <PID>", _WRITE_ID.sub("w<ID>", text))
+    text = _RUN_SECONDS.sub('"seconds":<S>', text)
     if _DONE.search(text):
         lines = text.split("\n")
         done = sorted(_DONE.sub("traceanalyzer: run <N> done: ", line) for line in lines if _DONE.match(line))
@@ -281,9 +289,14 @@ def run_one(name: str, cmds: list[list[str]], root: Path) -> dict[str, bytes]:
             rec[f"{pre}rc"] = f"{p.returncode}\n".encode()
             rec[f"{pre}stdout"] = mask(p.stdout.decode("utf-8", "replace"), tmp).encode()
             rec[f"{pre}stderr"] = mask(p.stderr.decode("utf-8", "replace"), tmp).encode()
-        for f in sorted(Path(tmp, "out").rglob("*")):
-            if f.is_file():
-                rec["files/" + f.relative_to(Path(tmp, "out")).as_posix()] = _file_record(f, tmp)
+        written = sorted((_WRITE_ID.sub("w<ID>", f.relative_to(Path(tmp, "out")).as_posix()), _file_record(f, tmp))
+                         for f in Path(tmp, "out").rglob("*") if f.is_file())
+        for name, data in written:
+            key, k = "files/" + name, 1
+            while key in rec:
+                k += 1
+                key = f"files/{name}#{k}"
+            rec[key] = data
         return rec
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
