@@ -129,7 +129,7 @@ def test_mfu_of_a_whole_step_range_is_the_step_mfu(tmp_path):
     from traceanalyzer.api import analyze
 
     step = analyze(tr, None).steps.row(0, named=True)
-    df = annotations(tr, step_name=None, config=cfg)
+    df = annotations(tr, step_range=None, config=cfg)
     r = df.filter(pl.col("name") == "Optimizer.step#SGD.step").row(0, named=True)
     flops = 3 * 1e9 * 8 / 2  # per GPU per step
     assert r["model_flops"] == pytest.approx(flops * r["compute_ns"] / step["compute_ns"], rel=1e-12)

@@ -172,7 +172,7 @@ HTA_B200_ROWS, HTA_B200_TOTAL_US = 32, 11740.151  # HTA's row count and summed "
 
 @needs_shared()
 def test_per_kernel_times_match_hta():
-    k = kernels(B200, step_name=None)
+    k = kernels(B200, step_range=None)
     for prefix, (count, sum_us, max_us, min_us) in HTA_B200.items():
         row = k.filter(pl.col("name").str.starts_with(prefix))
         assert row.height == 1, prefix

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -34,7 +35,7 @@ def renamed_parameter(old: str, new: str, *, version: str) -> Callable[[F], F]:
                 if new in bound and bound[new] != value:
                     raise InvalidArgument(f"{new}={bound[new]!r} and {old}={value!r}: {old} is the older name of {new}; give one")
                 warnings.warn(f"{function.__name__}: the argument {old!r} was renamed {new!r} in traceanalyzer {version}",
-                              DeprecationWarning, stacklevel=2)
+                              DeprecationWarning, stacklevel=_outside())
                 if new not in bound:
                     kwargs[new] = value
             return function(*args, **kwargs)
@@ -42,3 +43,12 @@ def renamed_parameter(old: str, new: str, *, version: str) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def _outside() -> int:
+    """The ``stacklevel`` of the first caller outside this module (renamed arguments stack, one
+    wrapper per name): the warning names the line that used the old name."""
+    level, frame = 2, sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        level, frame = level + 1, frame.f_back
+    return level
