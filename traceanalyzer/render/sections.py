@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceanalyzer.render.plots import BUCKET_ORDER, LABELS
+from traceanalyzer.buckets import BUCKET_LABELS as LABELS
+from traceanalyzer.buckets import BUCKETS as BUCKET_ORDER
 
 MS = "{:.3f}"
 PCT = "{:.1f}"
@@ -106,18 +107,32 @@ def ranks_table(model: dict[str, Any], limit: int | None = None) -> Table:
     return t
 
 
-def timeline_table(model: dict[str, Any], limit: int | None = None) -> Table:
-    tl = model["timeline"]
+def timeline_table(model: dict[str, Any], limit: int | None = None, tl: dict[str, Any] | None = None) -> Table:
+    """Per step of the timeline's rank (``tl``: one of ``more_timelines``; default ``timeline``)."""
+    tl = model["timeline"] if tl is None else tl
     rank = tl["rank"]
     idx = [i for i, s in enumerate(model["steps"]) if s["rank"] == rank]
     headers = ["step", "step ms", *[f"{LABELS[b]} ms" for b in BUCKET_ORDER]]
-    t = Table("timeline-steps", f"Rank {rank}, per step", headers)
+    tid = "timeline-steps" if tl is model["timeline"] else f"timeline-steps-rank-{rank}"
+    t = Table(tid, f"Rank {rank}, per step", headers)
     shown = idx if limit is None else idx[:limit]
     for i in shown:
         p = f"steps.{i}"
         t.rows.append([num(model, f"{p}.step", "{}"), num(model, f"{p}.duration_ms", MS), *[num(model, f"{p}.{b}_ms", MS) for b in BUCKET_ORDER]])
     if len(shown) < len(idx):
         t.note = f"{len(idx) - len(shown)} more steps in the HTML and JSON reports."
+    return t
+
+
+def step_ranks_table(model: dict[str, Any], step: int) -> Table:
+    """Every rank's partition of one step (the rows of ``steps`` with that step)."""
+    headers = ["rank", "step ms", *[f"{LABELS[b]} ms" for b in BUCKET_ORDER], "overlapped comm ms"]
+    t = Table(f"step-{step}-ranks", f"Step {step}, per rank", headers)
+    for i, s in enumerate(model["steps"]):
+        if s["step"] == step:
+            p = f"steps.{i}"
+            t.rows.append([num(model, f"{p}.rank", "{}"), num(model, f"{p}.duration_ms", MS), *[num(model, f"{p}.{b}_ms", MS) for b in BUCKET_ORDER],
+                           num(model, f"{p}.overlapped_comm_ms", MS)])
     return t
 
 

@@ -32,6 +32,7 @@ from traceanalyzer.classify.stragglers import DEFAULT_TOLERANCE
 from traceanalyzer.classify.stragglers import stragglers as stragglers_by_rank
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
 from traceanalyzer.queries import query_engine
+from traceanalyzer.report import timelines
 
 SCHEMA_VERSION = 1
 SCHEMA_NAME = "traceanalyzer.report"
@@ -168,7 +169,7 @@ def build(
         "rank_summary": _rank_summary(steps, top) if summarise_ranks(len(ranks), ranks_mode) else None,
         "stragglers": _stragglers(steps, top),
         "steps": _steps(steps),
-        "timeline": _timeline(analysis, seg, rank),
+        **_timelines(analysis, seg, ranks, rank),
         "waterfall": wf,
         "top_kernels": _top_kernels(analysis, totals, top),
         "top_exposed_collectives": _top_exposed(analysis, seg, totals, top),
@@ -358,24 +359,13 @@ def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:
     )
 
 
-def _timeline(analysis: Analysis, seg: pl.DataFrame, rank: int) -> dict[str, Any]:
-    """The chosen rank's bucket runs, times in ms from the start of their step."""
-    runs = bucket_runs(analysis, seg.filter(pl.col("rank") == rank))
-    win = analysis.windows.filter(pl.col("rank") == rank).sort("wstart_ns")
-    runs = runs.join(win.select("step", "wstart_ns"), on="step", how="left").sort("start_ns")
-    return {
-        "rank": rank,
-        "steps": [
-            {"step": s, "start_ns": w0, "start_us": w0 / 1000, "duration_ms": (w1 - w0) / _MS}
-            for s, w0, w1 in win.select("step", "wstart_ns", "wend_ns").iter_rows()  # one row per step
-        ],
-        "runs": {
-            "step": runs.get_column("step").to_list(),
-            "start_ms": ((runs.get_column("start_ns") - runs.get_column("wstart_ns")) / _MS).to_list(),
-            "end_ms": ((runs.get_column("end_ns") - runs.get_column("wstart_ns")) / _MS).to_list(),
-            "bucket": runs.get_column("bucket").to_list(),
-        },
-    }
+def _timelines(analysis: Analysis, seg: pl.DataFrame, ranks: list[dict[str, Any]], rank: int) -> dict[str, Any]:
+    """``timeline`` (the chosen rank) and ``more_timelines`` (:mod:`traceanalyzer.report.timelines`)."""
+    others = timelines.other_ranks(ranks, rank)
+    runs = bucket_runs(analysis, seg.filter(pl.col("rank").is_in([rank, *others])))
+    first = timelines.timeline(runs, analysis.windows, rank)
+    more = timelines.more_timelines(runs, analysis.windows, others, len(first["runs"]["step"]))
+    return {"timeline": first, "more_timelines": more}
 
 
 def _top_kernels(analysis: Analysis, totals: pl.DataFrame, top: int) -> list[dict[str, Any]]:
