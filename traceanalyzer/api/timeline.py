@@ -30,7 +30,6 @@ def critical_path(
     wait_slack_ns: int = 10_000,  # classify.critical_path.WAIT_SLACK_NS
     host_gaps: bool = True,
     workers: int | None = None,
-    **options: Any,
 ) -> Any:
     """The critical path of every step (or of one): what the step waited on, piece by piece.
 
@@ -121,8 +120,6 @@ def critical_path(
     from traceanalyzer.classify import Analysis
     from traceanalyzer.classify.critical_path import critical_path as solve
 
-    if options:
-        raise InvalidArgument(f"critical_path got an unexpected argument {next(iter(options))!r}")
     if isinstance(source, Analysis):
         analysis = source
     if analysis is None:
