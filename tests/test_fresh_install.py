@@ -142,6 +142,7 @@ COMMANDS = {
     "launches": ["launches", DEMO],
     "annotations": ["annotations", DEMO],
     "critical-path": ["critical-path", DEMO],
+    "stragglers": ["stragglers", DEMO],
 }
 
 

@@ -293,7 +293,20 @@ def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
     steps = sorted({s["step"] for s in doc["steps"]})  # a partition view per step when there are several
     per_step = [f"plot-partition-step-{s}" for s in steps] if len(steps) > 1 else []
     assert len(steps) == (1 if path == DLRM else 3)
-    assert p.svgs == ["plot-partition", *per_step, *[f"plot-timeline-rank-{r}" for r in timeline_ranks], "plot-heatmap"]
+    # and for a job of several ranks who waited on whom, one matrix per collective (two at most)
+    waits = [f"plot-waits-{m['collective']}-{m['group']}" for m in (doc.get("straggler_costs") or {}).get("wait_matrix", [])[:2]]
+    assert p.svgs == ["plot-partition", *per_step, *[f"plot-timeline-rank-{r}" for r in timeline_ranks], "plot-heatmap", *waits]
+    if n_ranks > 1:  # the straggler costs are shown, each number as the JSON has it (checked above)
+        assert waits and "straggler_costs.costs.0.cost_ms_per_step" in paths
+        # every cell of the first matrix says who waited on whom, as the JSON has it
+        m0 = doc["straggler_costs"]["wait_matrix"][0]
+        marks = _marks(html, waits[0])
+        assert len(marks) == sum(1 for row in m0["wait_ms"] for v in row if v) > 0  # a pair with no wait has no cell
+        for key, title in marks:
+            i, j = (m0["ranks"].index(int(x)) for x in key.split("-"))
+            got = re.fullmatch(r"rank \d+ waited (\S+) ms per step on rank \d+ in .*", title)
+            assert got, title
+            _assert_shown(m0["wait_ms"][i][j], got.group(1))
     # every mark of the partition plot shows its number on hover, as the JSON has it
     bars = _marks(html, "plot-partition")
     assert len(bars) == n_ranks * len(BUCKETS)
@@ -385,7 +398,7 @@ def test_markdown_numbers_equal_the_json_and_pngs_beside_it(tmp_path):
     head = tables["headline | value"]
     assert any(r[1] == f"{doc['headline']['step_ms']:.3f}" for r in head)
     refs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-    assert refs == ["r_partition.png", "r_timeline.png", "r_heatmap.png"]
+    assert refs == ["r_partition.png", "r_timeline.png", "r_heatmap.png", *(["r_waits.png"] if doc.get("straggler_costs") else [])]
     for ref in refs:
         _check_png((out.parent / ref).read_bytes())
 

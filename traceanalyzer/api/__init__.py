@@ -19,6 +19,7 @@ command line turns into its documented exit codes.
 """
 
 
+from traceanalyzer.api.crossrank import comm_bytes, replay, straggler_costs, straggler_view, wait_matrix
 from traceanalyzer.api.documents import compare, kernel_diff, report
 from traceanalyzer.api.layouts import plan, search_layouts
 from traceanalyzer.api.loading import analyze, load, scan, select
@@ -32,4 +33,5 @@ __all__ = [
     "load", "scan", "analyze", "select", "breakdown", "rank_summary", "comm", "idle", "stragglers", "compare", "report",
     "kernels", "ops", "kernel_diff", "annotations", "launches", "queue_length", "critical_path", "reconcile", "memory", "whatif",
     "search_layouts", "predict", "plan", "annotate", "baseline", "batch", "trend", "gate",
+    "straggler_view", "straggler_costs", "replay", "wait_matrix", "comm_bytes",
 ]

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.classify import COMM_DIM_FIELDS, HOST_FIELDS, IDLE_FIELDS, annotation_ranges, comm, idle, launches, recompute
+from traceanalyzer.classify import (
+    COMM_DIM_FIELDS, HOST_FIELDS, IDLE_FIELDS, annotation_ranges, comm, idle, launches, profiler_cost, recompute, replaypoints,
+)
 from traceanalyzer.classify.invariants import check_event_span, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import FIELDS, check_causes, partition
@@ -31,6 +33,12 @@ STEP_COLUMNS = [
     *[f"{f}_ns" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]], *[f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]],
     *[f"{f}_ns" for f in HOST_FIELDS], *[f"{f}_us" for f in HOST_FIELDS],
 ]
+#: the profiler's cost and the host-bound gains per step (classify.profiler_cost), after STEP_COLUMNS
+PROFILER_COLUMNS = [
+    "profiler_host_ns", "profiler_overhead_ns", "unprofiled_estimate_ns",
+    "profiler_host_us", "profiler_overhead_us", "unprofiled_estimate_us",
+    *[f"gain_{g}_ns" for g in profiler_cost.GAINS], "profiler_options", "profiler_note",
+]
 
 
 @dataclass
@@ -41,16 +49,20 @@ class RankTables:
     windows: pl.DataFrame
     instances: pl.DataFrame  # comm.collective_instances
     exposure: pl.DataFrame  # comm.exposure
+    points: pl.DataFrame  # replaypoints.rank_points: what the cross-rank replay needs of the ranks
     recompute_ops: pl.DataFrame
     outside_steps: pl.DataFrame  # rank, outside_ns, before_ns, after_ns (classify.steps.outside_steps)
     gpu: pl.DataFrame  # the labelled GPU work
 
 
 def breakdown(events: pl.DataFrame, meta: pl.DataFrame, *, step_name: str | None, recompute_pattern: str | None,
-              comm_kernels: tuple[str, ...], source: str, window_warnings: list[str]) -> RankTables:
+              comm_kernels: tuple[str, ...], source: str, window_warnings: list[str],
+              profiler_options: dict[int, list[str]]) -> RankTables:
     """Classify ``events`` (of the ranks in ``meta``): the partition of every step and its causes.
     ``window_warnings`` gets each "rank R: n of m steps ... skipped" as it is found (kept when a
-    later check fails). Raises a :class:`~traceanalyzer.errors.TraceAnalyzerError` for a bad input."""
+    later check fails); ``profiler_options``: per rank, the options its file's header lists (the
+    profiler's cost per step reads them with those its events show). Raises a
+    :class:`~traceanalyzer.errors.TraceAnalyzerError` for a bad input."""
     check_event_span(events, source)
     # every GPU item with when (and on which host thread) its launch began: read by the step
     # windows and by the idle split
@@ -72,18 +84,21 @@ def breakdown(events: pl.DataFrame, meta: pl.DataFrame, *, step_name: str | None
     inst = comm.collective_instances(events, gpu, windows, meta, tree=tree)
     del tree
     expo = comm.exposure(gpu, inst, windows)
+    points = replaypoints.rank_points(gpu, windows, inst)
     idle_parts = idle.idle_split(events, gpu, windows, inst, launched)
     del launched
     steps = _with_causes(steps, idle_parts, expo)
     check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source, HOST_FIELDS)
-    return RankTables(steps, windows, inst, expo, rc_ops, outside, gpu)
+    steps = _with_profiler_cost(steps, events, windows, profiler_options)
+    return RankTables(steps, windows, inst, expo, points, rc_ops, outside, gpu)
 
 
 def frames(r: RankTables, events: pl.DataFrame, tables: frozenset[str]) -> dict[str, pl.DataFrame]:
     """The frames a rank hands on: the compact ones, and the GPU work and the kernel and op rows
     where ``tables`` asks for them."""
     frames = {
-        "steps": r.steps, "windows": r.windows, "instances": r.instances, "exposure": r.exposure, "recompute_ops": r.recompute_ops,
+        "steps": r.steps, "windows": r.windows, "instances": r.instances, "exposure": r.exposure, "points": r.points,
+        "recompute_ops": r.recompute_ops,
         "recomputed_by_name": recompute.ops_by_name(r.recompute_ops, r.gpu), "outside_steps": r.outside_steps,
     }
     if "gpu" in tables:
@@ -137,3 +152,17 @@ def _with_causes(steps: pl.DataFrame, idle_parts: pl.DataFrame, expo: pl.DataFra
         .with_columns(*[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in [*IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS]])
     )
     return steps.select(STEP_COLUMNS)
+
+
+def _with_profiler_cost(steps: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame,
+                        header_options: dict[int, list[str]]) -> pl.DataFrame:
+    """The steps with the profiler's cost, the unprofiled estimate and the host-bound gains
+    (:mod:`traceanalyzer.classify.profiler_cost`): the options each file's header lists and
+    those its events show."""
+    seen = {}
+    for (rank,), ev in events.partition_by("rank", as_dict=True, maintain_order=True).items():
+        seen[rank] = sorted(set(header_options.get(rank) or []) | set(profiler_cost.infer_options(ev)))
+    cost = profiler_cost.profiler_cost(events, windows, seen)
+    out = steps.join(cost, on=["rank", "step"], how="left").with_columns(
+        *[(pl.col(c) / 1000).alias(c.replace("_ns", "_us")) for c in ("profiler_host_ns", "profiler_overhead_ns", "unprofiled_estimate_ns")])
+    return out.select(*STEP_COLUMNS, *PROFILER_COLUMNS)

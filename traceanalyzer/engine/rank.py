@@ -116,6 +116,7 @@ class RankResult:
     windows: pl.DataFrame | None = None
     instances: pl.DataFrame | None = None  # comm.collective_instances
     exposure: pl.DataFrame | None = None  # comm.exposure
+    points: pl.DataFrame | None = None  # replaypoints.rank_points: what the cross-rank replay needs of the rank
     recompute_ops: pl.DataFrame | None = None
     recomputed_by_name: pl.DataFrame | None = None
     outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns (classify.steps.outside_steps)
@@ -127,13 +128,14 @@ class RankResult:
     events: pl.DataFrame | None = None  # only with "events"
     extras: dict[str, pl.DataFrame] = field(default_factory=dict)  # the tables of EXTRAS asked for, by name
     memory: pl.DataFrame | None = None  # with "memory": the allocator events, with rank
+    profiler_options: list[str] | None = None  # the profiler options its file's header lists (None: not read)
 
     def relabel(self, rank: int) -> None:
         """Give every frame the job's rank for this file."""
         if rank == self.rank:
             return
         old = self.rank
-        for name in ("step_starts", "steps", "windows", "instances", "exposure", "recompute_ops", "recomputed_by_name", "outside_steps", "gpu", "events",
+        for name in ("step_starts", "steps", "windows", "instances", "exposure", "points", "recompute_ops", "recomputed_by_name", "outside_steps", "gpu", "events",
                      "kernel_rows", "exposed_kernels", "kernel_stats", "op_stats", "memory"):
             df = getattr(self, name)
             if df is not None and "rank" in df.columns:
@@ -184,8 +186,14 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
         return
     window_warnings: list[str] = []
     try:
+        from traceanalyzer.parsers.kineto_header import profiler_options
+
+        # the profiler options each rank's file header lists (read by the worker, else here)
+        headers = {r.rank: r.profiler_options if r.profiler_options is not None else (profiler_options(r.file) if r.file else [])
+                   for r in into}
         r = pipeline.breakdown(events, meta, step_name=opts.step_name, recompute_pattern=opts.recompute_pattern,
-                               comm_kernels=opts.comm_kernels, source=source, window_warnings=window_warnings)
+                               comm_kernels=opts.comm_kernels, source=source, window_warnings=window_warnings,
+                               profiler_options=headers)
     except TraceAnalyzerError as exc:
         into[0].deferred = exc
         return
@@ -314,6 +322,9 @@ def _analyse_rank_file(task: RankTask, progress: ProgressFn | None) -> RankResul
     del df
     release_free_heap()
     meta_row = kineto.meta_frame([{**meta, "rank": res.rank}])
+    from traceanalyzer.parsers.kineto_header import profiler_options
+
+    res.profiler_options = profiler_options(path)
     if "memory" in task.opts.tables:
         from traceanalyzer.parsers.kineto_memory import read_memory_events
 

@@ -72,6 +72,20 @@ def heatmap(model: dict[str, Any]) -> str:
                        [LABELS[b] for b in BUCKET_ORDER], cells, texts, 100.0, "% of step")
 
 
+def wait_matrix(model: dict[str, Any], m: dict[str, Any]) -> str:
+    """Who waited on whom in one collective: rank that waited (rows) x rank waited on (columns),
+    ms per step; the numbers in the cells when they fit."""
+    ranks, grid = m["ranks"], m["wait_ms"]
+    top = max((max(row) for row in grid), default=0.0) or 1.0
+    # a pair with no wait has no cell (most pairs: the page stays small)
+    cells = [[svg.Mark(v, "", f"rank {ranks[i]} waited {_f(MS, v)} ms per step on rank {ranks[j]} in {m['collective']} ({m['group']})",
+                       f"{ranks[i]}-{ranks[j]}") if v else None for j, v in enumerate(row)] for i, row in enumerate(grid)]
+    texts = [[_f("{:.2f}", v) if v else "" for v in row] for row in grid] if len(ranks) <= 12 else None
+    return svg.heatmap(f"plot-waits-{m['collective']}-{m['group']}", f"{m['collective'].replace('_', '-')} ({m['group']}): "
+                       "rank that waited (rows) on the rank that arrived last (columns), ms per step",
+                       [f"rank {r}" for r in ranks], [str(r) for r in ranks], cells, texts, top, "ms per step")
+
+
 def _term_color(key: str) -> str:
     for b in BUCKET_ORDER:
         if key == b or key.startswith(b + "_"):

@@ -50,6 +50,7 @@ from traceanalyzer.render.sections import (
     recomputed_table,
     step_ranks_table,
     step_stragglers_table,
+    straggler_costs_table,
     stragglers_table,
     timeline_table,
     waterfall_table,
@@ -199,6 +200,16 @@ def stragglers_section(model: dict[str, Any]) -> str | None:
     return None if t is None else section("stragglers", "Stragglers", table(t))
 
 
+def straggler_costs_section(model: dict[str, Any]) -> str | None:
+    """What each straggler costs the job, and who waited on whom (one matrix per collective)."""
+    t = straggler_costs_table(model)
+    if t is None:
+        return None
+    mats = (model.get("straggler_costs") or {}).get("wait_matrix") or []
+    return section("straggler-costs", "What each straggler costs, and who waited on whom", table(t),
+                   *[figure(figures.wait_matrix(model, m)) for m in mats[:2]])
+
+
 def kernels_section(model: dict[str, Any]) -> str:
     return section("kernels", "Top kernels", table(kernel_section_table(model) or kernels_table(model)))
 
@@ -238,7 +249,7 @@ def reproduce_section(model: dict[str, Any]) -> str:
 #: the page, top to bottom: add a section by adding its function here
 SECTIONS: list[Callable[[dict[str, Any]], str | None]] = [
     head_section, findings_section, partition_section, timeline_section, waterfall_section, heatmap_section,
-    stragglers_section, kernels_section, causes_section, collectives_section, efficiency_section,
+    stragglers_section, straggler_costs_section, kernels_section, causes_section, collectives_section, efficiency_section,
     warnings_section, reproduce_section,
 ]
 
