@@ -32,7 +32,7 @@ OURS = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[3])
 from traceanalyzer.parsers import load
-from traceanalyzer.engine import analyze
+from traceanalyzer.api import analyze
 from traceanalyzer.classify.critical_path import critical_path
 t0 = time.perf_counter()
 tr = load(sys.argv[1]); a = analyze(tr)

@@ -90,9 +90,13 @@ if STAGES:
     from traceanalyzer.classify import comm, idle, recompute
     from traceanalyzer.parsers import clean, kineto
 
-    for name in ("_parse", "step_starts", "check_event_span", "gpu_windows", "refuse_duplicate_steps", "check_windows",
-                 "label_gpu", "partition", "outside_steps", "_with_causes", "check_causes", "_with_profiler_cost"):
+    from traceanalyzer.classify import pipeline
+
+    for name in ("_parse", "step_starts"):
         wrap(R, name)
+    for name in ("check_event_span", "gpu_windows", "refuse_duplicate_steps", "check_windows", "label_gpu", "partition",
+                 "outside_steps", "_with_causes", "check_causes", "_with_profiler_cost"):
+        wrap(pipeline, name)
     for name in ("recompute_threads", "host_tree", "recompute_ops", "ops_by_name"):
         wrap(recompute, name)
     for name in ("linking_threads", "collective_instances", "exposure"):

@@ -53,7 +53,8 @@ Conventions shared by every frame:
   `overlapped_comm` (communication hidden under compute) is reported beside them.
 
 Errors are subclasses of `traceanalyzer.errors.TraceAnalyzerError` (see [Errors](#errors)); each
-names the file or argument at fault. The [tutorial](tutorial.md) walks through a real 8-rank job.
+names the file or argument at fault. An argument that was renamed still takes its old name,
+with a `DeprecationWarning` that names the new one and the version that renamed it. The [tutorial](tutorial.md) walks through a real 8-rank job.
 """
 
 

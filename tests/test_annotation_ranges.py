@@ -107,7 +107,7 @@ def test_profiler_step_range_equals_its_window_when_it_covers_it():
     """On the H200 base trace (the host waits for the GPU at the end of every step) the host
     ProfilerStep#N's GPU projection is the work launched from the main thread; its bucket time
     inside its own step never exceeds that step's."""
-    from traceanalyzer.engine import analyze
+    from traceanalyzer.api import analyze
 
     tr = load(TRACES / "h200" / "base" / "rank0.pt.trace.json.gz")
     a = analyze(tr)
@@ -126,10 +126,10 @@ def test_mfu_of_a_whole_step_range_is_the_step_mfu(tmp_path):
     cfg = tmp_path / "run.toml"
     cfg.write_text('[model]\nfwd_flops_per_sample = 1e9\n[batch]\nglobal_batch = 8\n[hardware]\npeak_tflops = 100\nnum_gpus = 2\n')
     tr = load(ANNOT)
-    from traceanalyzer.engine import analyze
+    from traceanalyzer.api import analyze
 
-    step = analyze(tr, step_name=None).steps.row(0, named=True)
-    df = annotations(tr, step_name=None, config=cfg)
+    step = analyze(tr, None).steps.row(0, named=True)
+    df = annotations(tr, step_range=None, config=cfg)
     r = df.filter(pl.col("name") == "Optimizer.step#SGD.step").row(0, named=True)
     flops = 3 * 1e9 * 8 / 2  # per GPU per step
     assert r["model_flops"] == pytest.approx(flops * r["compute_ns"] / step["compute_ns"], rel=1e-12)

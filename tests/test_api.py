@@ -270,11 +270,14 @@ def test_one_name_for_the_rows_of_a_table_per_and_its_older_name_by(dlrm):
     # same idea (what one row is). per= everywhere now; by= still works and gives the same table
     per_rank = ta.breakdown(dlrm, per="rank")
     assert per_rank["steps"].to_list() == [1] * 8  # the fixture: 8 ranks of one step each
-    assert ta.breakdown(dlrm, by="rank").equals(per_rank)
-    assert ta.breakdown(dlrm, per="rank", by="rank").equals(per_rank)
+    with pytest.warns(DeprecationWarning, match="breakdown: the argument 'by' was renamed 'per' in traceanalyzer 0.1.0"):
+        assert ta.breakdown(dlrm, by="rank").equals(per_rank)
+    with pytest.warns(DeprecationWarning):
+        assert ta.breakdown(dlrm, per="rank", by="rank").equals(per_rank)
     with pytest.raises(InvalidArgument, match="by is the older name of per"):
         ta.breakdown(dlrm, per="rank", by="step")
-    assert ta.launches(dlrm, by="kernel").equals(ta.launches(dlrm, per="kernel"))
+    with pytest.warns(DeprecationWarning, match="launches: the argument 'by'"):
+        assert ta.launches(dlrm, by="kernel").equals(ta.launches(dlrm, per="kernel"))
     with pytest.raises(InvalidArgument, match="per"):
         ta.launches(dlrm, per="rank")
 
@@ -282,7 +285,9 @@ def test_one_name_for_the_rows_of_a_table_per_and_its_older_name_by(dlrm):
 def test_memory_kept_free_is_named_in_the_unit_it_is_reserve_gib():
     # the value was always GiB (2^30 B); reserve_gb stays as its older name
     cfg = ROOT / "docs" / "examples" / "issue1031-70b.toml"
-    new, old = ta.memory(config=cfg, reserve_gib=6), ta.memory(config=cfg, reserve_gb=6)
+    new = ta.memory(config=cfg, reserve_gib=6)
+    with pytest.warns(DeprecationWarning, match="memory: the argument 'reserve_gb' was renamed 'reserve_gib'"):
+        old = ta.memory(config=cfg, reserve_gb=6)
     assert new.fit.equals(old.fit)
     four = ta.memory(config=cfg)
     # 2 GiB more kept free: the headroom shrinks by exactly 2 GiB

@@ -169,7 +169,7 @@ def _check_invariants(cp):
 
 
 def test_joint_path_crosses_ranks_through_a_collective(dlrm):
-    from traceanalyzer.engine import analyze
+    from traceanalyzer.api import analyze
 
     a = analyze(dlrm)
     # ops only (as HTA): with host gaps weighed, this host-bound job's path stays on one host thread
@@ -230,7 +230,7 @@ def test_several_steps_each_their_own_path():
 
 
 def test_host_gaps_make_the_step_range_visible():
-    off = critical_path(ALEXNET, step_name=ALEX_RANGE, host_gaps=False)
+    off = critical_path(ALEXNET, step_range=ALEX_RANGE, host_gaps=False)
     on = critical_path(ALEXNET, step_name=ALEX_RANGE)  # the default
     _check_invariants(on)
     gaps = _by_what(on).get("host_gap", 0)

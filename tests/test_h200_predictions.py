@@ -115,7 +115,8 @@ def test_attention_check_flags_a_wrong_sequence_length():
 @pytest.mark.parametrize("run", ["base", "recompute"])
 def test_op_table_counts_flops_once_at_the_launching_op(run):
     from traceanalyzer import api  # noqa: PLC0415
-    from traceanalyzer.api import analysis_with_tables, ops  # noqa: PLC0415
+    from traceanalyzer.api import ops
+    from traceanalyzer.api.tables import analysis_with_tables  # noqa: PLC0415
 
     an = analysis_with_tables(api.analyze(trace_of(run), workers=1))
     t = ops(an)
@@ -135,7 +136,8 @@ def test_op_table_counts_flops_once_at_the_launching_op(run):
 
 def test_kernel_table_gives_attention_kernels_their_tflops():
     from traceanalyzer import api  # noqa: PLC0415
-    from traceanalyzer.api import analysis_with_tables, kernels  # noqa: PLC0415
+    from traceanalyzer.api import kernels
+    from traceanalyzer.api.tables import analysis_with_tables  # noqa: PLC0415
 
     an = analysis_with_tables(api.analyze(trace_of("base"), workers=1))
     k = kernels(an)

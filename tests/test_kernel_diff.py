@@ -8,7 +8,7 @@ from fractions import Fraction
 import polars as pl
 import pytest
 
-from traceanalyzer.api import analysis_with_tables
+from traceanalyzer.api.tables import analysis_with_tables
 from traceanalyzer.reconciliation import compare_time
 from traceanalyzer.reconciliation.kerneldiff import bucket_gaps, kernel_diff
 

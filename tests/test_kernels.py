@@ -12,7 +12,8 @@ import pytest
 
 from traceanalyzer.classify.kernelstats import nearest_rank
 from traceanalyzer.classify.shapes import op_cost
-from traceanalyzer.api import analysis_with_tables, kernels, ops
+from traceanalyzer.api import kernels, ops
+from traceanalyzer.api.tables import analysis_with_tables
 
 from conftest import DEMO, DLRM, ROOT, TRACES, needs_shared, run_cli
 
@@ -171,7 +172,7 @@ HTA_B200_ROWS, HTA_B200_TOTAL_US = 32, 11740.151  # HTA's row count and summed "
 
 @needs_shared()
 def test_per_kernel_times_match_hta():
-    k = kernels(B200, step_name=None)
+    k = kernels(B200, step_range=None)
     for prefix, (count, sum_us, max_us, min_us) in HTA_B200.items():
         row = k.filter(pl.col("name").str.starts_with(prefix))
         assert row.height == 1, prefix

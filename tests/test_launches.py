@@ -144,7 +144,7 @@ def test_queue_length_matches_hta(queue_trace):
 
 @needs_shared()
 def test_step_table_counts_and_engine_path(queue_trace):
-    from traceanalyzer.engine import analyze
+    from traceanalyzer.api import analyze
 
     a = analyze(queue_trace)
     df = launches(queue_trace)
@@ -199,8 +199,8 @@ def test_docstring_examples_run(monkeypatch):
 def test_extras_cost_nothing_unless_asked():
     """A plain analysis computes none of the optional tables."""
     from tests.conftest import DEMO
-    from traceanalyzer.engine import analyze
+    from traceanalyzer.api import analyze
     from traceanalyzer.engine import Options
 
-    assert Options().extras == ()
+    assert Options().tables == frozenset()
     assert analyze(load(DEMO)).extras == {}

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from traceanalyzer.baselines import read_nccl_tests
-from traceanalyzer.api import analysis_with_tables
+from traceanalyzer.api.tables import analysis_with_tables
 from traceanalyzer.render import html, markdown
 from traceanalyzer.render.sections import num, waterfall_table
 from traceanalyzer.report import document

@@ -18,8 +18,6 @@ from __future__ import annotations
 # (``ta.annotations``) must come from the registry below
 del annotations
 
-from typing import TYPE_CHECKING
-
 from traceanalyzer._version import __version__
 from traceanalyzer.lazy import lazy_attributes
 
@@ -62,18 +60,10 @@ _API: dict[str, str] = {
     "trend": "traceanalyzer.api:trend",
     "gate": "traceanalyzer.api:gate",
     "Trace": "traceanalyzer.schema:Trace",
-    "Analysis": "traceanalyzer.classify:Analysis",
+    "Analysis": "traceanalyzer.results:Analysis",
 }
 
 __all__ = [*_API, "__version__"]
-
-if TYPE_CHECKING:  # for type checkers and editors; at run time the names load on first use
-    from traceanalyzer.api import (
-        analyze, breakdown, comm, compare, idle, load, plan, rank_summary, report, scan, select, stragglers,
-    )
-    from traceanalyzer.classify import Analysis
-    from traceanalyzer.schema import Trace
-
 
 # a sub-package named like a verb (``traceanalyzer.report``, the report model) is reachable by
 # import, but loading it never replaces the verb (``traceanalyzer.report()``)

@@ -27,7 +27,7 @@ def _compiled():
     global _module, _loaded
     if not _loaded:
         try:
-            from traceanalyzer import _kineto
+            import traceanalyzer._kineto as _kineto
         except ImportError:
             _kineto = None
         _module, _loaded = _kineto, True

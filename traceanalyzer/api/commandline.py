@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import polars as pl
 
-from traceanalyzer.api import (
-    DEFAULT_STEP, PathLike, _baseline, _baseline_tables, collective_busbw, launches, queue_length, search_parts, waterfall_of,
-)
+from traceanalyzer.api._common import PathLike, _baseline
+from traceanalyzer.api.layouts import search_parts
+from traceanalyzer.api.modelling import _baseline_tables, collective_busbw, waterfall_of
+from traceanalyzer.api.tables import launches, queue_length
+from traceanalyzer.classify.steps import DEFAULT_STEP
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
@@ -27,6 +29,7 @@ _VOCABULARY: dict[str, str] = {
     "LAST_GOOD": "traceanalyzer.batch.gate",
     "parse_threshold": "traceanalyzer.batch.gate",
     "METRICS": "traceanalyzer.batch.trend",
+    "DEFAULT_BUS_BW_GBPS": "traceanalyzer.classify.comm",
     "TRANSFER_WARNING": "traceanalyzer.classify.comm",
     "SORT_KEYS": "traceanalyzer.classify.kernelstats",
     "ELEMENT_BYTES": "traceanalyzer.classify.roofline",
@@ -75,13 +78,13 @@ def analyse_files(
     """Load and classify trace files on the engine (rank files in parallel), with progress on
     ``console`` (a bar on a terminal, a line per rank file otherwise, nothing with ``quiet``; a rich
     console, or a function that makes one where progress is shown).
-    ``keep``: what the caller needs beyond the compact tables (see
-    :data:`traceanalyzer.engine.KEEP`); ``extras``: optional per-rank tables
-    (:data:`traceanalyzer.engine.rank.EXTRAS`)."""
-    from traceanalyzer.engine import Options, analyse
+    ``keep``: what the caller needs beyond the compact tables (a name of
+    :data:`traceanalyzer.engine.KEEP`); ``extras``: more optional per-rank tables (names of
+    :data:`traceanalyzer.engine.TABLES`)."""
+    from traceanalyzer.engine import KEEP, Options, analyse
 
-    opts = Options(step_name=step_name, recompute_pattern=recompute_pattern, keep=keep, cache=cache,
-                   comm_kernels=tuple(comm_kernels or ()), extras=tuple(extras))
+    opts = Options(step_name=step_name, recompute_pattern=recompute_pattern, cache=cache,
+                   comm_kernels=tuple(comm_kernels or ()), tables=frozenset({*KEEP[keep], *extras}))
     if bus_bw_gbps is not None:
         opts.bus_bw_gbps = bus_bw_gbps
     return analyse([Path(p) for p in paths], opts, engine=engine, workers=workers, address=address, quiet=quiet, console=console)

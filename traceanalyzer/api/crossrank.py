@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 if TYPE_CHECKING:
-    from traceanalyzer.api import PathLike, Source
-    from traceanalyzer.classify import Analysis
+    from traceanalyzer.api._common import PathLike, Source
+    from traceanalyzer.results import Analysis
 
 
 def _analysis(source: Source) -> Analysis:
-    from traceanalyzer.api import analyze
+    from traceanalyzer.api.loading import analyze
 
     return analyze(source)
 

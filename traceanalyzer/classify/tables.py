@@ -7,7 +7,6 @@ The Python verbs over them (``traceanalyzer.kernels``, ``traceanalyzer.ops``) ar
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import polars as pl
@@ -46,19 +45,3 @@ def table_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame,
     if seg is None:
         seg = segment_frame(gpu, windows).sort("rank", "t0").collect(engine=query_engine())
     return kernel_stat_rows(events, gpu, windows, seg), op_stat_rows(events, gpu, windows)
-
-
-def with_tables(analysis, *, if_possible: bool = False):
-    """``analysis`` with its per-kernel and per-op rows: itself when it holds them, else a new
-    analysis with the rows computed from its events and GPU work (every rank and step is its own, so the rows equal those the rank
-    workers compute; a :func:`~traceanalyzer.api.select` cut gives the rows of its ranks and
-    steps). Without events to compute them from: ConfigError, or with ``if_possible`` the
-    analysis as it is."""
-    if analysis.kernel_stats is not None and analysis.op_stats is not None:
-        return analysis
-    if not analysis.trace.events.height or not analysis.gpu.height:
-        if if_possible:
-            return analysis
-        raise ConfigError("this analysis has no per-kernel rows and no events to compute them from: pass the trace (or files) instead")
-    kernel_stats, op_stats = table_rows(analysis.trace.events, analysis.gpu, analysis.windows)
-    return dataclasses.replace(analysis, kernel_stats=kernel_stats, op_stats=op_stats)

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.api import batch_summary
+from traceanalyzer.api.nightly import batch_summary
 from traceanalyzer.api.commandline import run_batch
 from traceanalyzer.commands.common import (
     AddressOpt, CacheOpt, Engine, EngineOpt, OutputOpt, StepRangeOpt, config_opt, err_console, format_opt, out_console, store_opt,

@@ -15,7 +15,7 @@ from traceanalyzer.commands.common import (
 from traceanalyzer.commands.common import RanksOpt, RankView, StrictOpt, strict_check
 from traceanalyzer.render.frames import write_frame
 from traceanalyzer.render import json as json_render
-from traceanalyzer.api import DEFAULT_BUS_BW_GBPS
+from traceanalyzer.api.commandline import DEFAULT_BUS_BW_GBPS
 from traceanalyzer.outputs import Outputs
 
 

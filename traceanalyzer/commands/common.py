@@ -500,7 +500,7 @@ def analyse_paths(
     comm_kernels: list[str] | None = None,
     extras: tuple[str, ...] = (),
 ):
-    """:func:`traceanalyzer.api.analyse_files` with its progress on stderr (a bar on a terminal, a
+    """:func:`traceanalyzer.api.commandline.analyse_files` with its progress on stderr (a bar on a terminal, a
     line per rank file otherwise, nothing with ``quiet``)."""
     from traceanalyzer.api.commandline import analyse_files
 
@@ -548,12 +548,6 @@ def print_store_warnings(store) -> None:
     """The damaged files a read of a batch store skipped (names printed as they are, no markup)."""
     for w in store.warnings:
         stderr_console().print(warning_line(w), soft_wrap=True)
-
-
-def output_stream(output: Path | None, inputs: list | tuple = (), mode: str = "wb"):
-    """stdout, or ``output`` written safely (:class:`~traceanalyzer.outputs.Outputs`: never an
-    input, whole or not at all)."""
-    return Outputs(inputs).stream(output, mode)
 
 
 class RankView(str, Enum):

@@ -32,7 +32,8 @@ DEFAULT_TOP = 20
 
 def _run(what: str, paths, name, rank, step, sort, top, precision, format, output, step_range, whole_trace, recompute_range,
          comm_kernel, config, cache, workers, engine, address, quiet) -> None:
-    from traceanalyzer.api import analysis_with_tables, kernels as kernel_verb, ops as op_verb
+    from traceanalyzer.api import kernels as kernel_verb, ops as op_verb
+    from traceanalyzer.api.tables import analysis_with_tables
     from traceanalyzer.api.commandline import check_table_filters
     from traceanalyzer.render import kerneltable as render
 
@@ -44,7 +45,7 @@ def _run(what: str, paths, name, rank, step, sort, top, precision, format, outpu
     outputs = Outputs([*paths, config])
     if output is not None:
         outputs.check(output)
-    an = analysis_with_tables(paths, None if whole_trace else step_range, recompute_pattern=recompute_range, cache=cache,
+    an = analysis_with_tables(paths, None if whole_trace else step_range, recompute_range=recompute_range, cache=cache,
                               comm_kernels=tuple(patterns), workers=workers, engine=Engine(engine).value, address=address, quiet=quiet)
     _check_selection(an, rank, step)
     if top is None and format is TableFormat.table:

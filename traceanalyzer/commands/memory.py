@@ -41,7 +41,7 @@ def memory(
         outputs.check(output)
     if not paths and config is None and megatron_args is None:
         raise typer.BadParameter("give a trace, a run configuration (-c run.toml) or both", param_hint="'TRACE' / '-c'")
-    result = memory_verb(paths or None, config, megatron_args=megatron_args, reserve_gb=reserve, step_range=step_range,
+    result = memory_verb(paths or None, config, megatron_args=megatron_args, reserve_gib=reserve, step_range=step_range,
                          cache=cache, workers=workers, quiet=quiet)
     reserve_bytes = reserve * GIB
     if format is MemoryFormat.json:

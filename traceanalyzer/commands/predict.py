@@ -38,7 +38,7 @@ def predict(
     outputs = Outputs([config, megatron_args, vs])
     if output is not None:
         outputs.check(output)
-    from traceanalyzer.api import predict_parts
+    from traceanalyzer.api.modelling import predict_parts
 
     doc, sections, warnings = predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline, all_rows=all_rows)
     emit(sections, format, doc, output, outputs)

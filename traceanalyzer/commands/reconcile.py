@@ -12,7 +12,9 @@ from traceanalyzer.commands.common import (
     format_opt, print_warnings, step_name, trace_arg,
 )
 from traceanalyzer.commands.common import require_config
-from traceanalyzer.api import analysis_with_tables, public, time_comparison
+from traceanalyzer.api._common import public
+from traceanalyzer.api.documents import time_comparison
+from traceanalyzer.api.tables import analysis_with_tables
 from traceanalyzer.api.commandline import CONVENTIONS, HFU_CONVENTIONS, advice_check, compare_waterfalls, reconcile_parts, reconcile_with_analysis
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.outputs import Outputs

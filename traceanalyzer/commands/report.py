@@ -66,7 +66,7 @@ def report(
     ranks: RanksOpt = RankView.auto,
 ) -> None:
     """Write a report to attach to a ticket: headline, plots, top kernels and collectives, how to reproduce."""
-    from traceanalyzer.api import write_report
+    from traceanalyzer.api.documents import write_report
     from traceanalyzer.api.commandline import read_baseline, report_document
 
     if output is None and format is not ReportFormat.json:

@@ -9,9 +9,9 @@
 * **where the maps run** (:mod:`.pool`): this process, a local process pool, or Ray tasks;
 * **progress** (:mod:`.progress`): bytes read of the whole job.
 
-Every command and ``batch`` call :func:`analyse`; :func:`analyze` (``traceanalyzer.analyze(trace)``)
-runs the same map (in this process, over an already loaded trace) and the same reduce, so both
-give identical numbers.
+Every command and ``batch`` call :func:`analyse`; :func:`analyse_trace` (what
+``traceanalyzer.analyze(trace)`` runs) runs the same map (in this process, over an already loaded
+trace) and the same reduce, so both give identical numbers.
 """
 
 from __future__ import annotations
@@ -21,12 +21,11 @@ from typing import Iterable
 
 import polars as pl
 
-from traceanalyzer.classify import comm
-from traceanalyzer.classify.steps import DEFAULT_STEP
+from traceanalyzer.classify.pipeline import EXTRAS, extra_table
 from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
 from traceanalyzer.engine.pool import ENGINES, WorkerDied, run_tasks
 from traceanalyzer.engine.progress import JobProgress, json_bytes
-from traceanalyzer.engine.rank import EXTRAS, KEEP, TABLES, Options, RankResult, RankTask, check_tables, classify_ranks, default_workers, extra_table
+from traceanalyzer.engine.rank import KEEP, TABLES, Options, RankResult, RankTask, check_tables, classify_ranks, default_workers
 from traceanalyzer.errors import ConfigError, InputNotFound, InvalidArgument
 from traceanalyzer.queries import query_engine
 
@@ -34,7 +33,7 @@ from traceanalyzer.queries import query_engine
 #: processes, ~1 s each, would cost more than they save)
 POOL_BYTES = 32 * 2**20
 
-__all__ = ["analyze", "breakdown", "analyse", "load", "check_workers", "check_engine", "analyse_trace", "analyse_any", "with_tables",
+__all__ = ["analyse", "load", "check_workers", "check_engine", "analyse_trace", "with_tables",
            "kineto_files", "reduce_ranks", "run_tasks", "Options", "RankResult", "RankTask", "ENGINES", "KEEP", "TABLES", "WorkerDied",
            "default_workers"]
 
@@ -91,28 +90,6 @@ def analyse_trace(trace, opts: Options):
     classify_ranks(trace.events, trace.meta, opts.with_tables(*want, without=("events", "kernel_rows")), source, results)
     return reduce_job(results, trace, opts, source)
 
-
-def analyze(
-    trace,
-    step_name: str | None = DEFAULT_STEP,
-    recompute_pattern: str | None = None,
-    bus_bw_gbps: float = comm.DEFAULT_BUS_BW_GBPS,
-    comm_kernels: list[str] | None = None,
-):
-    """Classify a loaded trace into the :class:`~traceanalyzer.classify.Analysis`.
-    ``step_name`` names the step range (``None``: whole trace = one step);
-    ``recompute_pattern``: regex of extra host ranges (e.g. NVTX) whose contents are recompute;
-    ``bus_bw_gbps``: bus bandwidth for single-rank transfer estimates;
-    ``comm_kernels``: extra kernel-name regexes that are communication (``--comm-kernel``).
-
-    Each rank is classified on its own and the ranks are then reduced to the job: the same code
-    as the parallel path of the commands."""
-    return analyse_trace(trace, Options(step_name, recompute_pattern, bus_bw_gbps, comm_kernels=tuple(comm_kernels or ())))
-
-
-def breakdown(trace, step_name: str | None = DEFAULT_STEP) -> pl.DataFrame:
-    """Per-rank, per-step exact partition of GPU time (see :mod:`traceanalyzer.classify.partition`)."""
-    return analyze(trace, step_name).steps
 
 
 def kineto_files(paths: Iterable[Path], skipped: list[str] | None = None) -> tuple[list[Path], list[Path]]:
@@ -232,21 +209,6 @@ def _map(paths: list[Path], opts: Options, engine: str, workers: int | None, add
         ordered[0].warnings = [*skipped, *ordered[0].warnings]
     return ordered
 
-
-def analyse_any(what, opts: Options, **engine_kw):
-    """An :class:`~traceanalyzer.classify.Analysis` holding the optional tables ``opts.tables``:
-    for an analysis, :func:`with_tables` (its own options, never ``opts``' others); for a loaded
-    :class:`~traceanalyzer.schema.Trace`, :func:`analyse_trace`; else :func:`analyse` of the
-    file(s) or directory ``what`` (``engine_kw``: ``engine``, ``workers``, ``address``,
-    ``quiet``, ``console``)."""
-    from traceanalyzer.classify import Analysis
-    from traceanalyzer.schema import Trace
-
-    if isinstance(what, Analysis):
-        return with_tables(what, *opts.tables)
-    if isinstance(what, Trace):
-        return analyse_trace(what, opts)
-    return analyse(what, opts, **{"quiet": True, **engine_kw})
 
 
 #: where an analysis holds each optional table of :data:`TABLES` (the rest: ``Analysis.extras``)

@@ -23,8 +23,9 @@ from pathlib import Path
 import polars as pl
 
 from traceanalyzer.classify import IDLE_FIELDS, comm, crossrank, invariants
+from traceanalyzer.classify.pipeline import EXTRAS
 from traceanalyzer.classify.steps import outside_warnings
-from traceanalyzer.engine.rank import EXTRAS, Options, RankResult
+from traceanalyzer.engine.rank import Options, RankResult
 from traceanalyzer.errors import InvalidTrace, NoGpuActivity
 from traceanalyzer.parsers import kineto
 from traceanalyzer.parsers.clean import RANGE_PROFILER_NOTE, judge_job

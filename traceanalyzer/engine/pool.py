@@ -191,9 +191,8 @@ def ray_runtime_env() -> dict:
     Only plain values (strings, lists), so that Ray can copy and ship it: Ray's client deep-copies
     the runtime environment (its ``uv run`` hook), and the package's module object cannot be
     copied (``cannot pickle '_Package' object``)."""
-    import traceanalyzer
-
-    return {"py_modules": [str(Path(traceanalyzer.__file__).resolve().parent)], "pip": ray_pip_requirements()}
+    package = Path(__file__).resolve().parents[1]  # traceanalyzer/, this module's grandparent
+    return {"py_modules": [str(package)], "pip": ray_pip_requirements()}
 
 
 class _QuietRayInit(logging.Filter):

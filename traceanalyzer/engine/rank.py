@@ -1,10 +1,9 @@
-"""The map step: one rank's events -> a compact :class:`RankResult`.
+"""The map step: one rank file -> a compact :class:`RankResult`.
 
-Everything here needs one rank only: the step windows, the recompute marking, the labels, the
-partition with every cause column, the collective instances (type, bytes, group, step, instance:
-what cross-rank matching needs), the exposed communication per type / group / dimension, the
-recomputed ops by name, and the small tables the job checks need (step starts, median event
-time). The raw events never leave the worker unless a renderer asks for them (``keep``).
+A worker parses the file, runs the breakdown's recipe on its events
+(:mod:`traceanalyzer.classify.pipeline`) and keeps the compact tables, the optional ones asked
+for (:data:`TABLES`) and the small tables the job checks need (step starts, median event time).
+The raw events never leave the worker unless a verb asks for them (the ``events`` table).
 
 Errors about the input (:class:`~traceanalyzer.errors.TraceAnalyzerError`) are returned in the
 result, not raised, so that the job reducer raises them in the order the single-process path
@@ -16,36 +15,19 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import InitVar, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 import polars as pl
 
-from traceanalyzer.classify import COMM_DIM_FIELDS, HOST_FIELDS, IDLE_FIELDS, comm, idle, profiler_cost, recompute, replaypoints
-from traceanalyzer.classify.invariants import check_event_span, check_windows
-from traceanalyzer.classify.labels import label_gpu
-from traceanalyzer.classify.partition import FIELDS, check_causes, partition
-from traceanalyzer.classify.steps import DEFAULT_STEP, gpu_windows, outside_steps, refuse_duplicate_steps
-from traceanalyzer.errors import InputNotFound, InternalFailure, InvalidArgument, TraceAnalyzerError
+from traceanalyzer.classify import comm, pipeline
+from traceanalyzer.classify.pipeline import EXTRAS, extra_table
+from traceanalyzer.classify.steps import DEFAULT_STEP
+from traceanalyzer.errors import InputNotFound, InternalFailure, TraceAnalyzerError
 from traceanalyzer.parsers.clean import step_starts
-from traceanalyzer.queries import query_engine, sized
+from traceanalyzer.queries import sized
 from traceanalyzer.schema import GPU_WORK_KINDS
-
-#: the per-step table's columns, in this order
-STEP_COLUMNS = [
-    "rank", "step", "start_ns", "duration_ns", "compute_ns", "recompute_ns", "exposed_comm_ns", "other_ns", "idle_ns",
-    "overlapped_comm_ns", "start_us", *[f"{f}_us" for f in FIELDS],
-    *[f"{f}_ns" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]], *[f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]],
-    *[f"{f}_ns" for f in HOST_FIELDS], *[f"{f}_us" for f in HOST_FIELDS],
-]
-#: the profiler's cost and the host-bound gains per step (classify.profiler_cost), after STEP_COLUMNS
-PROFILER_COLUMNS = [
-    "profiler_host_ns", "profiler_overhead_ns", "unprofiled_estimate_ns",
-    "profiler_host_us", "profiler_overhead_us", "unprofiled_estimate_us",
-    *[f"gain_{g}_ns" for g in profiler_cost.GAINS], "profiler_options", "profiler_note",
-]
-
 
 #: THE registry of optional per-rank tables: everything an analysis may hold beyond its compact
 #: tables (the partition, the collectives, the exposed communication, the recomputed ops) is named
@@ -69,7 +51,7 @@ TABLES: dict[str, str] = {
     "memory": "the allocator events of each Kineto rank file (engine.load only)",
 }
 
-#: the older spellings of ``keep`` (accepted by :class:`Options`, folded into ``tables``)
+#: what a command keeps beyond the compact tables, by name: the optional tables each needs
 KEEP = {"compact": (), "report": ("kernel_rows", "kernel_stats"), "gpu": ("gpu",), "events": ("events", "gpu")}
 
 
@@ -88,45 +70,23 @@ def check_tables(names) -> frozenset[str]:
 
 @dataclass
 class Options:
-    """How to classify: the same for every rank of a job.
-
-    ``tables`` names the optional tables (:data:`TABLES`) to compute besides the compact ones.
-    ``keep``, ``keep_gpu``, ``extras`` and ``memory`` (and ``tables=True``) are older spellings
-    of the same request (deprecated): accepted when constructing, folded into ``tables``, and
-    read back from it."""
+    """How to classify: the same for every rank of a job. ``tables`` names the optional tables
+    (:data:`TABLES`) to compute besides the compact ones."""
 
     step_name: str | None = DEFAULT_STEP
     recompute_pattern: str | None = None
     bus_bw_gbps: float = comm.DEFAULT_BUS_BW_GBPS
-    keep: InitVar[str] = "compact"  # older spelling: one of KEEP
-    keep_gpu: InitVar[bool] = False  # older spelling of "gpu" in tables
     cache: bool = False
-    comm_kernels: tuple[str, ...] = ()  # extra kernel-name regexes that are communication (--comm-kernel)
-    tables: frozenset[str] = frozenset()  # optional tables (names in TABLES); True: the older spelling of {"kernel_stats"}
-    extras: InitVar[tuple[str, ...]] = ()  # older spelling of tables (its non-core names)
+    comm_kernels: tuple[str, ...] = ()  # extra kernel-name regexes that are communication
+    tables: frozenset[str] = frozenset()  # optional tables (names in TABLES)
     parse_only: bool = False  # the events (with "events") and the job checks' tables: nothing classified (engine.load)
-    memory: InitVar[bool] = False  # older spelling of "memory" in tables
 
-    def __post_init__(self, keep: str, keep_gpu: bool, extras: tuple[str, ...], memory: bool) -> None:
-        if keep not in KEEP:
-            raise InvalidArgument(f"must be one of {', '.join(KEEP)}, got {keep!r}", "keep")
-        names = set(KEEP[keep]) | set(extras) | ({"gpu"} if keep_gpu else set()) | ({"memory"} if memory else set())
-        tables = self.tables
-        if isinstance(tables, bool):
-            tables = ("kernel_stats",) if tables else ()
-        self.tables = check_tables(names | set(check_tables(tables)))
+    def __post_init__(self) -> None:
+        self.tables = check_tables(self.tables)
 
     def with_tables(self, *names: str, without: tuple[str, ...] = ()) -> "Options":
         """These options asking for ``names`` too (and not for ``without``)."""
         return replace(self, tables=(self.tables | check_tables(names)) - frozenset(without))
-
-
-# the older spellings, read back from ``tables`` (set after the class is made: as constructor
-# arguments they are init-only and fold into ``tables``)
-Options.keep = property(lambda self: next((k for k in ("events", "report", "gpu") if set(KEEP[k]) <= self.tables), "compact"))  # type: ignore[assignment]
-Options.keep_gpu = property(lambda self: "gpu" in self.tables)  # type: ignore[assignment]
-Options.extras = property(lambda self: tuple(sorted(n for n in self.tables if n in EXTRAS)))  # type: ignore[assignment]
-Options.memory = property(lambda self: "memory" in self.tables)  # type: ignore[assignment]
 
 
 @dataclass
@@ -226,59 +186,28 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
             by_rank[rank].events = df
     if opts.parse_only or not any(r.has_gpu for r in into):
         return
+    window_warnings: list[str] = []
     try:
-        check_event_span(events, source)
-        # every GPU item with when (and on which host thread) its launch began: read by the step
-        # windows and by the idle split
-        launched = idle.launch_times(
-            events.lazy(), events.lazy().filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("rank", "start_ns", "end_ns", "correlation", "external_id"),
-            tid=True,
-        ).collect(engine=query_engine())
-        windows, win_warnings = gpu_windows(events, opts.step_name, launched)
-        for w in win_warnings:
-            if " step markers: " not in w:  # "rank R: n of m steps ... skipped"; the reducer words the other
-                by_rank[int(w.split(":", 1)[0].split()[1])].window_warnings.append(w)
-        refuse_duplicate_steps(windows, meta, opts.step_name)
-        check_windows(windows, events, source)
-        ev = events.lazy()
-        threads = pl.concat([recompute.recompute_threads(ev, opts.recompute_pattern), comm.linking_threads(ev)]).unique()
-        tree = recompute.host_tree(events, threads).collect(engine=query_engine())
-        rc_ops = recompute.recompute_ops(events, opts.recompute_pattern, tree=tree)
-        gpu = label_gpu(events, rc_ops, comm_kernels=list(opts.comm_kernels) or None)
-        steps = partition(gpu, windows, source)
-        outside = outside_steps(gpu, windows)
-        inst = comm.collective_instances(events, gpu, windows, meta, tree=tree)
-        del tree
-        expo = comm.exposure(gpu, inst, windows)
-        points = replaypoints.rank_points(gpu, windows, inst)
-        idle_parts = idle.idle_split(events, gpu, windows, inst, launched)
-        del launched
-        steps = _with_causes(steps, idle_parts, expo)
-        check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source, HOST_FIELDS)
-        steps = _with_profiler_cost(steps, events, windows, into)
+        from traceanalyzer.parsers.kineto_header import profiler_options
+
+        # the profiler options each rank's file header lists (read by the worker, else here)
+        headers = {r.rank: r.profiler_options if r.profiler_options is not None else (profiler_options(r.file) if r.file else [])
+                   for r in into}
+        r = pipeline.breakdown(events, meta, step_name=opts.step_name, recompute_pattern=opts.recompute_pattern,
+                               comm_kernels=opts.comm_kernels, source=source, window_warnings=window_warnings,
+                               profiler_options=headers)
     except TraceAnalyzerError as exc:
         into[0].deferred = exc
         return
-    frames = {
-        "steps": steps, "windows": windows, "instances": inst, "exposure": expo, "points": points, "recompute_ops": rc_ops,
-        "recomputed_by_name": recompute.ops_by_name(rc_ops, gpu), "outside_steps": outside,
-    }
-    if "gpu" in opts.tables:
-        frames["gpu"] = gpu
-    if "kernel_rows" in opts.tables or "kernel_stats" in opts.tables:
-        from traceanalyzer.classify.kernels import exposed_rows, kernel_rows
-        from traceanalyzer.classify.partition import segment_frame
-        from traceanalyzer.classify.tables import table_rows
-
-        seg = segment_frame(gpu, windows).sort("rank", "t0").collect(engine=query_engine())
-        if "kernel_rows" in opts.tables:
-            frames["kernel_rows"], frames["exposed_kernels"] = kernel_rows(gpu, windows), exposed_rows(gpu, windows, seg)
-        frames["kernel_stats"], frames["op_stats"] = table_rows(events, gpu, windows, seg)
+    finally:
+        for w in window_warnings:  # "rank R: n of m steps ... skipped"
+            by_rank[int(w.split(":", 1)[0].split()[1])].window_warnings.append(w)
+    frames = pipeline.frames(r, events, opts.tables)
     for name, df in frames.items():
         for rank, part in _split(df, ranks).items():
             setattr(by_rank[rank], name, part)
     try:
-        extras = {name: extra_table(name, events, gpu, windows, steps, source) for name in opts.tables if name in EXTRAS}
+        extras = {name: extra_table(name, events, r.gpu, r.windows, r.steps, source) for name in opts.tables if name in EXTRAS}
     except TraceAnalyzerError as exc:
         into[0].deferred = exc
         return
@@ -287,66 +216,6 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
             by_rank[rank].extras[name] = part
     for r in into:
         r.stepless = r.windows is not None and r.windows.height > 0 and r.windows.get_column("cpu_start_ns").is_null().all()
-
-
-#: how the optional tables of :data:`TABLES` held in ``Analysis.extras`` are computed: name -> (module, function);
-#: each function takes ``(events, gpu, windows, steps, source)`` and returns a compact frame with
-#: a ``rank`` column (never raw events, except ``launch_rows``: one row per launched GPU item)
-EXTRAS = {
-    "annotations": ("traceanalyzer.classify.annotation_ranges", "rank_table"),
-    "launches": ("traceanalyzer.classify.launches", "rank_steps"),
-    "launch_rows": ("traceanalyzer.classify.launches", "rank_pairs"),
-    "queue": ("traceanalyzer.classify.launches", "rank_queue"),
-    "queue_series": ("traceanalyzer.classify.launches", "rank_queue_series"),
-    "trace_facts": ("traceanalyzer.classify.tracefacts", "rank_facts"),
-}
-
-
-def extra_table(name: str, events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame,
-                source: str) -> pl.DataFrame:
-    """The optional table ``name`` (:data:`EXTRAS`) of the ranks in ``events``."""
-    import importlib
-
-    module, func = EXTRAS[name]
-    return getattr(importlib.import_module(module), func)(events, gpu, windows, steps, source)
-
-
-def _with_profiler_cost(steps: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame, into: list[RankResult]) -> pl.DataFrame:
-    """The steps with the profiler's cost, the unprofiled estimate and the host-bound gains
-    (:mod:`traceanalyzer.classify.profiler_cost`): the options each file's header lists and
-    those its events show."""
-    from traceanalyzer.parsers.kineto_header import profiler_options
-
-    opts = {}
-    for r in into:
-        header = r.profiler_options if r.profiler_options is not None else (profiler_options(r.file) if r.file else [])
-        opts[r.rank] = header
-    seen = {rank: sorted(set(opts.get(rank) or []) | set(shown)) for rank, shown in profiler_cost.infer_options_by_rank(events).items()}
-    cost = profiler_cost.profiler_cost(events, windows, seen)
-    out = steps.join(cost, on=["rank", "step"], how="left").with_columns(
-        *[(pl.col(c) / 1000).alias(c.replace("_ns", "_us")) for c in ("profiler_host_ns", "profiler_overhead_ns", "unprofiled_estimate_ns")])
-    return out.select(*STEP_COLUMNS, *PROFILER_COLUMNS)
-
-
-def _with_causes(steps: pl.DataFrame, idle_parts: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
-    """The partition joined with the idle split and the exposed communication by dimension."""
-    dims = (
-        expo.filter(pl.col("by") == "dim")
-        .with_columns(pl.format("exposed_comm_{}_ns", pl.col("key").str.to_lowercase()).alias("col"))
-        .pivot(on="col", index=["rank", "step"], values="exposed_ns", aggregate_function="sum")
-    ) if expo.height else pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64})
-    extra = [c for c in dims.columns if c not in ("rank", "step") and c.removesuffix("_ns") not in COMM_DIM_FIELDS]
-    if extra:  # a dimension outside DIMENSIONS would break the sum: never silently
-        raise AssertionError(f"unexpected exposed-comm dimension columns {extra}")
-    steps = (
-        steps.join(idle_parts, on=["rank", "step"], how="left")
-        .join(dims, on=["rank", "step"], how="left")
-        .with_columns(
-            *[pl.col(f"{f}_ns").fill_null(0).cast(pl.Int64) if f"{f}_ns" in dims.columns or f.startswith("idle_") else pl.lit(0, pl.Int64).alias(f"{f}_ns") for f in [*IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS]]
-        )
-        .with_columns(*[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in [*IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS]])
-    )
-    return steps.select(STEP_COLUMNS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -495,7 +364,7 @@ def _parse(path: Path, cache: bool, progress: ProgressFn | None):
     from traceanalyzer.parsers import _parse_kineto_file
 
     if cache:
-        from traceanalyzer import cache as parse_cache
+        import traceanalyzer.cache as parse_cache
 
         hit = parse_cache.get(path)
         if hit is not None:

@@ -345,8 +345,6 @@ class RunConfig:
         ``h``); a mixture-of-experts layer ``experts`` MLPs and a router ``h·experts``. The input
         embedding ``V·h``, an untied output layer ``V·h``, learned positions ``s·h``, the final
         norm."""
-        from traceanalyzer.model.params import layer_params  # noqa: PLC0415
-
         m = self.model
         what = "the parameter count"
         L = self.need(m.layers, "[model] layers", what)
@@ -480,3 +478,22 @@ def _read_text(path: Path, what: str) -> str:
 # --------------------------------------------------------------------------- Megatron arguments
 # load_config and parse_megatron_args live in :mod:`.loader`: they read Megatron arguments
 # (:mod:`.megatron`, :mod:`.nemo`), which build on the dataclasses here.
+
+
+def layer_params(cfg: RunConfig, moe: bool) -> tuple[float, float]:
+    """(dense, expert) parameters of one transformer layer held by one GPU (after TP and EP): the one
+    definition shared by the exact parameter count (:meth:`RunConfig.param_count`) and the memory model."""
+    m, p = cfg.model, cfg.parallel
+    h, t = m.hidden, p.tp
+    d, n_h, n_kv = cfg.head_dim, m.heads, cfg.kv_heads
+    E = 3 if m.swiglu else 2
+    norm = cfg.norm_params  # LayerNorm with bias 2h / RMSNorm h (default: by the activation)
+    attn = (h * (d * n_h + 2 * d * n_kv) + d * n_h * h) / t
+    if m.bias:  # column-parallel biases are split by TP, row-parallel ones (out-proj, fc2) replicated
+        attn += (d * n_h + 2 * d * n_kv) / t + h
+    if moe:
+        f_moe = m.moe_ffn if m.moe_ffn is not None else cfg.ffn
+        ex_bias = ((E - 1) * f_moe / t + h) if m.bias else 0
+        return attn + 2 * norm + h * m.experts, (E * h * f_moe / t + ex_bias) * (m.experts / p.ep)
+    mlp_bias = ((E - 1) * cfg.ffn / t + h) if m.bias else 0
+    return attn + 2 * norm + E * h * cfg.ffn / t + mlp_bias, 0.0

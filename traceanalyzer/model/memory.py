@@ -77,8 +77,7 @@ from typing import Any
 
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.hardware import GIB
-from traceanalyzer.model.config import RunConfig
-from traceanalyzer.model.params import layer_params
+from traceanalyzer.model.config import RunConfig, layer_params
 from traceanalyzer.model.hardware import memory_bytes
 
 #: Components of the estimate, in the order they are reported.

@@ -2,8 +2,8 @@
 arguments, a training log, command-line options).
 
 Public surface: :func:`check` (RunConfig -> the warnings it deserves; raises
-:class:`~traceanalyzer.errors.ConfigError` on the first bad value), :func:`check_fraction`,
-:func:`check_positive` (command-line numbers), :data:`LIMITS`.
+:class:`~traceanalyzer.errors.ConfigError` on the first bad value), :func:`check_positive`
+(command-line numbers), :data:`LIMITS`.
 
 A bad value is an error naming the key, the value and what is allowed: wrong type (a string
 where a number belongs, a float or a boolean where a whole number belongs), out of range (zero,
@@ -78,14 +78,6 @@ def _check_float(key: str, label: str, v: Any, where: str) -> None:
         raise ConfigError(f"{label} = {v}{where} is below any real run (at least {_FLOAT_MIN[key]:g})")
     if v > _FLOAT_LIMITS[key]:
         raise ConfigError(f"{label} = {v}{where} is beyond any real run (at most {_FLOAT_LIMITS[key]:g})")
-
-
-def check_fraction(option: str, v: float | None) -> None:
-    """A command-line fraction in (0, 1] (e.g. ``--kernel-efficiency``)."""
-    if v is None:
-        return
-    if not math.isfinite(v) or not 0 < v <= 1:
-        raise ConfigError(f"{option} = {v} must be a fraction of the peak in (0, 1]")
 
 
 def check_positive(option: str, v: float | None) -> None:

@@ -191,7 +191,7 @@ def _parse_kineto_file(f: Path, cache: bool | str | Path, progress: Callable[[in
     ``progress(n)``: bytes of the file read since the last call (see :func:`kineto.parse_file`)."""
     cache_dir = None if cache is True else cache
     if cache is not None and cache is not False:
-        from traceanalyzer import cache as parse_cache
+        import traceanalyzer.cache as parse_cache
 
         hit = parse_cache.get(f, cache_dir)
         if hit is not None:

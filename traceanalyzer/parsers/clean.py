@@ -6,7 +6,7 @@ returns the cleaned frame with warnings that *count* what was dropped, or raises
 
 * :func:`sniff_foreign` — files that are not JSON traces at all (SQLite that the Nsight parser
   did not claim, ``.nsys-rep`` reports, other binaries): exit 4 with what the file is.
-* :func:`clean_raw` — the raw event rows of one Kineto file: events with no ``ph``, complete
+* :func:`flag_raw` and :func:`judge` — the raw event rows of one Kineto file: events with no ``ph``, complete
   events with missing / non-numeric / negative / NaN / infinite ``ts`` or ``dur``, timestamps
   beyond what int64 nanoseconds hold, unknown categories. A few are dropped with a warning; when
   more than :data:`MAX_BAD_FRACTION` of the events are bad the file is rejected (exit 4) — a
@@ -239,12 +239,6 @@ def judge(c: dict, path: Path) -> list[str]:
             )
         warnings.append(f"{path}: ignored {total} events in unknown categories {shown}{more} (not counted as GPU work)")
     return warnings
-
-
-def clean_raw(raw: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str]]:
-    """:func:`flag_raw` and :func:`judge` on a whole file's raw rows at once."""
-    usable, counts = flag_raw(raw)
-    return usable, judge(counts, path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from traceanalyzer._version import __version__
 from traceanalyzer.buckets import BUCKET_LABELS, CP_BUCKETS
 
 if TYPE_CHECKING:
-    from traceanalyzer.classify.critical_path import CriticalPath
+    from traceanalyzer.results import CriticalPath
 
 SCHEMA = "traceanalyzer.critical_path"  # traceanalyzer/schemas/critical_path.schema.json
 SCHEMA_VERSION = 1

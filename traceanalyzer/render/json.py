@@ -15,7 +15,7 @@ from traceanalyzer._version import __version__
 from traceanalyzer.buckets import COMM_DIM_FIELDS, FIELDS, HOST_FIELDS, IDLE_FIELDS
 
 if TYPE_CHECKING:
-    from traceanalyzer.classify import Analysis
+    from traceanalyzer.results import Analysis
 
 SCHEMA = "traceanalyzer.breakdown"  # traceanalyzer/schemas/breakdown.schema.json
 SCHEMA_VERSION = 1

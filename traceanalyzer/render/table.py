@@ -13,7 +13,7 @@ from traceanalyzer.buckets import BUCKET_LABELS as LABELS
 from traceanalyzer.buckets import BUCKETS
 
 if TYPE_CHECKING:
-    from traceanalyzer.classify import Analysis
+    from traceanalyzer.results import Analysis
 
 
 def breakdown_table(analysis: Analysis) -> Table:

@@ -587,7 +587,7 @@ def _file_info(path: Path, role: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# the reconciler (issue 5)
+# the reconciler
 
 
 def waterfall_section(analysis: Analysis, config: Path | None) -> tuple[dict[str, Any] | None, list[str]]:

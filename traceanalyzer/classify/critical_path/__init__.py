@@ -9,31 +9,23 @@ that sets the step's length, and the share of each bucket on it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from traceanalyzer.buckets import CP_BUCKETS
 from traceanalyzer.classify.critical_path import cpgraph, longest
+from traceanalyzer.results import CriticalPath
 
 if TYPE_CHECKING:
-    from traceanalyzer.classify import Analysis
+    from traceanalyzer.results import Analysis
     from traceanalyzer.schema import Trace
 
 __all__ = ["critical_path", "CriticalPath", "CP_BUCKETS", "WAIT_SLACK_NS"]
 
 WAIT_SLACK_NS = cpgraph.WAIT_SLACK_NS
 _IDLE = ["kernel_gap", "launch_delay", "wait_gap"]
-
-
-class CriticalPath(NamedTuple):
-    """What :func:`critical_path` returns: two polars frames (and the warnings)."""
-
-    summary: pl.DataFrame
-    segments: pl.DataFrame
-    warnings: list[str]
-    host_gaps: bool = True  # host time outside every op weighed as the host's (critical_path's host_gaps)
 
 
 def _empty_segments() -> pl.DataFrame:
