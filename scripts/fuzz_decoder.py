@@ -306,7 +306,7 @@ def make_seeds(out: Path, per_trace: int = 12) -> int:
             if len(seen) >= per_trace:
                 break
         chosen = list(seen.values())
-        stem = re.sub(r"[^A-Za-z0-9]+", "_", path.name)[:40]
+        stem = re.sub(r"[^A-Za-z0-9]+", "_", f"{path.parent.name}_{path.name}")[:60]
         for i in range(0, len(chosen), 3):
             group = chosen[i : i + 3 + (i // 3) % 2]
             piece = b"[\n" + b",\n".join(group) + b"\n]"
@@ -505,7 +505,7 @@ def main() -> None:
     corpora = [str(work / "corpus"), str(work / "seeds")]
     if REGRESSION_SEEDS.is_dir():
         corpora.append(str(REGRESSION_SEEDS))
-    libfuzzer = [f"-dict={work / 'kineto.dict'}", f"-max_len={MAX_LEN}", "-timeout=20", "-rss_limit_mb=6144",
+    libfuzzer = [f"-dict={work / 'kineto.dict'}", f"-max_len={MAX_LEN}", "-timeout=60", "-report_slow_units=60", "-rss_limit_mb=6144",
                  f"-artifact_prefix={work / 'findings'}/", "-print_final_stats=1", "-reload=0"]
     libfuzzer.append(f"-runs={args.runs}" if args.runs else f"-max_total_time={args.seconds}")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", f"--lib={lib}", f"--tmp={work / 'tmp'}",
@@ -527,7 +527,8 @@ def main() -> None:
     stats = dict(re.findall(r"^stat::(\w+):\s*(\d+)", text, re.M))
     cov = re.findall(r"cov: (\d+) ft: (\d+)", text)
     corp = re.findall(r"corp: (\d+)/", text)
-    new = sorted(set(os.listdir(work / "findings")) - before)
+    # crashes, differences, timeouts, memory blow-ups (a slow unit on a busy machine is not one)
+    new = sorted(f for f in set(os.listdir(work / "findings")) - before if not f.startswith("slow-unit-"))
     print(f"executions: {stats.get('number_of_executed_units', '?')} in {time.time() - t1:.0f} s "
           f"({stats.get('average_exec_per_sec', '?')}/s); coverage: {cov[-1][0] if cov else '?'} edges, "
           f"{cov[-1][1] if cov else '?'} features; corpus {corp[-1] if corp else '?'} inputs; "

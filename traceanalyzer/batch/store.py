@@ -354,8 +354,11 @@ class Store:
                     on_wait(f"{self.root}: another batch is writing this store ({holder}); waiting for it to finish")
                 fcntl.flock(fd, fcntl.LOCK_EX)
             _io("write-lock", self.root / LOCK)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} since {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}\n".encode(), 0)
+            try:  # who holds the lock, for a batch that waits: a courtesy (a full disk must not stop the batch here)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()} since {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}\n".encode(), 0)
+            except OSError:
+                pass
             yield self
         finally:
             os.close(fd)  # releases the lock
