@@ -334,8 +334,20 @@ def main() -> None:
         else:
             trials.append((s, "fsize", rng.randint(0, int(h.sizes[s] * 1.2))))
     failures: list[str] = []
+    done = [0]
+
+    def one(t):
+        r = h.trial(*t)
+        with h.lock:
+            done[0] += 1
+            if r:
+                print(f"FAILED: {t}: {r}", flush=True)
+            if done[0] % 25 == 0:
+                print(f"... {done[0]} of {len(trials)} trials ({time.time() - t0:.0f} s)", flush=True)
+        return t, r
+
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        results = list(pool.map(lambda t: (t, h.trial(*t)), trials))
+        results = list(pool.map(one, trials))
     for kind in ("step", "time", "fsize"):
         mine = [(t, r) for t, r in results if t[1] == kind]
         bad = [(t, r) for t, r in mine if r]
@@ -344,12 +356,10 @@ def main() -> None:
         failures += [f"{t}: {r}" for t, r in bad]
     for n in (2, 4):
         r = h.concurrent(n)
-        print(f"{n} concurrent batches on one store: {'ok' if r is None else 'FAILED'}")
+        print(f"{n} concurrent batches on one store: {'ok' if r is None else 'FAILED: ' + r}")
         if r:
             failures.append(r)
     print(f"total: {len(results)} trials in {time.time() - t0:.0f} s, {len(failures)} failure(s)")
-    for f in failures:
-        print("FAILED:", f)
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
     sys.exit(1 if failures else 0)
