@@ -17,16 +17,16 @@ import pytest
 
 from conftest import ROOT
 
-try:
-    from traceanalyzer import _kineto as native
+_spec = importlib.util.spec_from_file_location("fuzz_decoder", ROOT / "scripts" / "fuzz_decoder.py")
+fz = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fz)
+
+try:  # where the compiled decoder lives: the fuzzer's constant
+    native = importlib.import_module(fz.NATIVE_MODULE)
 except ImportError:
     native = None
 
 pytestmark = pytest.mark.skipif(native is None, reason="the compiled decoder is not built (python setup.py build_ext --inplace)")
-
-_spec = importlib.util.spec_from_file_location("fuzz_decoder", ROOT / "scripts" / "fuzz_decoder.py")
-fz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fz)
 
 SEEDS = sorted(p for p in (ROOT / "tests" / "data" / "fuzz").iterdir() if p.suffix == ".bin")
 
