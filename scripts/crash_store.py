@@ -320,7 +320,7 @@ def main() -> None:
     t0 = time.time()
     h = Harness(work)
     h.prepare()
-    print(f"clean batches: scenario A (first write) {h.steps['A']} I/O steps, {h.seconds['A']:.1f} s; "
+    print(f"seed {args.seed}; clean batches: scenario A (first write) {h.steps['A']} I/O steps, {h.seconds['A']:.1f} s; "
           f"B (replace, date moved) {h.steps['B']} steps, {h.seconds['B']:.1f} s", flush=True)
     rng = random.Random(args.seed)
     steps = [(s, "step", k) for s in ("A", "B") for k in range(1, h.steps[s] + 1)]
