@@ -164,6 +164,7 @@ class Harness:
         self.sizes: dict[str, int] = {}
         self.lock = threading.Lock()
         self.counter = 0
+        self.exits: dict[str, list[int]] = {"step": [], "time": [], "fsize": []}  # the trials' batch exits
 
     # ---------------------------------------------------------------- references
     def prepare(self) -> None:
@@ -222,6 +223,9 @@ class Harness:
                 rc, out, err = self.env.batch(root, store, kill_after=value)
             else:  # fsize
                 rc, out, err = self.env.batch(root, store, fsize=value)
+            with self.lock:
+                self.exits[kind].append(rc)
+            if kind == "fsize":
                 if rc not in (0, 3) or "Traceback" in err:
                     return f"full disk (RLIMIT_FSIZE {value}): exit {rc}, want 0 or 3 and one line: {err[-600:]}"
                 if rc == 3 and len([ln for ln in err.splitlines() if ln.startswith("traceanalyzer: error")]) != 1:
@@ -352,7 +356,10 @@ def main() -> None:
         mine = [(t, r) for t, r in results if t[1] == kind]
         bad = [(t, r) for t, r in mine if r]
         label = {"step": "killed at a write step", "time": "killed at a random moment", "fsize": "under RLIMIT_FSIZE"}[kind]
-        print(f"{label}: {len(mine)} trials, {len(bad)} failed")
+        ex = h.exits[kind]
+        how = {"step": "", "time": f" ({ex.count(-signal.SIGKILL)} killed mid-batch, {ex.count(0)} finished first)",
+               "fsize": f" ({ex.count(3)} stopped by the limit, exit 3; {ex.count(0)} fitted)"}[kind]
+        print(f"{label}: {len(mine)} trials{how}, {len(bad)} failed")
         failures += [f"{t}: {r}" for t, r in bad]
     for n in (2, 4):
         r = h.concurrent(n)
