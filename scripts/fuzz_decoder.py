@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import os
 import re
 import shutil
@@ -427,7 +428,11 @@ def child(args, rest: list[str]) -> None:
             return
         count[0] += 1
         if count[0] % every == 0:
-            check_input(data, tmp)
+            try:
+                check_input(data, tmp)
+            except BaseException:  # atheris exits without libFuzzer writing the input: keep it
+                (tmp.parent / "findings" / f"crash-{hashlib.sha1(data).hexdigest()}").write_bytes(data)
+                raise
 
     atheris.Setup([sys.argv[0], *rest], one)
     atheris.Fuzz()

@@ -70,3 +70,20 @@ def test_every_cut_of_a_small_trace_reads_the_same_with_both_decoders(tmp_path):
     # every 7th byte plain (64-byte blocks, 256-byte chunks), every 23rd as 97-byte gzip members
     n = fz.sweep(doc, tmp_path, step=7) + fz.sweep(doc, tmp_path, members=97, step=23)
     assert n == len(range(0, len(doc) + 1, 7)) + len(range(0, len(doc) + 1, 23))
+
+
+def test_input_dims_beyond_a_double_are_read_not_a_traceback(tmp_path):
+    """Found by the fuzzer: ``"Input Dims": [[2,3], 1e400]`` on a GEMM is valid JSON that orjson
+    refuses (``number is infinity``); the streaming reader raised it as a traceback (a
+    ``BufferError`` once chunks were cut). Python's json reads 1e400 as infinity, which JSON writes
+    as null: the dims are ``[[2,3],null]``, the element type that of the first tensor, ``float``."""
+    seed = ROOT / "tests" / "data" / "fuzz" / "crash-input-dims-1e400-file.bin"
+    path = tmp_path / "t.json"
+    path.write_bytes(seed.read_bytes()[3:])
+    for decoder in ("native", "python"):
+        for block, chunk in ((64, 256), (1 << 19, 1 << 24)):
+            events, _meta, _warnings = fz._parse_with(decoder, path, block, chunk)
+            mm = events.filter(pl.col("name") == "aten::mm")
+            assert mm.height == 1 and events.height == 7
+            assert mm["input_dims"].to_list() == ["[[2,3],null]"]
+            assert mm["input_type"].to_list() == ["float"]
