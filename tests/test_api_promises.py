@@ -168,7 +168,7 @@ def test_every_command_has_its_verb():
     from traceanalyzer.cli import app
 
     commands = {(c.name or c.callback.__name__).replace("-", "_") for c in app.registered_commands}
-    assert len(commands) == 18
+    assert len(commands) == 19
     assert commands <= set(ta.__all__), sorted(commands - set(ta.__all__))
     text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
     assert all(f"## `{c}`" in text for c in commands)

@@ -81,9 +81,15 @@ def test_the_package_imports_exactly_what_it_declares():
     for f in sorted(PACKAGE.rglob("*.py")):
         for name in _imports(f) - set(sys.stdlib_module_names) - {"traceanalyzer", "__future__"}:
             imported.setdefault(name, set()).add(str(f.relative_to(ROOT)))
-    # every third-party import is a declared runtime dependency, or the optional Ray engine
-    undeclared = {k: v for k, v in imported.items() if k not in runtime and k not in extras["ray"]}
+    # every third-party import is a declared runtime dependency, or the optional Ray engine, or
+    # a training-loop extra's (mlflow-skinny installs the module mlflow), imported only by the
+    # training-loop integrations
+    loop = extras["torch"] | extras["lightning"] | extras["hf"] | {"mlflow"}
+    assert extras["mlflow"] == {"mlflow_skinny"}
+    undeclared = {k: v for k, v in imported.items() if k not in runtime and k not in extras["ray"] and k not in loop}
     assert undeclared == {}, f"imported but not declared in [project] dependencies: {undeclared}"
+    outside = {k: {f for f in v if not f.startswith("traceanalyzer/integrations/")} for k, v in imported.items() if k in loop}
+    assert all(not v for v in outside.values()), f"training-loop extras imported outside traceanalyzer/integrations: {outside}"
     assert "click" not in imported  # typer >= 0.29 no longer installs it
     # every runtime dependency is imported by the package; pyarrow is the users' extra only
     assert runtime - set(imported) == set(), f"declared but never imported: {runtime - set(imported)}"
@@ -142,6 +148,7 @@ COMMANDS = {
     "launches": ["launches", DEMO],
     "annotations": ["annotations", DEMO],
     "critical-path": ["critical-path", DEMO],
+    "stragglers": ["stragglers", DEMO],
 }
 
 

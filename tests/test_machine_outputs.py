@@ -197,6 +197,29 @@ def test_trend_json_and_csv(nightly, tmp_path, capsysbinary):
     assert validate(orjson.loads(out.read_bytes()))["rows"] == doc["rows"] and png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_trend_by_rank_json_counts_the_slowest_rank_and_the_late_arriver(tmp_path, capsysbinary):
+    """Two nights of the 8-rank DLRM job: per rank, the slowest (longest mean step) and the late
+    arriver (least exposed communication per step), against breakdown -f json's per-rank totals."""
+    for day in ("2026-11-19", "2026-11-20"):
+        shutil.copytree(DLRM, tmp_path / "runs" / f"dlrm-{day}")
+    code, _, err = _cli(capsysbinary, "batch", tmp_path / "runs", "--store", tmp_path / "store", "-q", "--workers", "1")
+    assert code == 0, err
+    doc = _json(capsysbinary, "trend", "--store", tmp_path / "store", "--by", "rank", "--last", "5", "-f", "json")
+    assert doc["last"] == 5 and doc["job"] is None
+    ranks = _json(capsysbinary, "breakdown", DLRM, "-f", "json")["ranks"]
+    mean = {r["rank"]: r["total"]["duration_us"] / r["total"]["steps"] for r in ranks}
+    comm = {r["rank"]: r["total"]["exposed_comm_us"] / r["total"]["steps"] for r in ranks}
+    slowest = min(mean, key=lambda r: (-mean[r], r))
+    late = min(comm, key=lambda r: (comm[r], r))
+    rows = {r["rank"]: r for r in doc["rows"]}
+    assert sorted(rows) == sorted(mean) and {r["out_of"] for r in doc["rows"]} == {2} and {r["runs"] for r in doc["rows"]} == {2}
+    assert [r for r in rows if rows[r]["slowest"]] == [slowest] and rows[slowest]["slowest"] == 2
+    assert [r for r in rows if rows[r]["late_arriver"]] == [late] and rows[late]["late_arriver"] == 2
+    assert doc["rows"][0]["rank"] in (slowest, late) and doc["rows"][0]["either"] == 2
+    assert all(r["host"] is None for r in doc["rows"])  # batch rows carry no host
+    assert rows[0]["mean_step_time_ms"] == pytest.approx(mean[0] / 1000, rel=1e-12)
+
+
 def test_gate_json_and_junit(nightly, tmp_path, capsysbinary):
     store = _store(nightly, tmp_path)
     junit = tmp_path / "gate.xml"

@@ -38,6 +38,7 @@ CASES: dict[str, tuple[str, list]] = {
     "launches-mi300x-kernels": ("traceanalyzer.launches", ["launches", DEMO, "--view", "kernels", *W]),
     "launches-mi300x-series": ("traceanalyzer.launches", ["launches", DEMO, "--view", "queue-series", *W]),
     "critical-path-dlrm": ("traceanalyzer.critical_path", ["critical-path", DLRM, *Q]),
+    "stragglers-dlrm": ("traceanalyzer.stragglers", ["stragglers", DLRM, *W]),
     "critical-path-mi300x-rank": ("traceanalyzer.critical_path", ["critical-path", DEMO, "--rank", "0", *Q]),
     "memory-config": ("traceanalyzer.memory", ["memory", "-c", EX / "megatron-readme-70b.toml"]),
     "memory-trace": ("traceanalyzer.memory", ["memory", DEMO]),
@@ -95,6 +96,9 @@ def test_view_json_validates(case, documents):
             by_step[(s["step"], s["rank"] if doc["summary"][0]["rank"] is not None else None)] = by_step.get(
                 (s["step"], s["rank"] if doc["summary"][0]["rank"] is not None else None), 0) + s["dur_ns"]
         assert {(r["step"], r["rank"]): r["path_ns"] for r in doc["summary"]} == by_step
+    if command == "stragglers":  # the replay gives back the measured steps; rank 7 made the others wait
+        assert all(abs(r["replayed_ms"] - r["measured_ms"]) <= 0.01 * r["measured_ms"] for r in doc["replay"])
+        assert doc["ranks"][0]["rank"] == 7 and doc["ranks"][0]["role"] == "made others wait"
     if command == "memory":
         assert (doc["predicted"] is None) == ("-c" not in args)
         if "timeline" in doc:  # column-wise: every column as long as the others
@@ -116,6 +120,7 @@ BREAK = {
     "annotations-mi300x-step": lambda d: d["rows"][0].pop("step"),  # --by step rows name their step
     "launches-dlrm-steps": lambda d: d.pop("steps"),
     "critical-path-dlrm": lambda d: d["segments"][0].__setitem__("start_ns", str(d["segments"][0]["start_ns"])),
+    "stragglers-dlrm": lambda d: d["costs"][0].__setitem__("phase", "late"),
     "memory-trace-config": lambda d: d["timeline"]["ts_ns"].__setitem__(0, 1.5),
     "whatif-config": lambda d: d["predicted"]["layout"].__setitem__("tp", "4"),
     "whatif-search": lambda d: d["layouts"][0].pop("tflops_per_gpu"),

@@ -8,6 +8,7 @@ import io
 import re
 import sys
 from collections import defaultdict
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -198,11 +199,19 @@ def test_report_buckets_equal_the_independent_count_on_every_real_trace(path, re
 # renderings against the JSON
 
 
+def _marks(page: str, plot_id: str) -> list[tuple[str, str]]:
+    """(data-key, hover text) of every rectangle with a title in the SVG plot ``plot_id``."""
+    m = re.search(rf'<svg class="plot" id="{plot_id}".*?</svg>', page, re.S)
+    assert m, plot_id
+    return [(k, unescape(t)) for k, t in re.findall(r'<rect data-key="([^"]*)"[^>]*><title>([^<]*)</title>', m.group(0))]
+
+
 class _Collect(HTMLParser):
     def __init__(self):
         super().__init__()
         self.cells: list[tuple[str, str]] = []
         self.imgs: list[str] = []
+        self.svgs: list[str] = []
         self.tags: list[tuple[str, dict]] = []
         self._path = None
         self._text = []
@@ -212,6 +221,8 @@ class _Collect(HTMLParser):
         self.tags.append((tag, a))
         if tag == "img":
             self.imgs.append(a.get("src", ""))
+        if tag == "svg":
+            self.svgs.append(a.get("id", ""))
         if a.get("data-path"):
             self._path, self._text = a["data-path"], []
 
@@ -276,15 +287,48 @@ def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
     assert doc["headline"]["sentence"] in html
     # kernel names are escaped, not interpreted as tags
     assert "<c10::" not in html
-    # images: partition, timeline, heatmap (no waterfall without a config), all embedded PNGs
-    assert len(p.imgs) == 3
-    for src in p.imgs:
-        assert src.startswith("data:image/png;base64,")
-        _check_png(base64.b64decode(src.split(",", 1)[1]))
+    # plots: partition, a timeline per rank the model holds, heatmap (no waterfall without a config), all inline SVG
+    timeline_ranks = [doc["timeline"]["rank"], *[t["rank"] for t in doc["more_timelines"]]]
+    assert p.imgs == []
+    steps = sorted({s["step"] for s in doc["steps"]})  # a partition view per step when there are several
+    per_step = [f"plot-partition-step-{s}" for s in steps] if len(steps) > 1 else []
+    assert len(steps) == (1 if path == DLRM else 3)
+    # and for a job of several ranks who waited on whom, one matrix per collective (two at most)
+    waits = [f"plot-waits-{m['collective']}-{m['group']}" for m in (doc.get("straggler_costs") or {}).get("wait_matrix", [])[:2]]
+    assert p.svgs == ["plot-partition", *per_step, *[f"plot-timeline-rank-{r}" for r in timeline_ranks], "plot-heatmap", *waits]
+    if n_ranks > 1:  # the straggler costs are shown, each number as the JSON has it (checked above)
+        assert waits and "straggler_costs.costs.0.cost_ms_per_step" in paths
+        # every cell of the first matrix says who waited on whom, as the JSON has it
+        m0 = doc["straggler_costs"]["wait_matrix"][0]
+        marks = _marks(html, waits[0])
+        assert len(marks) == sum(1 for row in m0["wait_ms"] for v in row if v) > 0  # a pair with no wait has no cell
+        for key, title in marks:
+            i, j = (m0["ranks"].index(int(x)) for x in key.split("-"))
+            got = re.fullmatch(r"rank \d+ waited (\S+) ms per step on rank \d+ in .*", title)
+            assert got, title
+            _assert_shown(m0["wait_ms"][i][j], got.group(1))
+    # every mark of the partition plot shows its number on hover, as the JSON has it
+    bars = _marks(html, "plot-partition")
+    assert len(bars) == n_ranks * len(BUCKETS)
+    for (key, title), (r, b) in zip(bars, [(r, b) for r in doc["ranks"] for b in BUCKETS], strict=True):
+        assert key == b
+        m = re.fullmatch(rf"rank {r['rank']} · [a-z ]+: (\S+) ms per step \((\S+)% of the step\)", title)
+        assert m, title
+        _assert_shown(r["buckets"][b]["ms"], m.group(1))
+        _assert_shown(r["buckets"][b]["pct"], m.group(2))
+    # a kernel name cut to fit shows its full name on hover, as the JSON has it
+    names = re.findall(r'<tr><td(?: title="([^"]*)")?><code>([^<]*)</code></td>', re.search(r'<table class="data" id="kernels".*?</table>', html, re.S).group(0))
+    assert [unescape(t or n) for t, n in names] == [k["name"] for k in doc["kernels"]["rows"]]
+    cut = [(unescape(t), unescape(n)) for t, n in names if t]
+    assert cut and all(n.endswith("…") and t.startswith(n[:-1]) and len(t) > len(n) for t, n in cut)
+    cells = _marks(html, "plot-heatmap")
+    assert len(cells) == n_ranks * len(BUCKETS) and all("% of the step" in t for _k, t in cells)
+    assert len(html.encode()) < (2_000_000 if path == DLRM else 400_000)
     for pat in EXTERNAL:
         assert not pat.search(html), pat.pattern
+    scripts = [a for tag, a in p.tags if tag == "script"]
+    assert scripts == [{}]  # one inline script, no src
     for tag, attrs in p.tags:
-        assert tag != "script"
         for k, v in attrs.items():
             if k in ("src", "href"):
                 assert (v or "").startswith(("data:", "#")), (tag, k, v[:60])
@@ -292,6 +336,25 @@ def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
     assert "traceanalyzer report" in html and doc["tool"]["version"] in html
     for f in doc["reproduce"]["inputs"]:
         assert f["sha256"] in html and str(f["size_bytes"]) in html
+
+
+def test_html_step_views_and_timelines_stay_within_their_budgets():
+    """A job of many ranks and steps (the DLRM ranks repeated): the step views stop at 16 steps
+    and 256 bars, the timelines at the model's 8 ranks, so the page stays small."""
+    import copy
+
+    base = _model(DLRM, ranks="summary")
+    for n_ranks, n_steps, views in ((128, 20, 2), (1, 40, 16), (1, 1, 0)):
+        m = copy.deepcopy(base)
+        m["ranks"] = [dict(copy.deepcopy(base["ranks"][k % 8]), rank=k) for k in range(n_ranks)]
+        m["steps"] = [dict(copy.deepcopy(base["steps"][k % 8]), rank=k, step=st) for k in range(n_ranks) for st in range(n_steps)]
+        page = html_render.render(m)
+        ids = re.findall(r'<svg class="plot" id="([^"]+)"', page)
+        assert [i for i in ids if i.startswith("plot-partition-step-")] == [f"plot-partition-step-{st}" for st in range(views)]
+        assert len([i for i in ids if i.startswith("plot-timeline")]) == 1 + len(base["more_timelines"]) == 8
+        if n_ranks == 128:
+            assert f"{n_steps - views} more steps in the JSON report." in page
+            assert len(page.encode()) < 1_000_000
 
 
 def _md_tables(text: str) -> dict[str, list[list[str]]]:
@@ -335,7 +398,7 @@ def test_markdown_numbers_equal_the_json_and_pngs_beside_it(tmp_path):
     head = tables["headline | value"]
     assert any(r[1] == f"{doc['headline']['step_ms']:.3f}" for r in head)
     refs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-    assert refs == ["r_partition.png", "r_timeline.png", "r_heatmap.png"]
+    assert refs == ["r_partition.png", "r_timeline.png", "r_heatmap.png", *(["r_waits.png"] if doc.get("straggler_costs") else [])]
     for ref in refs:
         _check_png((out.parent / ref).read_bytes())
 
@@ -380,12 +443,20 @@ def test_waterfall_from_the_reconciler_feeds_headline_plot_and_tables():
     images = plots.render_all(m)
     assert list(images) == ["partition", "timeline", "waterfall", "heatmap"]
     _check_png(images["waterfall"])
-    page = html_render.render(m, images)
+    page = html_render.render(m)
     p = _Collect()
     p.feed(page)
-    shown = dict(p.cells)
-    assert shown["headline.achieved_tflops"] == f"{direct['achieved_tflops']:.1f}"
-    assert len(p.imgs) == 4
+    cells = dict(p.cells)
+    assert cells["headline.achieved_tflops"] == f"{direct['achieved_tflops']:.1f}"
+    assert "plot-waterfall" in p.svgs
+    cols = _marks(page, "plot-waterfall")
+    shown = [t for t in wf["terms"] if round(t["tflops"], 1) != 0]  # terms that round to 0.0 have no column
+    assert 0 < len(shown) < len(wf["terms"])
+    assert [k for k, _t in cols] == ["peak", *[t["key"] for t in shown], "achieved"]
+    for (_k, title), t in zip(cols[1:-1], shown, strict=True):
+        assert title == f"{t['label']}: −{t['tflops']:.1f} TFLOP/s per GPU"
+    assert cols[0][1] == f"peak: {wf['peak_tflops']:.1f} TFLOP/s per GPU"
+    assert cols[-1][1] == f"achieved: {direct['achieved_tflops']:.1f} TFLOP/s per GPU"
 
 
 def test_normalize_waterfall_accepts_dataclasses_and_rejects_junk():
@@ -436,6 +507,37 @@ def test_chosen_rank_sets_the_timeline(tmp_path):
     assert len(m["timeline"]["steps"]) == 1
     total = sum(e - s for s, e in zip(m["timeline"]["runs"]["start_ms"], m["timeline"]["runs"]["end_ms"]))
     assert total == pytest.approx(m["ranks"][6]["step_ms"])
+
+
+def test_more_timelines_hold_the_other_ranks_fastest_then_slowest_and_sum_to_their_partition():
+    analysis = ta.analyze(ta.load(DLRM))
+    m = report_model.build(analysis, rank=6)
+    naive = _naive(analysis.steps.to_dicts())
+    mean = {r: n["duration"] / n["steps"] for r, n in naive.items()}
+    rest = [r for r in mean if r != 6]
+    fastest = min(rest, key=lambda r: (mean[r], r))
+    expected = [fastest, *sorted((r for r in rest if r != fastest), key=lambda r: (-mean[r], r))]
+    assert [t["rank"] for t in m["more_timelines"]] == expected  # all 8 ranks: the chosen one, then 7 more
+    assert fastest == 7 and expected[1] == 1  # rank 7 has the shortest step (12.509 ms), rank 1 the longest
+    for t in m["more_timelines"]:
+        runs = t["runs"]
+        for b in BUCKETS:
+            total = sum(e - s for s, e, k in zip(runs["start_ms"], runs["end_ms"], runs["bucket"]) if k == b)
+            assert total == pytest.approx(naive[t["rank"]][b] / 1e6, abs=1e-9)
+        assert [x["step"] for x in t["steps"]] == [10]
+
+
+def test_more_timelines_stop_at_the_run_budget(monkeypatch):
+    from traceanalyzer.report import timelines
+
+    analysis = ta.analyze(ta.load(DLRM))
+    full = report_model.build(analysis)
+    sizes = [len(full["timeline"]["runs"]["step"]), *[len(t["runs"]["step"]) for t in full["more_timelines"]]]
+    monkeypatch.setattr(timelines, "MAX_RUNS", sum(sizes[:3]))  # room for the chosen rank and two more
+    m = report_model.build(analysis)
+    assert [t["rank"] for t in m["more_timelines"]] == [t["rank"] for t in full["more_timelines"][:2]]
+    monkeypatch.setattr(timelines, "MAX_RANKS", 1)
+    assert report_model.build(analysis)["more_timelines"] == []
 
 
 def test_report_steps_carry_exact_integer_start_ns():

@@ -86,7 +86,7 @@ def test_recomputed_ops_and_collective_efficiency_by_hand(demo):
 
 def test_renderers_show_the_new_sections(demo, tmp_path):
     _an, m = demo
-    page = html.render(m, images={})
+    page = html.render(m)
     for h in ('id="kernels"', 'id="causes"', "Idle by cause", "Recomputed ops", 'id="collective-efficiency"'):
         assert h in page
     md = markdown.render(m, {})

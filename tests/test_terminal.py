@@ -84,6 +84,7 @@ TABLES = {
     "launches": lambda c: ["launches", DEMO],
     "launches --view queue": lambda c: ["launches", "--view", "queue", DLRM],
     "critical-path": lambda c: ["critical-path", DEMO],
+    "stragglers": lambda c: ["stragglers", DLRM],
     "annotations": lambda c: ["annotations", DEMO],
     "baseline": lambda c: ["baseline", BASELINES / "all_reduce_perf_h100_2node.txt", BASELINES / "all_gather_perf_mi250x_16rank_2023.txt"],
     "plan": lambda c: ["plan", "-c", BLOOM, "--tokens", "300B", "--mfu", "0.4"],

@@ -52,7 +52,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "breakdown": ("breakdown",), "report": ("report",), "kernels": ("kernels", "ops"), "reconcile": ("reconcile", "compare"),
     "predict": ("predict",), "whatif": ("whatif",), "memory": ("memory",), "annotate": ("annotate",), "batch": ("batch",),
     "trend": ("trend",), "gate": ("gate",), "baseline": ("baseline",), "plan": ("plan",), "launch_stats": ("launches",),
-    "user_annotations": ("annotations",), "critpath": ("critical-path",),
+    "user_annotations": ("annotations",), "critpath": ("critical-path",), "stragglers": ("stragglers",),
 }
 
 

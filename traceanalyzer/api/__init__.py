@@ -43,6 +43,7 @@ __all__ = [
     "kernels", "ops", "kernel_diff", "annotations", "launches", "queue_length", "critical_path", "reconcile", "memory", "whatif",
     "search_layouts", "predict", "plan", "annotate", "baseline", "batch", "trend", "gate",
 ]
+__all__ += ["straggler_view", "straggler_costs", "replay", "wait_matrix", "comm_bytes"]
 
 # ---------------------------------------------------------------------------------------------
 # loading and classifying
@@ -633,7 +634,8 @@ def report(
             URIs) or ``"json"``; default: from the suffix of ``output`` (``.md`` Markdown,
             ``.json`` JSON, anything else HTML).
         config: run configuration (TOML) for achieved TFLOP/s, MFU and the waterfall.
-        rank: the rank whose per-step timeline is shown (default: the slowest).
+        rank: the rank whose per-step timeline is shown first (default: the slowest); the model
+            holds up to 7 more ranks' timelines (``more_timelines``), the HTML a selector.
         top: rows in the top-kernel and top-collective tables.
         ranks: ``"auto"``: a summary of the ranks' distribution above 16 ranks, every rank up
             to that; ``"all"``: every rank; ``"summary"``: the summary whatever the count.
@@ -642,7 +644,7 @@ def report(
         The report model as a ``dict`` (the document ``traceanalyzer report -f json`` writes):
         ``headline``, ``ranks`` (one entry per rank), ``rank_summary`` (the rows of
         :func:`rank_summary` in ms, or ``None`` when every rank is listed), ``stragglers``,
-        ``steps``, ``timeline``, ``top_kernels``, ``top_exposed_collectives``, ``warnings``...;
+        ``steps``, ``timeline``, ``more_timelines``, ``top_kernels``, ``top_exposed_collectives``, ``warnings``...;
         times in ms (``*_ms``), shares in % (``*_pct``).
 
     Raises:
@@ -2040,16 +2042,15 @@ def write_report(model: dict[str, Any], output: Path | None, fmt: str, outputs: 
         with outputs.stream(output) as fh:
             fh.write(json_render.dumps(model))
         return
-    from traceanalyzer.render import plots
-
-    images = plots.render_all(model)
     assert output is not None
-    if fmt == "html":
+    if fmt == "html":  # plots as inline SVG: no matplotlib
         from traceanalyzer.render import html
 
-        outputs.write_text(output, html.render(model, images))
+        outputs.write_text(output, html.render(model))
         return
-    from traceanalyzer.render import markdown
+    from traceanalyzer.render import markdown, plots
+
+    images = plots.render_all(model)
 
     if embed:
         refs = {stem: markdown.data_uri(png) for stem, png in images.items()}
@@ -2381,3 +2382,6 @@ def _model_flops_and_peak(config: PathLike | Any, analysis: Analysis) -> tuple[f
     gpus = cfg.need(gpus, "[hardware] num_gpus", "the FLOPs per GPU (the trace does not give a world size either)")
     peak, _gpu, _where = _peak(cfg, analysis.trace, [])
     return step_flops(cfg).model / gpus, peak
+
+
+from traceanalyzer.api.crossrank import comm_bytes, replay, straggler_costs, straggler_view, wait_matrix  # noqa: E402

@@ -16,7 +16,7 @@ import polars as pl
 
 from traceanalyzer._version import __version__
 from traceanalyzer.batch.discover import RunSpec, fallback_date
-from traceanalyzer.batch.store import RANK_SCHEMA, RUN_SCHEMA, STEP_SCHEMA
+from traceanalyzer.batch.store import LOOP_RANK_FIELDS, PROFILER_STEP_FIELDS, RANK_SCHEMA, RUN_SCHEMA, STEP_SCHEMA
 from traceanalyzer.classify import FIELDS
 from traceanalyzer.engine import WorkerDied  # noqa: F401 - re-exported: a run's worker died
 from traceanalyzer.classify.steps import DEFAULT_STEP
@@ -91,13 +91,15 @@ def run_result(spec: RunSpec, step_range: str, analyse, input_key, t0: float) ->
         bases = trace.meta.get_column("base_time_ns").drop_nulls()
         base["date"] = dt.date.fromisoformat(spec.date or fallback_date(int(bases.min()) if bases.len() else None, spec.files))
         ident = [pl.lit(spec.run_id).alias("run_id"), pl.lit(spec.job).alias("job")]
-        step_rows = steps.select(*ident, pl.all()).cast(STEP_SCHEMA).select(list(STEP_SCHEMA))
+        absent = [pl.lit(None, dtype=pl.Float64).alias(f) for f in PROFILER_STEP_FIELDS if f not in steps.columns]
+        step_rows = steps.select(*ident, pl.all(), *absent).cast(STEP_SCHEMA).select(list(STEP_SCHEMA))
         meta = trace.meta.select("rank", "file", "device_name")
         rank_rows = (
             analysis.totals()
             .select("rank", "steps", *[f"{f}_ns" for f in FIELDS])
             .join(meta, on="rank", how="left")
-            .with_columns(*ident, (pl.col("duration_ns") / pl.col("steps") / 1000).alias("step_time_us"))
+            .with_columns(*ident, (pl.col("duration_ns") / pl.col("steps") / 1000).alias("step_time_us"),
+                          *[pl.lit(None, dtype=t).alias(c) for c, t in LOOP_RANK_FIELDS.items()])
             .cast(RANK_SCHEMA)
             .select(list(RANK_SCHEMA))
         )

@@ -91,6 +91,19 @@ RANK_SCHEMA: dict[str, pl.DataType] = {
     "step_time_us": pl.Float64,  # duration_ns / steps / 1000
 }
 
+#: what the training-loop handler (traceanalyzer.integrations) adds to a rank's row: its host,
+#: the profiler's step count when the trace was written, the findings' top losses, the profiler's
+#: own cost where the breakdown estimates it, and whether the trace file was kept
+LOOP_RANK_FIELDS: dict[str, pl.DataType] = {
+    "host": pl.String,
+    "profiler_step": pl.Int64,
+    "top_losses": pl.List(pl.Struct({"loss": pl.String, "label": pl.String, "ms_per_step": pl.Float64, "share_of_step": pl.Float64})),
+    "profiler_overhead_us": pl.Float64,  # medians over the rank's steps (breakdown -f json's *_median_us)
+    "unprofiled_estimate_us": pl.Float64,
+    "trace_kept": pl.Boolean,
+}
+RANK_SCHEMA.update(LOOP_RANK_FIELDS)
+
 STEP_SCHEMA: dict[str, pl.DataType] = {
     "run_id": pl.String,
     "job": pl.String,
@@ -105,7 +118,10 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
     "start_us": pl.Float64,
     **{f"{f}_us": pl.Float64 for f in FIELDS},
     **{f"{f}_us": pl.Float64 for f in [*IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS]},
+    **{f: pl.Float64 for f in ("profiler_host_us", "profiler_overhead_us", "unprofiled_estimate_us")},
 }
+#: the profiler's own cost per step, as `breakdown -f json` gives it (null where it has no estimate)
+PROFILER_STEP_FIELDS = ("profiler_host_us", "profiler_overhead_us", "unprofiled_estimate_us")
 
 SCHEMAS = {"runs": RUN_SCHEMA, "ranks": RANK_SCHEMA, "steps": STEP_SCHEMA}
 # ranks and steps files carry their write id too (a column written with the rows), so any reader

@@ -33,6 +33,8 @@ class Analysis:
     collectives: pl.DataFrame | None = None  # one row per communication kernel (classify.comm.collectives); its text columns (name, coll_type, pg_name, pg_desc, pg_ranks, dim) are pl.Categorical
     comm: pl.DataFrame | None = None  # rank, step, by (type/group/dim), key, count, bytes, time/wait/transfer/exposed/overlapped ns
     cross_rank: pl.DataFrame | None = None  # per step over ranks: slowest rank, skew, straggler bucket
+    replay_points: pl.DataFrame | None = None  # per rank: step starts/ends and collective arrivals with their anchor and lead (classify.replaypoints.rank_points)
+    replay: pl.DataFrame | None = None  # rank, step, measured_ms, replayed_ms: the cross-rank replay of the measured job (classify.replay.replay_table); None when no rank waits on another
     outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns: GPU busy time in no step
     kernel_rows: pl.DataFrame | None = None  # per rank and kernel: calls, total_ns (classify.kernels.kernel_rows)
     exposed_kernels: pl.DataFrame | None = None  # comm kernels with exposed time (classify.kernels.exposed_rows)
@@ -40,6 +42,7 @@ class Analysis:
     op_stats: pl.DataFrame | None = None  # per rank, step, host op and shapes (classify.opstats.op_stat_rows)
     extras: dict[str, pl.DataFrame] = field(default_factory=dict)  # optional tables asked for (engine.rank.TABLES)
     options: Any = None  # the options it was made with (step range, patterns, optional tables): a verb that needs another table builds it with these
+    _cross_rank_view: Any = field(default=None, init=False, repr=False, compare=False)  # straggler_view's, computed on first use
 
     def __repr__(self) -> str:
         """A few lines: ranks, steps, events, mean step time and its partition (never the frames)."""
@@ -55,6 +58,20 @@ class Analysis:
         return (f"{head}, {self.trace.events.height:,} events, span {(hi - lo) / 1e6:.3f} ms\n"
                 f"  mean step {total / st.height / 1e6:.3f} ms: {parts}"
                 f"{f'; {len(self.warnings)} warnings' if self.warnings else ''}>")
+
+    def straggler_view(self) -> dict[str, Any]:
+        """What each straggler costs the job (:func:`traceanalyzer.classify.stragglercost.job_view`
+        at the default tolerance): ``costs`` (one row per rank, phase and collective, most costly
+        first: its first row is the top straggler), ``ranks`` (made others wait / waited),
+        ``replay``, ``wait_matrix``, ``total_cost_ms_per_step``, ``warnings``. Computed on first
+        use (a replay per rank and phase), then kept; a copy made by ``dataclasses.replace``
+        (a selection) computes its own."""
+        if self._cross_rank_view is None:
+            from traceanalyzer.classify.stragglercost import job_view
+            from traceanalyzer.classify.stragglers import DEFAULT_TOLERANCE
+
+            self._cross_rank_view = job_view(self, DEFAULT_TOLERANCE)
+        return self._cross_rank_view
 
     def _fields(self) -> list[str]:
         return [f for f in [*FIELDS, *IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in self.steps.columns]

@@ -43,6 +43,9 @@ import polars as pl
 from traceanalyzer.queries import query_engine
 from traceanalyzer.schema import GPU_WORK_KINDS
 
+#: the profiler's cost columns of the steps (classify.profiler_cost) a step table carries
+PROFILER_COLUMNS = ["profiler_host_ns", "profiler_overhead_ns", "unprofiled_estimate_ns"]
+
 #: the default share of a step the GPU must wait on the host for the step to be launch-bound
 LAUNCH_BOUND_SHARE = 0.10
 #: runtime calls that launch a whole CUDA / HIP graph
@@ -129,7 +132,8 @@ def step_table(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, s
         _q("gpu_ns", 0.5, "gpu_work_p50_ns"),
         graph.any().alias("cuda_graphs"),
     ).join(lat, on=["rank", "step"], how="left")
-    base = steps.select("rank", "step", "duration_ns", "idle_ns", "idle_host_bound_ns").join(
+    prof = [c for c in PROFILER_COLUMNS if c in steps.columns]
+    base = steps.select("rank", "step", "duration_ns", "idle_ns", "idle_host_bound_ns", *prof).join(
         host_time(events, windows), on=["rank", "step"], how="left").with_columns(pl.col("host_ns").fill_null(0))
     return (
         base.join(counts, on=["rank", "step"], how="left")
@@ -145,6 +149,7 @@ def step_table(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, s
             "launch_latency_mean_ns", "launch_latency_p50_ns", "launch_latency_p99_ns", "launch_latency_max_ns",
             "launch_delay_p50_ns", "launch_cpu_p50_ns", "launch_cpu_ns", "gpu_work_p50_ns",
             "duration_ns", "idle_ns", "idle_host_bound_ns", "host_ns", "host_ns_per_kernel", "gpu_ns_per_kernel", "cuda_graphs",
+            *prof,
         )
         .sort("rank", "step")
     )
@@ -173,14 +178,33 @@ def host_time(events: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
 
 def with_launch_bound(table: pl.DataFrame, threshold: float = LAUNCH_BOUND_SHARE) -> pl.DataFrame:
     """:func:`step_table` with ``host_bound_share`` (``idle_host_bound_ns / duration_ns``) and
-    ``launch_bound`` (see the module docstring; ``threshold``: the share, 0 to 1)."""
+    ``launch_bound`` (see the module docstring; ``threshold``: the share, 0 to 1).
+
+    ``cpu_bound`` is the rule applied to the step without the profiler where the trace gives an
+    unprofiled estimate (:mod:`.profiler_cost`): ``gpu_wait_share_unprofiled`` = host-bound idle
+    less what the profiler added to the step, over the unprofiled estimate;
+    ``host_ns_per_kernel_unprofiled`` = host time less the profiler's own, per launched item.
+    ``cpu_bound_profiled`` is the rule on the trace's own numbers."""
     share = pl.when(pl.col("duration_ns") > 0).then(pl.col("idle_host_bound_ns") / pl.col("duration_ns")).otherwise(0.0)
-    return table.with_columns(share.alias("host_bound_share"), share.alias("gpu_wait_share")).with_columns(
+    out = table.with_columns(share.alias("host_bound_share"), share.alias("gpu_wait_share")).with_columns(
         ((pl.col("host_bound_share") >= threshold)
          & (pl.col("gpu_work_p50_ns") <= pl.col("launch_cpu_p50_ns")).fill_null(False)).alias("launch_bound"),
         ((pl.col("gpu_wait_share") >= threshold)
          & (pl.col("host_ns_per_kernel") > pl.col("gpu_ns_per_kernel")).fill_null(False)).alias("cpu_bound")
         if {"host_ns_per_kernel", "gpu_ns_per_kernel"} <= set(table.columns) else pl.lit(None, pl.Boolean).alias("cpu_bound"),
+    )
+    if not {"unprofiled_estimate_ns", "host_ns_per_kernel"} <= set(out.columns):
+        return out
+    est = pl.col("unprofiled_estimate_ns")
+    wait = (pl.col("idle_host_bound_ns") - pl.col("profiler_overhead_ns")).clip(lower_bound=0)
+    return out.rename({"cpu_bound": "cpu_bound_profiled"}).with_columns(
+        pl.when(est > 0).then(wait / est).alias("gpu_wait_share_unprofiled"),
+        pl.when(pl.col("launched") > 0).then((pl.col("host_ns") - pl.col("profiler_host_ns")).clip(lower_bound=0) // pl.col("launched"))
+        .alias("host_ns_per_kernel_unprofiled"),
+    ).with_columns(
+        pl.when(est.is_null()).then(pl.col("cpu_bound_profiled")).otherwise(
+            (pl.col("gpu_wait_share_unprofiled") >= threshold)
+            & (pl.col("host_ns_per_kernel_unprofiled") > pl.col("gpu_ns_per_kernel")).fill_null(False)).alias("cpu_bound"),
     )
 
 
@@ -194,7 +218,8 @@ def verdict(steps: pl.DataFrame) -> pl.DataFrame:
                                     "host_ns_per_kernel": pl.Int64, "gpu_ns_per_kernel": pl.Int64, "cuda_graphs": pl.Boolean,
                                     "cpu_bound": pl.Boolean})
     launched = pl.col("launched").sum()
-    return (
+    rule = lambda wait, host: ((pl.col(wait) >= LAUNCH_BOUND_SHARE) & (pl.col(host) > pl.col("gpu_ns_per_kernel")).fill_null(False))  # noqa: E731
+    out = (
         steps.group_by("rank")
         .agg(
             pl.len().alias("steps"),
@@ -203,11 +228,26 @@ def verdict(steps: pl.DataFrame) -> pl.DataFrame:
             pl.when(launched > 0).then(pl.col("host_ns").sum() // launched).alias("host_ns_per_kernel"),
             pl.when(launched > 0).then((pl.col("duration_ns") - pl.col("idle_ns")).sum() // launched).alias("gpu_ns_per_kernel"),
             pl.col("cuda_graphs").any(),
+            *([
+                (pl.col("idle_host_bound_ns") - pl.col("profiler_overhead_ns")).clip(lower_bound=0).sum().alias("__wait"),
+                pl.col("unprofiled_estimate_ns").sum().alias("__est"),
+                pl.col("unprofiled_estimate_ns").is_null().any().alias("__none"),
+                pl.when(launched > 0).then((pl.col("host_ns") - pl.col("profiler_host_ns")).clip(lower_bound=0).sum() // launched)
+                .alias("host_ns_per_kernel_unprofiled"),
+            ] if "unprofiled_estimate_ns" in steps.columns else []),
         )
-        .with_columns(((pl.col("gpu_wait_share") >= LAUNCH_BOUND_SHARE)
-                       & (pl.col("host_ns_per_kernel") > pl.col("gpu_ns_per_kernel")).fill_null(False)).alias("cpu_bound"))
+        .with_columns(rule("gpu_wait_share", "host_ns_per_kernel").alias("cpu_bound"))
         .sort("rank")
     )
+    if "__est" not in out.columns:
+        return out
+    return out.with_columns(
+        pl.when(~pl.col("__none") & (pl.col("__est") > 0)).then(pl.col("__wait") / pl.col("__est")).alias("gpu_wait_share_unprofiled"),
+    ).with_columns(
+        pl.col("cpu_bound").alias("cpu_bound_profiled"),
+        pl.when(pl.col("gpu_wait_share_unprofiled").is_null()).then(pl.col("cpu_bound"))
+        .otherwise(rule("gpu_wait_share_unprofiled", "host_ns_per_kernel_unprofiled")).alias("cpu_bound"),
+    ).drop("__wait", "__est", "__none")
 
 
 

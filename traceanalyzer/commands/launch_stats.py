@@ -34,6 +34,7 @@ _TABLE_COLUMNS = {
     "kernels": ["rank", "step", "stream", "name", "launch_name", "launch_latency_ns", "launch_delay_ns", "cpu_ns", "gpu_ns"],
 }
 _LABELS = {
+    "host_per_item_unprofiled_ns": "host per item",
     "launch_latency_p50_ns": "latency p50", "launch_latency_p99_ns": "latency p99", "launch_delay_p50_ns": "delay p50",
     "launch_cpu_p50_ns": "launch call p50", "gpu_work_p50_ns": "item p50", "idle_host_bound_ns": "GPU waits host",
     "host_bound_share": "waits %", "launch_bound": "launch-bound", "launch_latency_ns": "latency", "launch_delay_ns": "delay",
@@ -83,7 +84,8 @@ def launches(
         titles = {
             "steps": f"Launches per rank and step (launch-bound: GPU waiting on launches >= {100 * threshold:g}% of the step "
                      "and median item <= median launch call; CPU-bound: GPU waiting >= "
-                     f"{100 * threshold:g}% and host time per launched item (dispatch + launch) > GPU time per item)",
+                     f"{100 * threshold:g}% and host time per launched item (dispatch + launch) > GPU time per item; both without the "
+                     "profiler's own host work where the trace gives an estimate, the verdict as recorded in the JSON: cpu_bound_profiled)",
             "queue": "Launch queue per stream (queued: launched, not started; outstanding: not finished; means weighted by time)",
             "kernels": "Launched GPU items (latency: launch call start -> GPU start)",
             "queue_series": "Queue length over time (each value holds until the next row)",
@@ -93,8 +95,14 @@ def launches(
             for key, df in shown.items():
                 if key in _TABLE_COLUMNS:
                     # per-item times end in _ns_per_kernel in the JSON; shown in ms like the rest
-                    df = df.select(_TABLE_COLUMNS[key]).rename(
-                        {c: c.replace("_ns_per_kernel", "_per_item_ns") for c in _TABLE_COLUMNS[key] if c.endswith("_ns_per_kernel")})
+                    cols = list(_TABLE_COLUMNS[key])
+                    if key == "steps" and "host_ns_per_kernel_unprofiled" in df.columns:
+                        # the verdict is the rule on the step without the profiler: its host time per item shown
+                        # (the verdict as recorded is in the JSON and CSV: cpu_bound_profiled)
+                        cols[cols.index("host_ns_per_kernel")] = "host_ns_per_kernel_unprofiled"
+                    df = df.select(cols).rename(
+                        {c: "host_per_item_unprofiled_ns" if c == "host_ns_per_kernel_unprofiled" else c.replace("_ns_per_kernel", "_per_item_ns")
+                         for c in cols if "_ns_per_kernel" in c})
                 frames.print_table(df, titles[key], console, limit=top, labels=_LABELS)
             for n in notes:
                 if n["note"]:

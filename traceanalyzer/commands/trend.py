@@ -19,6 +19,11 @@ from traceanalyzer.render.frames import write_frame
 Metric = choices("Metric", METRICS)
 
 
+class TrendBy(str, Enum):
+    job = "job"
+    rank = "rank"
+
+
 class TrendFormat(str, Enum):
     table = "table"
     json = "json"
@@ -33,8 +38,12 @@ def trend(
     format: Annotated[TrendFormat, format_opt("table; json or csv: one row per run (date, job, run_id, value, change).")] = TrendFormat.table,
     output: Annotated[Optional[Path], output_opt("A .png name with the table format writes the plot, as --plot.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help="Also write a PNG plot of the metric over time to this file.", show_default=False)] = None,
+    by: Annotated[TrendBy, typer.Option("--by", help="job: the metric per run; rank: per rank and host, how often it was the slowest rank or the late arriver in the last --last runs.")] = TrendBy.job,
+    last: Annotated[int, typer.Option("--last", metavar="M", min=1, help="With --by rank: score each job's last M runs (of two ranks or more).")] = 10,
 ) -> None:
-    """Show a metric over time per job (table, JSON or CSV; a PNG plot with --plot)."""
+    """Show a metric over time per job (table, JSON or CSV; a PNG plot with --plot); --by rank: which ranks keep being slow."""
+    if by is TrendBy.rank:
+        return _by_rank(store, job, last, format, output, plot)
     metric_name = getattr(metric, "value", metric)
     if output is not None and plot is None and format is TrendFormat.table and output.suffix.lower() == ".png":
         plot, output = output, None  # `-o trend.png`: the plot, as before --plot existed
@@ -66,3 +75,30 @@ def trend(
 
 def register(app: typer.Typer) -> None:
     app.command()(trend)
+
+
+def _by_rank(store: Path, job: str | None, last: int, format: TrendFormat, output: Path | None, plot: Path | None) -> None:
+    from traceanalyzer.api.loop import rank_trend
+
+    if plot is not None:
+        from traceanalyzer.errors import ConfigError
+
+        raise ConfigError("--plot draws a metric over time: it does not go with --by rank")
+    outputs = Outputs([store])
+    if output is not None:
+        outputs.check(output)
+    frame = rank_trend(store, last=last, job=job)
+    if format is TrendFormat.table:
+        table = Table(title=f"ranks in each job's last {last} runs: slowest (longest mean step) or late arriver "
+                      "(least exposed communication: the others waited for it)", title_justify="left")
+        for col in ("job", "rank", "host", "runs", "slowest", "late arriver", "either", "mean step ms"):
+            table.add_column(col, justify="left" if col in ("job", "host") else "right")
+        for r in frame.iter_rows(named=True):  # one row per rank
+            table.add_row(r["job"], str(r["rank"]), r["host"] or "", f"{r['runs']}/{r['out_of']}", str(r["slowest"]),
+                          str(r["late_arriver"]), str(r["either"]), f"{r['mean_step_time_ms']:.3f}")
+        with outputs.stream(output, "w") as fh:
+            out_console(None if output is None else fh, 160).print(table)
+    else:
+        with outputs.stream(output) as fh:
+            write_frame(frame, format.value, fh, schema="traceanalyzer.rank_trend",
+                        extra={"schema_version": 1, "last": last, "job": job})

@@ -10,6 +10,9 @@ Only what needs all ranks at once happens here, on compact tables:
 * wait vs transfer of every collective kernel (instances matched across the ranks of a group,
   :func:`traceanalyzer.classify.comm.match_instances`), the per-type/group/dimension summary;
 * the cross-rank view (slowest rank, skew, straggler bucket, the rank the others waited on);
+* the cross-rank replay of the measured job (:mod:`traceanalyzer.classify.replay`), from each
+  rank's points (a few per collective kernel and step), when its ranks wait on each other in at
+  least one matched collective;
 * the job's warnings, in the order a single process gives them.
 """
 
@@ -193,6 +196,15 @@ def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: s
         ["rank", "gpu_ns", "count", "name"], descending=[False, True, True, False]
     )
     gpu = _concat([r.gpu for r in gpu_ranks])
+    points = _concat([r.points for r in gpu_ranks])
+    replayed = None
+    if points is not None and points.height and coll.height and coll.get_column("last_arrival_ns").is_not_null().any():
+        # ranks that wait on each other: the replay of the measured job. It reads only the points
+        # and the kernels' narrow columns (one row per collective kernel and per step boundary):
+        # the coordinator's memory does not grow with the events. (NumPy, loaded here only.)
+        from traceanalyzer.classify import replay
+
+        replayed = replay.replay_table(steps, points, replay.replay_graph(points, replay.job_kernels(coll)))
     return Analysis(
         trace=trace,
         steps=steps,
@@ -204,6 +216,8 @@ def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: s
         collectives=coll,
         comm=comm.summary(coll, expo),
         cross_rank=crossrank.cross_rank(steps, IDLE_FIELDS, coll),
+        replay_points=points,
+        replay=replayed,
         kernel_rows=_concat([r.kernel_rows for r in gpu_ranks]),
         exposed_kernels=_concat([r.exposed_kernels for r in gpu_ranks]),
         kernel_stats=_concat([r.kernel_stats for r in gpu_ranks]),

@@ -22,7 +22,7 @@ from typing import Callable
 
 import polars as pl
 
-from traceanalyzer.classify import COMM_DIM_FIELDS, HOST_FIELDS, IDLE_FIELDS, comm, idle, recompute
+from traceanalyzer.classify import COMM_DIM_FIELDS, HOST_FIELDS, IDLE_FIELDS, comm, idle, profiler_cost, recompute, replaypoints
 from traceanalyzer.classify.invariants import check_event_span, check_windows
 from traceanalyzer.classify.labels import label_gpu
 from traceanalyzer.classify.partition import FIELDS, check_causes, partition
@@ -38,6 +38,12 @@ STEP_COLUMNS = [
     "overlapped_comm_ns", "start_us", *[f"{f}_us" for f in FIELDS],
     *[f"{f}_ns" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]], *[f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]],
     *[f"{f}_ns" for f in HOST_FIELDS], *[f"{f}_us" for f in HOST_FIELDS],
+]
+#: the profiler's cost and the host-bound gains per step (classify.profiler_cost), after STEP_COLUMNS
+PROFILER_COLUMNS = [
+    "profiler_host_ns", "profiler_overhead_ns", "unprofiled_estimate_ns",
+    "profiler_host_us", "profiler_overhead_us", "unprofiled_estimate_us",
+    *[f"gain_{g}_ns" for g in profiler_cost.GAINS], "profiler_options", "profiler_note",
 ]
 
 
@@ -150,6 +156,7 @@ class RankResult:
     windows: pl.DataFrame | None = None
     instances: pl.DataFrame | None = None  # comm.collective_instances
     exposure: pl.DataFrame | None = None  # comm.exposure
+    points: pl.DataFrame | None = None  # replaypoints.rank_points: what the cross-rank replay needs of the rank
     recompute_ops: pl.DataFrame | None = None
     recomputed_by_name: pl.DataFrame | None = None
     outside_steps: pl.DataFrame | None = None  # rank, outside_ns, before_ns, after_ns (classify.steps.outside_steps)
@@ -161,13 +168,14 @@ class RankResult:
     events: pl.DataFrame | None = None  # only with "events"
     extras: dict[str, pl.DataFrame] = field(default_factory=dict)  # the tables of EXTRAS asked for, by name
     memory: pl.DataFrame | None = None  # with "memory": the allocator events, with rank
+    profiler_options: list[str] | None = None  # the profiler options its file's header lists (None: not read)
 
     def relabel(self, rank: int) -> None:
         """Give every frame the job's rank for this file."""
         if rank == self.rank:
             return
         old = self.rank
-        for name in ("step_starts", "steps", "windows", "instances", "exposure", "recompute_ops", "recomputed_by_name", "outside_steps", "gpu", "events",
+        for name in ("step_starts", "steps", "windows", "instances", "exposure", "points", "recompute_ops", "recomputed_by_name", "outside_steps", "gpu", "events",
                      "kernel_rows", "exposed_kernels", "kernel_stats", "op_stats", "memory"):
             df = getattr(self, name)
             if df is not None and "rank" in df.columns:
@@ -240,15 +248,17 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
         inst = comm.collective_instances(events, gpu, windows, meta, tree=tree)
         del tree
         expo = comm.exposure(gpu, inst, windows)
+        points = replaypoints.rank_points(gpu, windows, inst)
         idle_parts = idle.idle_split(events, gpu, windows, inst, launched)
         del launched
         steps = _with_causes(steps, idle_parts, expo)
         check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source, HOST_FIELDS)
+        steps = _with_profiler_cost(steps, events, windows, into)
     except TraceAnalyzerError as exc:
         into[0].deferred = exc
         return
     frames = {
-        "steps": steps, "windows": windows, "instances": inst, "exposure": expo, "recompute_ops": rc_ops,
+        "steps": steps, "windows": windows, "instances": inst, "exposure": expo, "points": points, "recompute_ops": rc_ops,
         "recomputed_by_name": recompute.ops_by_name(rc_ops, gpu), "outside_steps": outside,
     }
     if "gpu" in opts.tables:
@@ -296,6 +306,25 @@ def extra_table(name: str, events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.
 
     module, func = EXTRAS[name]
     return getattr(importlib.import_module(module), func)(events, gpu, windows, steps, source)
+
+
+def _with_profiler_cost(steps: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame, into: list[RankResult]) -> pl.DataFrame:
+    """The steps with the profiler's cost, the unprofiled estimate and the host-bound gains
+    (:mod:`traceanalyzer.classify.profiler_cost`): the options each file's header lists and
+    those its events show."""
+    from traceanalyzer.parsers.kineto_header import profiler_options
+
+    opts = {}
+    for r in into:
+        header = r.profiler_options if r.profiler_options is not None else (profiler_options(r.file) if r.file else [])
+        opts[r.rank] = header
+    seen = {}
+    for (rank,), ev in events.partition_by("rank", as_dict=True, maintain_order=True).items():
+        seen[rank] = sorted(set(opts.get(rank) or []) | set(profiler_cost.infer_options(ev)))
+    cost = profiler_cost.profiler_cost(events, windows, seen)
+    out = steps.join(cost, on=["rank", "step"], how="left").with_columns(
+        *[(pl.col(c) / 1000).alias(c.replace("_ns", "_us")) for c in ("profiler_host_ns", "profiler_overhead_ns", "unprofiled_estimate_ns")])
+    return out.select(*STEP_COLUMNS, *PROFILER_COLUMNS)
 
 
 def _with_causes(steps: pl.DataFrame, idle_parts: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
@@ -425,6 +454,9 @@ def _analyse_rank_file(task: RankTask, progress: ProgressFn | None) -> RankResul
     del df
     release_free_heap()
     meta_row = kineto.meta_frame([{**meta, "rank": res.rank}])
+    from traceanalyzer.parsers.kineto_header import profiler_options
+
+    res.profiler_options = profiler_options(path)
     if "memory" in task.opts.tables:
         from traceanalyzer.parsers.kineto_memory import read_memory_events
 

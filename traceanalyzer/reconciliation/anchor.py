@@ -111,6 +111,7 @@ def anchor_from_analysis(analysis: Any, cfg: RunConfig, *, convention: str | Non
     terms["other"] = b.pop("other", 0.0)
     for k, v in b.items():  # idle causes (or one "idle")
         terms[k if k.startswith("idle") else f"idle_{k}"] = v
+    notes.extend(_unprofiled(terms, steps, analysis, kernels))
     gemm = None
     events = getattr(analysis.trace, "events", None)
     if events is not None and events.height:
@@ -126,6 +127,38 @@ def anchor_from_analysis(analysis: Any, cfg: RunConfig, *, convention: str | Non
     shapes = f"; matmul FLOPs of its recorded shapes {gemm['ratio']:.2f}× the configuration's" if gemm else ""
     return Anchor(cfg, terms, "trace", f"measured: {src} ({ranks} rank(s), {n // max(ranks, 1)} step(s) each{shapes})", conv, peak,
                   tuple(notes), baseline, kernels)
+
+
+def _unprofiled(terms: dict[str, float], steps: pl.DataFrame, analysis: Any, kernels: dict[str, Any] | None) -> list[str]:
+    """Anchor on the step without the profiler: what the profiler added to the step (mean per
+    rank-step, :mod:`traceanalyzer.classify.profiler_cost`) taken out of the host-bound idle
+    (where the profiler's own host work shows), at most all of it. A note saying so.
+
+    A step the host paced as recorded keeps its host's pace, without the profiler's own work:
+    the host's dispatch and launch time per step (its recorded ops and runtime calls on the
+    launching threads, :func:`traceanalyzer.classify.launches.host_time`) less the profiler's
+    host time bounds the target's step from below (``kernels["host_launch_s"]``)."""
+    if "profiler_overhead_ns" not in steps.columns or steps["profiler_overhead_ns"].is_null().all():
+        return []
+    added = float(steps["profiler_overhead_ns"].fill_null(0).clip(lower_bound=0).sum()) / steps.height / 1e9
+    key = "idle_host_bound" if "idle_host_bound" in terms else ("idle" if "idle" in terms else None)
+    if key is None or added <= 0:
+        return []
+    from traceanalyzer.model.whatif import HOST_BOUND_SHARE
+
+    step_s = float(steps["duration_ns"].sum()) / steps.height / 1e9
+    events = getattr(analysis.trace, "events", None)
+    if kernels is not None and terms[key] > HOST_BOUND_SHARE * step_s and events is not None and events.height:
+        from traceanalyzer.classify.launches import host_time
+
+        host = host_time(events, analysis.windows).join(steps.select("rank", "step", "profiler_host_ns"), on=["rank", "step"], how="inner")
+        if host.height:
+            pace = float((host["host_ns"] - host["profiler_host_ns"].fill_null(0)).clip(lower_bound=0).mean()) / 1e9
+            kernels["host_launch_s"] = max(kernels.get("host_launch_s") or 0.0, pace)
+    cut = min(added, terms[key])
+    terms[key] -= cut
+    return [f"anchored on the unprofiled estimate: the profiler's own host work (~{1e3 * cut:.3f} ms per step) is taken out "
+            "of the host-bound idle"]
 
 
 # ------------------------------------------------------------------------------------ kernel families

@@ -6,7 +6,12 @@ dimension) and returns at most :data:`MAX_FINDINGS` losses, largest first. Each 
 in the trace (no finding without time in the partition: at least :data:`MIN_SHARE` of the mean
 step); its ``predicted_gain_ms`` comes from the what-if model (:func:`traceanalyzer.model.whatif`,
 the same code as ``traceanalyzer whatif``) when a run configuration is given and the model can
-price the change, else it is null and ``gain_note`` says why.
+price the change, else it is null and ``gain_note`` says why. Host-bound findings (host dispatch,
+the data loader, a host stall, a sync wait) are priced by the step replay instead
+(:mod:`traceanalyzer.classify.profiler_cost`: the step without the profiler replayed with that
+host time taken out), and read on the step without the profiler: the host-bound idle that sits
+in recorded ops shrinks by what the profiler added (``ms_per_step_in_trace`` keeps the measured
+value), and a finding of its own (``profiler``) says how much of the step the profiler is.
 
 Every finding is a dict: ``loss`` (key), ``label``, ``ms_per_step`` (mean over the rank-steps),
 ``share_of_step`` (0-1, of the mean step), ``cause``, ``remedy``, ``predicted_gain_ms``,
@@ -68,14 +73,66 @@ def _price(cfg, analysis, sets: list[str]) -> tuple[float | None, str | None, bo
 def _cpu_verdict(launches: pl.DataFrame | None) -> str | None:
     if launches is None or launches.height == 0 or "cpu_bound" not in launches.columns:
         return None
+    unprof = "host_ns_per_kernel_unprofiled" in launches.columns and launches["host_ns_per_kernel_unprofiled"].is_not_null().any()
     bound = launches.filter(pl.col("cpu_bound"))
     if bound.height == 0:
+        if unprof and "cpu_bound_profiled" in launches.columns and launches["cpu_bound_profiled"].any():
+            host = launches["host_ns_per_kernel_unprofiled"].median() / 1e3
+            gpu = launches["gpu_ns_per_kernel"].median() / 1e3
+            return (f"not CPU-bound without the profiler: {host:.1f} µs of host time per launched item (dispatch + launch) "
+                    f"against {gpu:.1f} µs of GPU time (CPU-bound as recorded, on {int(launches['cpu_bound_profiled'].sum())} "
+                    f"of {launches.height} rank-steps)")
         return None
-    host = bound["host_ns_per_kernel"].median() / 1e3
+    col = "host_ns_per_kernel_unprofiled" if unprof else "host_ns_per_kernel"
+    host = bound[col].median() / 1e3
     gpu = bound["gpu_ns_per_kernel"].median() / 1e3
     graphs = " (CUDA graphs in use)" if bool(launches["cuda_graphs"].any()) else ""
-    return (f"CPU-bound on {bound.height} of {launches.height} rank-steps: {host:.1f} µs of host time per launched item "
-            f"(dispatch + launch) against {gpu:.1f} µs of GPU time{graphs}")
+    return (f"CPU-bound on {bound.height} of {launches.height} rank-steps{' without the profiler' if unprof else ''}: "
+            f"{host:.1f} µs of host time per launched item (dispatch + launch) against {gpu:.1f} µs of GPU time{graphs}")
+
+
+#: host-bound findings -> the replay's gain column (classify.profiler_cost) and what it removed
+_REPLAY = {
+    "idle_host_untraced": ("gain_host_untraced_ns", "the host's stalls (100 µs or more outside every recorded op) removed"),
+    "idle_host_dataloader": ("gain_host_dataloader_ns", "the host's time in the data loader removed"),
+    "idle_host_ops": ("gain_host_ops_ns", "every recorded op's host time removed (an upper bound: CUDA graphs or "
+                                          "torch.compile still leave a launch per graph or per fused kernel)"),
+    "idle_sync": ("gain_sync_ns", "the host's synchronisations not waited for"),
+}
+_NOT_PRICED = {
+    "idle_host_optimizer": "how much host time a fused or foreach optimizer saves is not in the trace: the replay cannot price it",
+    "idle_host_bound": "the trace does not split host-bound idle by what the host did: the replay cannot price one cause",
+}
+#: host-bound idle the profiler's own work sits in (recorded ops), shrunk by what it added
+_DILATED = ("idle_host_ops", "idle_host_optimizer", "idle_host_dataloader", "idle_host_bound")
+
+
+def _profiler_share(st: pl.DataFrame) -> dict[str, float] | None:
+    """Mean per step of the measured step, what the profiler added and the unprofiled estimate
+    (ms), over the rank-steps that have an estimate; None without any."""
+    if "unprofiled_estimate_ns" not in st.columns:
+        return None
+    est = st.filter(pl.col("unprofiled_estimate_ns").is_not_null())
+    if est.height == 0:
+        return None
+    return {"step_ms": est["duration_ns"].mean() / 1e6, "added_ms": est["profiler_overhead_ns"].mean() / 1e6,
+            "host_ms": est["profiler_host_ns"].mean() / 1e6, "unprofiled_ms": est["unprofiled_estimate_ns"].mean() / 1e6,
+            "rank_steps": est.height}
+
+
+def _replay_gain(st: pl.DataFrame, loss: str) -> tuple[float | None, str | None]:
+    """(gain ms per step, note) of removing a host-bound loss, from the replay, or (None, why)."""
+    if loss in _NOT_PRICED:
+        return None, _NOT_PRICED[loss]
+    col, what = _REPLAY[loss]
+    if col not in st.columns or st[col].is_null().all():
+        why = st["profiler_note"].drop_nulls().first() if "profiler_note" in st.columns else None
+        return None, f"the replay cannot price it: {why or 'the trace has no host -> GPU dependencies to replay'}"
+    got = st.filter(pl.col(col).is_not_null())
+    gain = got[col].mean() / 1e6
+    base = got["unprofiled_estimate_ns"].mean() / 1e6
+    return gain, (f"replay of the step without the profiler, with {what}: {base:.3f} -> {base - gain:.3f} ms per step"
+                  + (f" (the {st.height - got.height} rank-steps without a replay left out)" if got.height < st.height else ""))
 
 
 def run_config(path):
@@ -147,9 +204,22 @@ def findings(analysis, cfg=None, launches: pl.DataFrame | None = None, top: int 
         add("exposed_comm", "exposed communication", ms("exposed_comm_ns"), "collectives the schedule did not hide under compute",
             "overlap communication with compute (the framework's overlap flags)")
     verdict = _cpu_verdict(launches)
-    if profiled:
+    share = _profiler_share(st)
+    if profiled and share is None:
         verdict = (f"{verdict}; " if verdict else "") + (
             f"recorded with {', '.join(profiled)}: the profiler's own host work inflates host time")
+    elif share is not None and share["added_ms"] > 0:
+        verdict = (f"{verdict}; " if verdict else "") + (
+            f"the profiler added ~{share['added_ms']:.2f} ms of the {share['step_ms']:.2f} ms step")
+    if share is not None and share["added_ms"] >= MIN_SHARE * step_ms:
+        opts = ", ".join(profiled) if profiled else "its default options"
+        add("profiler", "the profiler's own host work", share["added_ms"],
+            f"the profiler added ~{share['added_ms']:.2f} ms of {share['step_ms']:.2f} ms per step; unprofiled estimate "
+            f"{share['unprofiled_ms']:.2f} ms (recorded with {opts}: {share['host_ms']:.2f} ms of host work per step for the profiler's "
+            "own recording, on the thread that launches the GPU's work)",
+            "not a loss of the run itself: read the findings, the CPU-bound verdict and MFU on the unprofiled estimate; "
+            "record fewer options (record_shapes, profile_memory, with_stack) or fewer steps to shrink it",
+            note="not a cost of the unprofiled run: nothing to gain there")
     host_parts = {"dataloader": ms("idle_host_dataloader_ns"), "optimizer": ms("idle_host_optimizer_ns"),
                   "ops": ms("idle_host_ops_ns"), "untraced": ms("idle_host_untraced_ns")}
     if "idle_host_untraced_ns" not in st.columns:
@@ -182,12 +252,16 @@ def findings(analysis, cfg=None, launches: pl.DataFrame | None = None, top: int 
         "avoid host-device copies and memsets in the loop: pinned memory, non_blocking copies, fewer allocations",
         note="the what-if model does not price memory copies")
 
+    if share is not None:
+        _unprofile(cands, share)
     kept = sorted((c for c in cands if c["ms_per_step"] > 0 and c["ms_per_step"] >= MIN_SHARE * step_ms),
                   key=lambda c: -c["ms_per_step"])[:top]
     out = []
     for c in kept:
         gain, note, change = None, c["_note"], None
         sets = c["_sets"]
+        if c["loss"] in _REPLAY or c["loss"] in _NOT_PRICED:
+            gain, note = _replay_gain(st, c["loss"])
         if sets is not None:
             if cfg is None:
                 note = _NO_CONFIG
@@ -219,13 +293,34 @@ def findings(analysis, cfg=None, launches: pl.DataFrame | None = None, top: int 
                     want = f"vp={max(cfg.parallel.vp, 1) * 2}"
                     gain, note, _ = _price(cfg, analysis, [want])
                     change = want if gain is not None else None
-        out.append({
+        item = {
             "loss": c["loss"], "label": c["label"], "ms_per_step": round(c["ms_per_step"], 6),
-            "share_of_step": round(c["ms_per_step"] / step_ms, 6), "cause": c["cause"], "remedy": c["remedy"],
+            "share_of_step": round(c["ms_per_step"] / c.get("_of", step_ms), 6), "cause": c["cause"], "remedy": c["remedy"],
             "predicted_gain_ms": None if gain is None else round(gain, 6), "change": change,
             "gain_note": note,
-        })
+        }
+        if "_in_trace" in c:
+            item["ms_per_step_in_trace"] = round(c["_in_trace"], 6)
+        out.append(item)
     return out
+
+
+def _unprofile(cands: list[dict[str, Any]], share: dict[str, float]) -> None:
+    """The host-bound findings on the step without the profiler: the host-bound idle that sits
+    in recorded ops (dispatch, optimizer, data loader) shrunk, in proportion, by what the
+    profiler added to the step; their share of the unprofiled step. The measured value stays
+    beside it (``_in_trace``)."""
+    inside = [c for c in cands if c["loss"] in _DILATED and c["ms_per_step"] > 0]
+    total = sum(c["ms_per_step"] for c in inside)
+    keep = max(total - share["added_ms"], 0.0) / total if total > 0 else 1.0
+    for c in cands:
+        if c["loss"] in _DILATED or c["loss"] in _REPLAY:
+            c["_in_trace"] = c["ms_per_step"]
+            c["_of"] = share["unprofiled_ms"]
+            if c["loss"] in _DILATED:
+                c["ms_per_step"] = c["ms_per_step"] * keep
+                c["cause"] += (f" ({c['_in_trace']:.2f} ms per step in the trace, ~{c['ms_per_step']:.2f} ms without the "
+                               "profiler's own host work)")
 
 
 def profiler_notes(analysis: Any, steps: pl.DataFrame) -> list[dict]:

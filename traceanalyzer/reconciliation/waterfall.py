@@ -67,6 +67,19 @@ def recompute_contradiction(cfg: RunConfig, recompute_ns: int, total_ns: int) ->
     return []
 
 
+def _unprofiled(steps, F: Fraction, H: Fraction, P: Fraction, n: int) -> dict[str, float] | None:
+    """Step time, TFLOP/s, MFU and HFU on the unprofiled estimate of every step
+    (:mod:`traceanalyzer.classify.profiler_cost`); None when a step has no estimate."""
+    if "unprofiled_estimate_ns" not in steps.columns or steps["unprofiled_estimate_ns"].is_null().any():
+        return None
+    T = int(steps["unprofiled_estimate_ns"].sum())
+    if T <= 0:
+        return None
+    achieved = F * n / (T * 1000)
+    return {"step_time_s": T / n / 1e9, "achieved_tflops": float(achieved), "mfu": float(achieved / P),
+            "hfu": float(H * n / (T * 1000) / P)}
+
+
 def _ms(ns: int | float, n: int) -> float:
     return ns / n / 1e6
 
@@ -140,6 +153,14 @@ def waterfall(analysis: Analysis, cfg: RunConfig, *, convention: str | None = No
     if gemm and not gemm["ok"]:
         warnings.append(gemm["verdict"])
     compute_s = buckets["compute"] / n / 1e9
+    from traceanalyzer.reconciliation.commbytes import comm_bytes
+
+    bytes_table, bytes_warnings = comm_bytes(analysis, cfg)
+    warnings.extend(bytes_warnings)
+    unprof = _unprofiled(steps, F, H, P, n)
+    if unprof is not None and abs(unprof["mfu"] / float(achieved / P) - 1) > 0.05:
+        warnings.append(f"the profiler's own host work lengthens the step: MFU {100 * float(achieved / P):.1f} % as measured in the trace, "
+                        f"{100 * unprof['mfu']:.1f} % on the unprofiled estimate ({1e3 * unprof['step_time_s']:.3g} ms a step)")
     return {
         "trace": ", ".join(str(s) for s in analysis.trace.sources[:2]) or "trace",
         "config": cfg.name or cfg.source,
@@ -162,6 +183,7 @@ def waterfall(analysis: Analysis, cfg: RunConfig, *, convention: str | None = No
         # model FLOPs over the measured compute time: what the compute kernels achieved
         "compute_tflops": float(F * n / (buckets["compute"] * 1000)) if buckets["compute"] else None,
         "compute_s": compute_s,
+        "unprofiled": unprof,
         "terms": terms,
         "sum_tflops": float(sum(exact.values())),
         "exact": exact,
@@ -169,6 +191,7 @@ def waterfall(analysis: Analysis, cfg: RunConfig, *, convention: str | None = No
         "trace_flops": trace_flops(analysis.trace, step_name),
         "reported_step_time_s": rep.step_time_s,
         "logged_convention": logged,
+        "comm_bytes": bytes_table.to_dicts(),  # bytes per dimension, measured beside predicted (reconciliation.commbytes)
         "warnings": list(dict.fromkeys(warnings)),
     }
 

@@ -23,6 +23,9 @@ STEP_FIELDS = ["step", "start_ns", "start_us", *[f"{f}_us" for f in FIELDS]]
 CAUSE_FIELDS = [f"{f}_us" for f in [*IDLE_FIELDS, *COMM_DIM_FIELDS]]
 #: host-bound idle by cause, in exact ns (summing to ``idle_host_bound_ns``) and µs
 HOST_CAUSE_FIELDS = ["idle_host_bound_ns", *[f"{f}_ns" for f in HOST_FIELDS], *[f"{f}_us" for f in HOST_FIELDS]]
+#: the profiler's own cost per step and the step's unprofiled estimate (null, with the rank's
+#: ``profiler_note``, where the trace cannot give them)
+PROFILER_FIELDS = ["profiler_host_us", "profiler_overhead_us", "unprofiled_estimate_us"]
 
 
 def _us(v):
@@ -94,13 +97,36 @@ def _cross_rank(analysis: Analysis) -> list[dict]:
     return out
 
 
+def _profiler(analysis: Analysis) -> dict[int, dict]:
+    """Per rank: the medians over its steps of the profiler's cost and of the unprofiled
+    estimate, the options the trace was recorded with and why there is no estimate (if none)."""
+    st = analysis.steps
+    if "unprofiled_estimate_us" not in st.columns:
+        return {}
+    out = {}
+    for r in st.group_by("rank").agg(
+        pl.col("profiler_host_us").median(), pl.col("profiler_overhead_us").median(), pl.col("unprofiled_estimate_us").median(),
+        pl.col("profiler_options").drop_nulls().first(), pl.col("profiler_note").drop_nulls().first(),
+    ).iter_rows(named=True):
+        out[r["rank"]] = {
+            "profiler_host_median_us": r["profiler_host_us"],
+            "profiler_overhead_median_us": r["profiler_overhead_us"],
+            "unprofiled_estimate_median_us": r["unprofiled_estimate_us"],
+            "profiler_options": [o for o in (r["profiler_options"] or "").split(",") if o],
+            "profiler_note": r["profiler_note"],
+        }
+    return out
+
+
 def document(analysis: Analysis, findings: list[dict] | None = None) -> dict:
     """The breakdown document; ``findings``: :func:`traceanalyzer.reconciliation.findings.findings`
     of the same analysis, computed by the caller (a renderer computes nothing); none when not given."""
     findings = findings or []
     meta = {r["rank"]: r for r in analysis.trace.meta.iter_rows(named=True)}
     cause_fields = [f for f in [*CAUSE_FIELDS, *HOST_CAUSE_FIELDS] if f in analysis.steps.columns]
-    steps = analysis.steps.select("rank", *STEP_FIELDS, *cause_fields).partition_by("rank", as_dict=True, maintain_order=True)
+    prof_fields = [f for f in PROFILER_FIELDS if f in analysis.steps.columns]
+    steps = analysis.steps.select("rank", *STEP_FIELDS, *cause_fields, *prof_fields).partition_by("rank", as_dict=True, maintain_order=True)
+    profiler = _profiler(analysis)
     totals = {r["rank"]: r for r in analysis.totals().iter_rows(named=True)}
     outside = {} if analysis.outside_steps is None else {r: ns for r, ns, _, _ in analysis.outside_steps.iter_rows()}
     ranks = []
@@ -118,6 +144,7 @@ def document(analysis: Analysis, findings: list[dict] | None = None) -> dict:
                 "collectives": _collectives(analysis, rank),
                 "outside_steps_ns": outside.get(rank, 0),
                 "outside_steps_us": outside.get(rank, 0) / 1000,
+                **profiler.get(rank, {}),
             }
         )
     return {

@@ -12,6 +12,7 @@ from typing import Any
 
 from traceanalyzer.render import plots
 from traceanalyzer.render.sections import findings_table, host_bound_table, host_verdict_table, rank_summary_table, stragglers_table
+from traceanalyzer.render.sections import straggler_costs_table
 from traceanalyzer.render.sections import (
     Cell,
     Table,
@@ -112,6 +113,10 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
     strag = stragglers_table(model)
     if strag is not None:
         out += ["### Stragglers", ""] + _table(strag)
+    costs = straggler_costs_table(model)
+    if costs is not None:
+        out += ["### What each straggler costs, and who waited on whom", ""] + _table(costs)
+        img("waits", "who waited on whom")
     out += ["### Top kernels", ""] + _table(kernel_section_table(model) or kernels_table(model))
     for title, t in (("Idle by cause", idle_causes_table(model)), ("Host-bound idle by what the host was doing", host_bound_table(model)),
                      ("Host and launches", host_verdict_table(model)),

@@ -143,6 +143,41 @@ def heatmap(model: dict[str, Any]) -> bytes:
     return _png(fig)
 
 
+def wait_matrix(model: dict[str, Any]) -> bytes | None:
+    """Who waited on whom: one rank x rank heatmap per collective (the two with the most wait),
+    ms per step; None without a matrix."""
+    sc = model.get("straggler_costs") or {}
+    mats = (sc.get("wait_matrix") or [])[:2]
+    if not mats:
+        return None
+    n = len(mats[0]["ranks"])
+    side = min(2.2 + 0.32 * n, 9.0)
+    fig = _fig(side * len(mats) + 1.2, side)
+    axes = fig.subplots(1, len(mats), squeeze=False)[0]
+    top = max((max(row) for m in mats for row in m["wait_ms"]), default=1.0) or 1.0
+    for ax, m in zip(axes, mats):
+        _style(ax)
+        im = ax.imshow(m["wait_ms"], cmap=HEATMAP_CMAP, vmin=0, vmax=top, aspect="equal", interpolation="nearest")
+        ticks = [str(r) for r in m["ranks"]] if n <= 32 else [""] * n
+        ax.set_xticks(range(n), ticks)
+        ax.set_yticks(range(n), ticks)
+        ax.set_xlabel("waited on rank (the last arrival)")
+        ax.set_ylabel("rank that waited")
+        ax.tick_params(length=0)
+        for sp in ax.spines.values():
+            sp.set_visible(False)
+        if n <= 12:
+            for i, row in enumerate(m["wait_ms"]):
+                for j, v in enumerate(row):
+                    if v:
+                        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7.5, color="white" if v < 0.55 * top else "#111111")
+        ax.set_title(f"{m['collective'].replace('_', '-')} ({m['group']}): wait, ms/step", loc="left", fontsize=10)
+    cb = fig.colorbar(im, ax=list(axes), fraction=0.04, pad=0.02)
+    cb.ax.tick_params(labelsize=8, colors=TEXT)
+    cb.outline.set_visible(False)
+    return _png(fig)
+
+
 def _term_style(key: str) -> tuple[str, str | None]:
     """A waterfall term's colour: its bucket's (``exposed_comm_tp`` is exposed comm), orange for
     kernel efficiency, else hatched light grey (never a bucket's colour)."""
@@ -194,6 +229,7 @@ PLOTS = [
     ("timeline", "Per-step timeline", timeline),
     ("waterfall", "Waterfall", waterfall),
     ("heatmap", "Cross-rank heatmap", heatmap),
+    ("waits", "Who waited on whom", wait_matrix),
 ]
 
 

@@ -226,6 +226,18 @@ def waterfall_sections(wf: dict[str, Any], all_rows: bool = True) -> list[Sectio
                   ["attention FLOPs / step", sci(tf["attention_per_step"])],
                   ["executed FLOPs / step", sci(tf["executed_per_step"])]]
         out.append(t)
+    cb = [r for r in wf.get("comm_bytes") or [] if r["measured_bytes"] is not None or r["predicted_bytes"] is not None]
+    if cb:
+        s = Section("Bytes per dimension: measured (kernels with a size, bus bytes) beside the model, per rank and step",
+                    ["dim", "measured MB", "kernels (sized)", "predicted MB", "measured / predicted", ""],
+                    notes=["! : more than 20 % apart (a wrong layout in the configuration, or a collective the model does not expect)"]
+                    if any(r["warning"] for r in cb) else [])
+        for r in cb:
+            s.rows.append([r["dim"], "" if r["measured_bytes"] is None else num(r["measured_bytes"] / 1e6, 3),
+                           f"{num(r['kernels'], 1)} ({num(r['sized'], 1)})",
+                           "" if r["predicted_bytes"] is None else num(r["predicted_bytes"] / 1e6, 3),
+                           "" if r["ratio"] is None else f"{r['ratio']:.2f}x", "!" if r["warning"] else ""])
+        out.append(s)
     return out
 
 

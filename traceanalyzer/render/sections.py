@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceanalyzer.render.plots import BUCKET_ORDER, LABELS
+from traceanalyzer.buckets import BUCKET_LABELS as LABELS
+from traceanalyzer.buckets import BUCKETS as BUCKET_ORDER
 
 MS = "{:.3f}"
 PCT = "{:.1f}"
@@ -106,18 +107,32 @@ def ranks_table(model: dict[str, Any], limit: int | None = None) -> Table:
     return t
 
 
-def timeline_table(model: dict[str, Any], limit: int | None = None) -> Table:
-    tl = model["timeline"]
+def timeline_table(model: dict[str, Any], limit: int | None = None, tl: dict[str, Any] | None = None) -> Table:
+    """Per step of the timeline's rank (``tl``: one of ``more_timelines``; default ``timeline``)."""
+    tl = model["timeline"] if tl is None else tl
     rank = tl["rank"]
     idx = [i for i, s in enumerate(model["steps"]) if s["rank"] == rank]
     headers = ["step", "step ms", *[f"{LABELS[b]} ms" for b in BUCKET_ORDER]]
-    t = Table("timeline-steps", f"Rank {rank}, per step", headers)
+    tid = "timeline-steps" if tl is model["timeline"] else f"timeline-steps-rank-{rank}"
+    t = Table(tid, f"Rank {rank}, per step", headers)
     shown = idx if limit is None else idx[:limit]
     for i in shown:
         p = f"steps.{i}"
         t.rows.append([num(model, f"{p}.step", "{}"), num(model, f"{p}.duration_ms", MS), *[num(model, f"{p}.{b}_ms", MS) for b in BUCKET_ORDER]])
     if len(shown) < len(idx):
         t.note = f"{len(idx) - len(shown)} more steps in the HTML and JSON reports."
+    return t
+
+
+def step_ranks_table(model: dict[str, Any], step: int) -> Table:
+    """Every rank's partition of one step (the rows of ``steps`` with that step)."""
+    headers = ["rank", "step ms", *[f"{LABELS[b]} ms" for b in BUCKET_ORDER], "overlapped comm ms"]
+    t = Table(f"step-{step}-ranks", f"Step {step}, per rank", headers)
+    for i, s in enumerate(model["steps"]):
+        if s["step"] == step:
+            p = f"steps.{i}"
+            t.rows.append([num(model, f"{p}.rank", "{}"), num(model, f"{p}.duration_ms", MS), *[num(model, f"{p}.{b}_ms", MS) for b in BUCKET_ORDER],
+                           num(model, f"{p}.overlapped_comm_ms", MS)])
     return t
 
 
@@ -195,14 +210,21 @@ def host_verdict_table(model: dict[str, Any]) -> Table | None:
         return None
     t = Table("host-verdict", "Host and launches: is the step CPU-bound?",
               ["rank", "CPU-bound", "steps CPU-bound", "GPU waits on host %", "host µs per item", "GPU µs per item", "CUDA graphs"])
+    unprof = any(r.get("gpu_wait_share_unprofiled") is not None for r in rows)
     for r in rows:
+        # without the profiler where the trace gives an estimate (the verdict is the rule on those)
+        wait = r["gpu_wait_share"] if r.get("gpu_wait_share_unprofiled") is None else r["gpu_wait_share_unprofiled"]
+        host = r["host_ns_per_kernel"] if r.get("gpu_wait_share_unprofiled") is None else r.get("host_ns_per_kernel_unprofiled")
         t.rows.append([Cell(str(r["rank"])), Cell("yes" if r["cpu_bound"] else "no"), Cell(f"{r['cpu_bound_steps']} of {r['steps']}"),
-                       Cell(PCT.format(100 * r["gpu_wait_share"])),  # shown scaled: no data-path (it names the JSON number as shown)
-                       Cell("" if r["host_ns_per_kernel"] is None else US.format(r["host_ns_per_kernel"] / 1000)),
+                       Cell(PCT.format(100 * wait)),  # shown scaled: no data-path (it names the JSON number as shown)
+                       Cell("" if host is None else US.format(host / 1000)),
                        Cell("" if r["gpu_ns_per_kernel"] is None else US.format(r["gpu_ns_per_kernel"] / 1000)),
                        Cell("yes" if r["cuda_graphs"] else "no")])
     t.note = ("CPU-bound: the GPU waits on the host for at least 10 % of the step and the host's time per launched item "
-              "(dispatch + launch, synchronisations excluded) exceeds the GPU's.")
+              "(dispatch + launch, synchronisations excluded) exceeds the GPU's."
+              + (" Both without the profiler's own host work (the unprofiled estimate); as recorded: "
+                 + "; ".join(f"rank {r['rank']} {'CPU-bound' if r.get('cpu_bound_profiled') else 'not CPU-bound'}, GPU waits "
+                             f"{100 * r['gpu_wait_share']:.1f} %" for r in rows[:4]) + "." if unprof else ""))
     return t
 
 
@@ -352,4 +374,24 @@ def stragglers_table(model: dict[str, Any]) -> Table | None:
               f"excess: its time above the median, summed over its slow steps; slow in: the bucket whose time exceeds its own median "
               f"by the most, on the most of those steps. {s['steps_compared']} step(s) compared"
               + (f"; {more} more slow rank(s) in the JSON report." if more > 0 else "."))
+    return t
+
+
+def straggler_costs_table(model: dict[str, Any]) -> Table | None:
+    """What each straggler costs the job, phase by phase (the cross-rank replay), or None."""
+    sc = model.get("straggler_costs")
+    if not sc or not sc["costs"]:
+        return None
+    t = Table("straggler-costs", "What each straggler costs the job: step time saved had the rank run that phase like the median rank",
+              ["rank", "phase", "before / of", "costs ms/step", "made others wait ms/step", "waited ms/step"])
+    for i, r in enumerate(sc["costs"]):
+        p = f"straggler_costs.costs.{i}"
+        t.rows.append([num(model, f"{p}.rank", "{}"), Cell(r["phase"].replace("_", " ")), Cell(r["collective"] or "step end"),
+                       num(model, f"{p}.cost_ms_per_step", MS), num(model, f"{p}.made_wait_ms_per_step", MS),
+                       num(model, f"{p}.waited_ms_per_step", MS)])
+    made = ", ".join(str(r["rank"]) for r in sc["made_wait"]) or "none"
+    err = sc["replay_max_error_pct"]
+    t.note = (f"Made the others wait (arrived last more than it waited): rank {made}. Every rank made typical at once saves "
+              f"{sc['total_cost_ms_per_step']:.3f} ms per step. The replay of the measured job is within "
+              f"{0 if err is None else err:.3f} % of every rank's step.")
     return t

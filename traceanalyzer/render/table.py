@@ -197,9 +197,17 @@ def verdict_table(rows: list[dict[str, Any]] | None) -> Table | None:
         t.add_column(col, justify="right")
     for r in rows:
         us = lambda x: "-" if x is None else f"{x / 1000:.1f}"  # noqa: E731
+        # without the profiler where the trace gives an estimate (the verdict is the rule on those)
+        wait = r["gpu_wait_share"] if r.get("gpu_wait_share_unprofiled") is None else r["gpu_wait_share_unprofiled"]
+        host = r["host_ns_per_kernel"] if r.get("gpu_wait_share_unprofiled") is None else r.get("host_ns_per_kernel_unprofiled")
         t.add_row(str(r["rank"]), "yes" if r["cpu_bound"] else "no", f"{r['cpu_bound_steps']} of {r['steps']}",
-                  f"{100 * r['gpu_wait_share']:.1f}%", us(r["host_ns_per_kernel"]), us(r["gpu_ns_per_kernel"]),
+                  f"{100 * wait:.1f}%", us(host), us(r["gpu_ns_per_kernel"]),
                   "yes" if r["cuda_graphs"] else "no")
+    if any(r.get("gpu_wait_share_unprofiled") is not None for r in rows):
+        t.caption = ("without the profiler's own host work (the unprofiled estimate); as recorded: "
+                     + ", ".join(f"rank {r['rank']} {'CPU-bound' if r.get('cpu_bound_profiled') else 'not CPU-bound'}, "
+                                 f"GPU waits {100 * r['gpu_wait_share']:.1f}%, host {us(r['host_ns_per_kernel'])} µs/item" for r in rows[:4]))
+        t.caption_justify = "left"
     return t
 
 

@@ -30,8 +30,10 @@ from traceanalyzer.classify.partition import segment_frame
 from traceanalyzer.classify.rankspread import rank_spread, summarise_ranks
 from traceanalyzer.classify.stragglers import DEFAULT_TOLERANCE
 from traceanalyzer.classify.stragglers import stragglers as stragglers_by_rank
+from traceanalyzer.report.crossrank import straggler_costs
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
 from traceanalyzer.queries import query_engine
+from traceanalyzer.report import timelines
 
 SCHEMA_VERSION = 1
 SCHEMA_NAME = "traceanalyzer.report"
@@ -167,8 +169,9 @@ def build(
         "ranks": ranks,
         "rank_summary": _rank_summary(steps, top) if summarise_ranks(len(ranks), ranks_mode) else None,
         "stragglers": _stragglers(steps, top),
+        "straggler_costs": straggler_costs(analysis, top),
         "steps": _steps(steps),
-        "timeline": _timeline(analysis, seg, rank),
+        **_timelines(analysis, seg, ranks, rank),
         "waterfall": wf,
         "top_kernels": _top_kernels(analysis, totals, top),
         "top_exposed_collectives": _top_exposed(analysis, seg, totals, top),
@@ -205,7 +208,23 @@ def _job(analysis: Analysis, step_range: str) -> dict[str, Any]:
     }
 
 
+#: the steps' profiler cost columns the report carries (classify.profiler_cost)
+_PROFILER = ["profiler_host_us", "profiler_overhead_us", "unprofiled_estimate_us"]
+
+
+def _profiler_medians(steps: pl.DataFrame) -> dict[int, dict[str, Any]]:
+    """Per rank: the medians over its steps of the profiler's cost and of the unprofiled
+    estimate, and why there is none (``profiler_note``)."""
+    if "unprofiled_estimate_us" not in steps.columns:
+        return {}
+    agg = steps.group_by("rank").agg(*[pl.col(f).median() for f in _PROFILER], pl.col("profiler_note").drop_nulls().first())
+    return {r["rank"]: {"profiler_host_median_us": r["profiler_host_us"], "profiler_overhead_median_us": r["profiler_overhead_us"],
+                        "unprofiled_estimate_median_us": r["unprofiled_estimate_us"], "profiler_note": r["profiler_note"]}
+            for r in agg.iter_rows(named=True)}
+
+
 def _ranks(analysis: Analysis, totals: pl.DataFrame) -> list[dict[str, Any]]:
+    prof = _profiler_medians(analysis.steps)
     meta = analysis.trace.meta.select("rank", "device_name")
     fields = [*BUCKETS, "overlapped_comm"]
     t = totals.join(meta, on="rank", how="left").with_columns(
@@ -227,6 +246,7 @@ def _ranks(analysis: Analysis, totals: pl.DataFrame) -> list[dict[str, Any]]:
                 "total_ms": r["duration_ns"] / _MS,
                 "buckets": {b: {"ms": r[f"{b}_ms"], "pct": r[f"{b}_pct"]} for b in BUCKETS},
                 "overlapped_comm": {"ms": r["overlapped_comm_ms"], "pct": r["overlapped_comm_pct"]},
+                **prof.get(r["rank"], {}),
             }
         )
     return out
@@ -270,6 +290,8 @@ def _headline(totals: pl.DataFrame, ranks: list[dict], slowest: int, wf: dict | 
         "mfu_pct": None,
         "hfu_pct": None,
         "peak_tflops": None,
+        "achieved_tflops_unprofiled": None,
+        "mfu_unprofiled_pct": None,
         "sentence": sentence,
     }
     if wf:
@@ -277,10 +299,16 @@ def _headline(totals: pl.DataFrame, ranks: list[dict], slowest: int, wf: dict | 
             head[k] = wf.get(k)
         for k in ("mfu", "hfu"):  # the same number as a percentage, as every renderer shows it
             head[f"{k}_pct"] = None if wf.get(k) is None else 100 * wf[k]
+        un = wf.get("unprofiled") or {}
+        head["achieved_tflops_unprofiled"] = un.get("achieved_tflops")
+        head["mfu_unprofiled_pct"] = None if un.get("mfu") is None else 100 * un["mfu"]
         if wf.get("achieved_tflops") is not None:
             extra = f" Achieved {wf['achieved_tflops']:.1f} TFLOP/s per GPU"
             if wf.get("mfu") is not None:
                 extra += f", MFU {100 * wf['mfu']:.1f}%"
+            if un.get("achieved_tflops") is not None and wf.get("mfu") and abs(un["mfu"] / wf["mfu"] - 1) > 0.05:
+                extra += (f" as measured in the trace; {un['achieved_tflops']:.1f} TFLOP/s, MFU {100 * un['mfu']:.1f}% "
+                          "on the unprofiled estimate")
             head["sentence"] += extra + "."
     return head
 
@@ -353,29 +381,20 @@ def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:
             *[(pl.col(f"{c}_ns") / _MS).alias(f"{c}_ms") for c in cols],
             # host-bound idle by what the host did: exact ns (the four sum to idle_host_bound_ns) and µs
             *[pl.col(f"{f}_ns") for f in host], *[(pl.col(f"{f}_ns") / 1000).alias(f"{f}_us") for f in host],
+            # the profiler's own cost and the step without it (null where the trace cannot give them)
+            *[pl.col(f) for f in _PROFILER if f in steps.columns],
         )
         .to_dicts()
     )
 
 
-def _timeline(analysis: Analysis, seg: pl.DataFrame, rank: int) -> dict[str, Any]:
-    """The chosen rank's bucket runs, times in ms from the start of their step."""
-    runs = bucket_runs(analysis, seg.filter(pl.col("rank") == rank))
-    win = analysis.windows.filter(pl.col("rank") == rank).sort("wstart_ns")
-    runs = runs.join(win.select("step", "wstart_ns"), on="step", how="left").sort("start_ns")
-    return {
-        "rank": rank,
-        "steps": [
-            {"step": s, "start_ns": w0, "start_us": w0 / 1000, "duration_ms": (w1 - w0) / _MS}
-            for s, w0, w1 in win.select("step", "wstart_ns", "wend_ns").iter_rows()  # one row per step
-        ],
-        "runs": {
-            "step": runs.get_column("step").to_list(),
-            "start_ms": ((runs.get_column("start_ns") - runs.get_column("wstart_ns")) / _MS).to_list(),
-            "end_ms": ((runs.get_column("end_ns") - runs.get_column("wstart_ns")) / _MS).to_list(),
-            "bucket": runs.get_column("bucket").to_list(),
-        },
-    }
+def _timelines(analysis: Analysis, seg: pl.DataFrame, ranks: list[dict[str, Any]], rank: int) -> dict[str, Any]:
+    """``timeline`` (the chosen rank) and ``more_timelines`` (:mod:`traceanalyzer.report.timelines`)."""
+    others = timelines.other_ranks(ranks, rank)
+    runs = bucket_runs(analysis, seg.filter(pl.col("rank").is_in([rank, *others])))
+    first = timelines.timeline(runs, analysis.windows, rank)
+    more = timelines.more_timelines(runs, analysis.windows, others, len(first["runs"]["step"]))
+    return {"timeline": first, "more_timelines": more}
 
 
 def _top_kernels(analysis: Analysis, totals: pl.DataFrame, top: int) -> list[dict[str, Any]]:
@@ -587,7 +606,8 @@ def waterfall_section(analysis: Analysis, config: Path | None) -> tuple[dict[str
     wf = normalize_waterfall(result)
     if wf is None:
         return None, ["the reconciler returned no usable waterfall (need achieved_tflops and peak_tflops)"]
-    return wf, []
+    # the one-line warning when MFU on the unprofiled estimate differs from the measured by > 5 %
+    return wf, [w for w in result.get("warnings", []) if w.startswith("the profiler's own host work")]
 
 
 def normalize_waterfall(result: Any) -> dict[str, Any] | None:
@@ -623,6 +643,8 @@ def normalize_waterfall(result: Any) -> dict[str, Any] | None:
         "convention": src.get("convention"),
         "terms": terms,
         "residual_tflops": peak - achieved - sum(t["tflops"] for t in terms),
+        # TFLOP/s, MFU and HFU on the step without the profiler (null without an estimate)
+        "unprofiled": src.get("unprofiled") if isinstance(src.get("unprofiled"), dict) else None,
     }
 
 
