@@ -23,7 +23,11 @@ process that runs the batch writes the tables, under an exclusive ``flock`` on `
 (:meth:`Store.writer`); a second batch waits for the first.
 
 ``TRACEANALYZER_FAULT=store:<point>`` kills the process (SIGKILL) at that point of
-:meth:`Store.write_run` (see :data:`FAULT_POINTS`): the crash tests use it.
+:meth:`Store.write_run` (see :data:`FAULT_POINTS`); ``TRACEANALYZER_FAULT=store:step:<k>`` kills
+it just before the k-th I/O step the store takes (every mkdir, lock write, file write, fsync,
+rename and unlink, counted from 1 in the process), and ``TRACEANALYZER_FAULT_LOG=<file>`` appends
+one line per step to that file (number, step, path): the crash tests and
+``scripts/crash_store.py`` use them, as SQLite's crash tests do.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import hashlib
+import io
 import os
 import re
 import signal
@@ -145,8 +150,27 @@ def new_write_id() -> str:
     return "w" + uuid.uuid4().hex[:16]
 
 
+FAULT_LOG_ENV = "TRACEANALYZER_FAULT_LOG"
+_io_steps = [0]
+
+
 def _fault(point: str) -> None:
     if os.environ.get(FAULT_ENV) == f"store:{point}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _io(step: str, path: Path | str) -> None:
+    """One I/O step of writing the store, about to be taken (see the module's docstring)."""
+    fault = os.environ.get(FAULT_ENV)
+    log = os.environ.get(FAULT_LOG_ENV)
+    if not fault and not log:
+        return
+    _io_steps[0] += 1
+    k = _io_steps[0]
+    if log:
+        with open(log, "a") as fh:
+            fh.write(f"{k} {step} {path}\n")
+    if fault == f"store:step:{k}":
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -329,7 +353,9 @@ class Store:
             raise OutputError("cannot lock the store for writing: this platform has no POSIX file locks (fcntl); "
                               "run batch on Linux or macOS (trend and gate read a store anywhere)", self.root) from None
         try:
+            _io("mkdir", self.root)
             self.root.mkdir(parents=True, exist_ok=True)
+            _io("open-lock", self.root / LOCK)
             fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise InputNotFound(f"cannot write the store: {_first_line(exc)}", self.root) from exc
@@ -343,20 +369,42 @@ class Store:
                 if on_wait:
                     on_wait(f"{self.root}: another batch is writing this store ({holder}); waiting for it to finish")
                 fcntl.flock(fd, fcntl.LOCK_EX)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} since {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}\n".encode(), 0)
+            _io("write-lock", self.root / LOCK)
+            try:  # who holds the lock, for a batch that waits: a courtesy (a full disk must not stop the batch here)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()} since {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}\n".encode(), 0)
+            except OSError:
+                pass
             yield self
         finally:
             os.close(fd)  # releases the lock
 
     def _write_file(self, frame: pl.DataFrame, target: Path, point: str) -> None:
+        _io("mkdir", target.parent)
         target.parent.mkdir(parents=True, exist_ok=True)
-        replace_atomically(
-            target,
-            lambda tmp: frame.drop("date", strict=False).write_parquet(tmp, compression="zstd", statistics=True),
-            fsync=True,
-            before_replace=lambda: _fault(f"{point}-tmp"),
-        )
+
+        # serialised in memory, then written by Python: a full disk or a file-size limit is an
+        # OSError naming its cause (polars' own writer reports EFBIG as a thrift "transport error")
+        buf = io.BytesIO()
+        frame.drop("date", strict=False).write_parquet(buf, compression="zstd", statistics=True)
+        data = buf.getbuffer()
+
+        def write(tmp: Path) -> None:
+            _io("write", tmp)
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            _io("fsync", tmp)  # replace_atomically flushes the file next
+
+        def before_replace() -> None:
+            _fault(f"{point}-tmp")
+            _io("rename", target)
+
+        _io("create", target)
+        try:
+            replace_atomically(target, write, fsync=True, before_replace=before_replace)
+        except OSError as exc:
+            raise OutputError(f"cannot write the store: {exc.strerror or _first_line(exc)} (nothing of this run was "
+                              "committed; the next batch stores it again)", target) from None
         _fault(point)
 
     def write_run(self, run: pl.DataFrame, ranks: pl.DataFrame, steps: pl.DataFrame) -> None:
@@ -373,16 +421,19 @@ class Store:
         # unstored, to be stored again by the next batch; never twice)
         for old in (self.root / "runs").glob(f"date=*/{stem}.parquet"):
             if old.parent.name != f"date={date}":
+                _io("unlink", old)
                 old.unlink()
         _fault("uncommit")
         target = self.root / "runs" / f"date={date}" / f"{stem}.parquet"
         self._write_file(run.with_columns(pl.lit(wid, dtype=pl.String).alias("write_id")), target, "runs")
+        _io("fsync-dir", target.parent)
         _fsync_dir(target.parent)
         _fault("commit")
         self.damaged.pop(target, None)
         for table in ("ranks", "steps"):  # the previous version's files
             for old in (self.root / table).glob(f"date=*/{stem}*.parquet"):
                 if _owner(old) == stem and old.name != f"{stem}.{wid}.parquet":
+                    _io("unlink", old)
                     old.unlink(missing_ok=True)
                     _fault("cleanup")
 
@@ -403,6 +454,7 @@ class Store:
             if not base.is_dir():
                 continue
             for tmp in base.glob("date=*/.*.tmp"):
+                _io("unlink", tmp)
                 tmp.unlink(missing_ok=True)
                 removed.append(tmp)
             if table == "runs":
@@ -411,6 +463,7 @@ class Store:
                 m = _WRITE_ID.match(f.name)
                 stem, wid = (m.group("stem"), m.group("wid")) if m else (f.name[: -len(".parquet")], "")
                 if (date, stem, wid) not in keep and stem not in damaged:
+                    _io("unlink", f)
                     f.unlink(missing_ok=True)
                     removed.append(f)
         return removed

@@ -246,7 +246,15 @@ def decode_native(module, piece) -> tuple[pl.DataFrame, int, int] | None:
 
 
 def _raw_dims(raw) -> object:
-    return orjson.loads(memoryview(raw)) if len(raw) else None
+    """The value of an ``Input Dims`` / ``Input type`` span (valid JSON: the decoder skipped it).
+    orjson refuses some valid JSON (a number beyond a double's range, ``1e400``): Python's
+    decoder reads those (``inf``, written back as ``null``)."""
+    if not len(raw):
+        return None
+    try:
+        return orjson.loads(memoryview(raw))
+    except orjson.JSONDecodeError:
+        return json.loads(bytes(raw))
 
 
 def normal_ph() -> pl.Expr:
