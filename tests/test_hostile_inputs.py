@@ -273,7 +273,7 @@ def test_an_nsys_kernel_at_time_0_on_one_rank_is_dropped_and_the_rest_equals_the
     import shutil
     import sqlite3
 
-    from traceanalyzer.engine import breakdown
+    from traceanalyzer import breakdown
     from traceanalyzer.parsers.nsys import load_nsys
 
     from conftest import FIXTURES

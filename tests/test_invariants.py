@@ -40,7 +40,7 @@ def _assert_exit6(rc, out, err, named, what):
 
 
 def test_overlapping_step_windows_are_exit_6(monkeypatch, capsys):
-    from traceanalyzer.engine import rank as rank_worker  # where each rank's windows are made
+    from traceanalyzer.classify import pipeline as rank_worker  # where each rank's windows are made
 
     real = rank_worker.gpu_windows
 

@@ -465,7 +465,7 @@ def test_dispatcher_routes_nsys_exports():
 def test_breakdown_matches_sql_on_every_real_export(path):
     """Every bucket of every device against :func:`sql_breakdown` (plain SQL unions over the
     export's kernel / memcpy / memset tables, no package code), to the nanosecond."""
-    from traceanalyzer.engine import breakdown
+    from traceanalyzer import breakdown
 
     with sqlite3.connect(path) as db:
         devices = [r[0] for r in db.execute("SELECT DISTINCT deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY 1")]

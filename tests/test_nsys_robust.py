@@ -60,7 +60,7 @@ def rebuild(path: Path, table: str, keep: list[str]) -> list[str]:
 
 
 def buckets(path: Path) -> pl.DataFrame:
-    from traceanalyzer.engine import breakdown
+    from traceanalyzer import breakdown
 
     return breakdown(load_nsys(path)).select(BUCKETS).sort("rank", "step")
 

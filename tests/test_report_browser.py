@@ -186,10 +186,14 @@ def test_html_report_renders_in_headless_chromium(tmp_path, dlrm_report):
     result = _probe(tmp_path, page, PROBE_BODY)
     assert result["errors"] == []
     assert result["resources"] == []  # fetched nothing
-    assert [p["id"] for p in result["plots"]] == ["plot-partition", *[f"plot-timeline-rank-{r}" for r in timeline_ranks], "plot-heatmap"]
+    # one wait-matrix heatmap per collective and group of the model (who waited on whom)
+    waits = [f"plot-waits-{m['collective']}-{m['group']}" for m in doc["straggler_costs"]["wait_matrix"]]
+    assert len(waits) == 2
+    assert [p["id"] for p in result["plots"]] == ["plot-partition", *[f"plot-timeline-rank-{r}" for r in timeline_ranks], "plot-heatmap",
+                                                  *waits]
     shown = [p for p in result["plots"] if p["shown_h"] > 0]
     # the selector shows one rank's timeline at a time: the default (slowest) rank's
-    assert [p["id"] for p in shown] == ["plot-partition", f"plot-timeline-rank-{doc['headline']['slowest_rank']}", "plot-heatmap"]
+    assert [p["id"] for p in shown] == ["plot-partition", f"plot-timeline-rank-{doc['headline']['slowest_rank']}", "plot-heatmap", *waits]
     for p in shown:
         assert p["shown_w"] > 300 and p["shown_h"] > 100, p
 
@@ -274,7 +278,8 @@ def test_without_javascript_every_table_and_plot_is_there(tmp_path, dlrm_report)
     assert out["tables"] == tables  # every table laid out, none hidden
     assert out["rows"] == page.count("<tr>") - len(tables)  # every body row (one header row per table)
     timelines = [doc["timeline"], *doc["more_timelines"]]
-    assert out["plots"] == ["plot-partition", *[f"plot-timeline-rank-{t['rank']}" for t in timelines], "plot-heatmap"]
+    waits = [f"plot-waits-{m['collective']}-{m['group']}" for m in doc["straggler_costs"]["wait_matrix"]]
+    assert out["plots"] == ["plot-partition", *[f"plot-timeline-rank-{t['rank']}" for t in timelines], "plot-heatmap", *waits]
     assert [n.split(" (")[0] for n in out["names"]] == [f"rank {t['rank']}" for t in timelines]
     # and in a browser that refuses to run the page's script (a Content-Security-Policy of
     # script-src 'none': headless Chromium's own switch for it stops --dump-dom and --screenshot too)

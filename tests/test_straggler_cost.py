@@ -220,7 +220,8 @@ PREDICTED = 2 * 3 / 4 * 4 * PSI
 
 
 @pytest.mark.parametrize("nelems,ratio,warned", [(PSI, 1.0, False), (2 * PSI, 2.0, True)])
-def test_bytes_per_dimension_measured_beside_predicted(tmp_path, capsys, nelems, ratio, warned):
+def test_bytes_per_dimension_measured_beside_predicted(tmp_path, capsys, monkeypatch, nelems, ratio, warned):
+    monkeypatch.setenv("COLUMNS", "200")  # the table's cells on one line whatever the worker's terminal
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(TINY)
     traces = tmp_path / "job"

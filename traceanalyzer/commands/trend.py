@@ -39,7 +39,7 @@ def trend(
     output: Annotated[Optional[Path], output_opt("A .png name with the table format writes the plot, as --plot.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help="Also write a PNG plot of the metric over time to this file.", show_default=False)] = None,
     by: Annotated[TrendBy, typer.Option("--by", help="job: the metric per run; rank: per rank and host, how often it was the slowest rank or the late arriver in the last --last runs.")] = TrendBy.job,
-    last: Annotated[int, typer.Option("--last", metavar="M", min=1, help="With --by rank: score each job's last M runs (of two ranks or more).")] = 10,
+    last: Annotated[int, typer.Option("--last", metavar="COUNT", min=1, help="With --by rank: score each job's last COUNT runs (of two ranks or more).")] = 10,
 ) -> None:
     """Show a metric over time per job (table, JSON or CSV; a PNG plot with --plot); --by rank: which ranks keep being slow."""
     if by is TrendBy.rank:

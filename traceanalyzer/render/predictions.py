@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from traceanalyzer.render.units import signed
+
 
 class Format(str, Enum):
     table = "table"
@@ -292,9 +294,9 @@ def advice_check_sections(rows: list[dict[str, Any]]) -> list[Section]:
                 ["finding of A", "A ms", "predicted gain", "measured gain (A − B step)", "same loss in B", "loss A − B", "verdict"])
     for r in rows:
         s.rows.append([r["label"], num(r["a_ms_per_step"], 3), "-" if r["predicted_gain_ms"] is None else num(r["predicted_gain_ms"], 3),
-                       "-" if r["measured_gain_ms"] is None else f"{r['measured_gain_ms']:+,.3f}",
+                       signed(r["measured_gain_ms"]),
                        "-" if r["b_ms_per_step"] is None else num(r["b_ms_per_step"], 3),
-                       "-" if r["loss_change_ms"] is None else f"{r['loss_change_ms']:+,.3f}", r["verdict"] or "-"])
+                       signed(r["loss_change_ms"]), r["verdict"] or "-"])
     s.notes.append("measured gain: A's mean step minus B's (positive: B is faster); verdict: came (within 10 % of the prediction), "
                    "partly (less), more, none (B is not faster); '-' where the finding had no predicted gain (-c prices them).")
     return [s]
