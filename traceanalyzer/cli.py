@@ -306,8 +306,21 @@ def run() -> None:
     # the work is done (outputs written, stdout flushed): a signal during interpreter shutdown
     # must not turn the exit status into "killed by signal"
     ignore_signals()
+    if code in (130, 143):
+        # interrupted: whatever a stopped worker pool left half done (a thread waiting on a pipe
+        # its killed worker never finished writing), the process ends within seconds with its
+        # code; the one line is already written and nothing else is (outputs are discarded)
+        import threading
+
+        watchdog = threading.Timer(_INTERRUPTED_EXIT_S, os._exit, (code,))
+        watchdog.daemon = True
+        watchdog.start()
     reap_helpers()  # no helper process outlives us (a zombie where nothing reaps orphans)
     _exit(code)
+
+
+#: the longest an interrupted command's clean-up may take before the process ends regardless
+_INTERRUPTED_EXIT_S = 10.0
 
 
 def _exit(code: int) -> None:

@@ -138,9 +138,20 @@ def quiet_worker() -> None:
 
 def stop_pool(pool: object, timeout: float = 5.0) -> None:
     """Stop a ``concurrent.futures.ProcessPoolExecutor`` now: cancel what has not started,
-    terminate the workers (kill those still alive after ``timeout`` s) and reap them."""
+    terminate the workers (kill those still alive after ``timeout`` s), reap them, and end the
+    pool's manager thread.
+
+    A worker terminated while it writes its result leaves half a message in the result pipe: the
+    manager thread then waits in ``recv`` for the rest, for ever (this process holds the pipe's
+    write end too, so no end of file comes), and the interpreter's exit, which joins that
+    thread, never returns. With every worker gone, this process's write end is closed: the
+    thread reads end of file, marks the pool broken and ends."""
     terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+    if manager is not None:
+        _quiet_thread(manager)
     try:
         pool.shutdown(wait=False, cancel_futures=True)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - a broken pool: terminate below all the same
@@ -156,6 +167,29 @@ def stop_pool(pool: object, timeout: float = 5.0) -> None:
         if p.is_alive():
             p.kill()
             p.join(1.0)
+    if manager is None or not manager.is_alive():
+        return
+    manager.join(0.2)  # it usually ends by itself once the workers are gone
+    if manager.is_alive() and writer is not None and all(not p.is_alive() for p in procs):
+        try:
+            writer.close()
+        except OSError:  # closed already
+            pass
+    manager.join(timeout)
+
+
+def _quiet_thread(thread: threading.Thread) -> None:
+    """Errors escaping ``thread`` (a stopped pool's manager thread, which on its way out may
+    fail on what the stop already did: ``InvalidStateError`` marking a cancelled future broken,
+    ``OSError`` on a closed pipe) are not printed: the pool's work is being discarded and the
+    command says so in its one line. Every other thread's still are."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.thread is not thread:
+            previous(args)
+
+    threading.excepthook = hook
 
 
 def reap_helpers() -> None:

@@ -1,0 +1,51 @@
+"""Stopping a process pool whose worker was killed in the middle of writing its result.
+
+The case behind a Ctrl-C that hung ``batch`` for good: the pool's manager thread had read the
+start of a result message and waited for the rest, which the terminated worker never wrote;
+the interpreter's exit joins that thread. Here a worker writes such half message on purpose
+(the length header of 1 MiB, then 10 bytes) and waits to be stopped."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import struct
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from traceanalyzer.interrupts import stop_pool
+
+
+def _write_half_a_result() -> None:
+    from multiprocessing.queues import SimpleQueue
+
+    (queue,) = [o for o in gc.get_objects() if isinstance(o, SimpleQueue)]  # the pool's result queue
+    import os
+
+    os.write(queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"0123456789")
+    time.sleep(600)
+
+
+def _ready() -> int:
+    return 1
+
+
+def test_a_worker_killed_mid_message_does_not_leave_the_manager_thread_waiting():
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    assert pool.submit(_ready).result(timeout=60) == 1
+    manager = pool._executor_manager_thread
+    pool.submit(_write_half_a_result)
+    time.sleep(2.0)  # the header is written: the manager thread now waits for the other 1 MiB
+    assert manager.is_alive()
+    errors: list[BaseException] = []
+    previous = threading.excepthook
+    started = time.monotonic()
+    try:
+        threading.excepthook = lambda args: errors.append(args.exc_value)
+        stop_pool(pool, timeout=5.0)
+    finally:
+        threading.excepthook = previous
+    assert time.monotonic() - started < 15
+    assert not manager.is_alive()  # ended: the interpreter's exit has nothing to wait for
+    assert errors == []  # whatever the manager thread raised on its way out was not printed
