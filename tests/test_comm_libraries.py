@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 
 import traceanalyzer as ta
-from traceanalyzer.classify import comm
+from traceanalyzer.classify import collkind
 from traceanalyzer.classify.labels import COMM_KERNEL, label_gpu, library_expr
 from traceanalyzer.render import json as json_render
 from traceanalyzer.schema import Trace
@@ -263,7 +263,7 @@ def test_dimension_hint_comes_after_an_explicit_group_description():
         "p2p_only": [False, False, True, False],
         "hint": ["EP", "EP", None, None],
     })
-    got = df.select(comm.dimension_expr(pl.lit(8), pl.col("hint"))).to_series().to_list()
+    got = df.select(collkind.dimension_expr(pl.lit(8), pl.col("hint"))).to_series().to_list()
     assert got == ["TP", "EP", "PP", "DP"]
 
 
