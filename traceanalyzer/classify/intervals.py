@@ -5,6 +5,9 @@ boundaries and counts, for each segment, how many intervals of each class are ac
 later aggregation (the partition, overlap, causes) is a group-by over these segments, so they
 all agree on the same exact integer-nanosecond cut.
 
+:func:`first_active` labels a segment by the first of its active classes in an order of
+precedence.
+
 :func:`contained_in` marks the intervals that lie inside an interval of another set on the same
 key (thread): the nesting test behind "this op runs under that op".
 """
@@ -80,6 +83,16 @@ def segments(
         .filter(pl.col("step").is_not_null() & (pl.col("t0") < pl.col("wend_ns")))
         .select(key, "step", "t0", "t1", pl.col(counts).cast(pl.Int64))
     )
+
+
+def first_active(order: Sequence[tuple[str, str]], otherwise: str) -> pl.Expr:
+    """A segment's label by precedence: of ``order``'s ``(class, label)`` pairs, the label of the
+    first class active on the segment (``n_<class> > 0``, :func:`segments`), else ``otherwise``."""
+    (cls, label), *rest = order
+    expr = pl.when(pl.col(f"n_{cls}") > 0).then(pl.lit(label))
+    for cls, label in rest:
+        expr = expr.when(pl.col(f"n_{cls}") > 0).then(pl.lit(label))
+    return expr.otherwise(pl.lit(otherwise))
 
 
 def contained_in(

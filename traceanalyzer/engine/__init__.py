@@ -26,7 +26,7 @@ from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
 from traceanalyzer.engine.pool import ENGINES, WorkerDied, run_tasks
 from traceanalyzer.engine.progress import JobProgress, json_bytes
 from traceanalyzer.engine.rank import KEEP, TABLES, Options, RankResult, RankTask, check_tables, classify_ranks, default_workers
-from traceanalyzer.errors import ConfigError, InputNotFound, InvalidArgument
+from traceanalyzer.errors import ConfigError, InvalidArgument
 from traceanalyzer.queries import query_engine
 
 #: below this much JSON in all (inflated), the default is one process (starting worker
@@ -91,20 +91,12 @@ def analyse_trace(trace, opts: Options):
     return reduce_job(results, trace, opts, source)
 
 
-
 def kineto_files(paths: Iterable[Path], skipped: list[str] | None = None) -> tuple[list[Path], list[Path]]:
     """(Kineto files, Nsight Systems inputs) the paths stand for; ``skipped``: where the warning
     lines of the directories' files that are not traces go (see :func:`~traceanalyzer.parsers.discover`)."""
-    from traceanalyzer.parsers import _nsys_sniff, discover, one_profiler
+    from traceanalyzer.parsers import profiler_files
 
-    files = [f for p in paths for f in discover(Path(p), skipped)]
-    if not files:
-        raise InputNotFound("no trace files given")
-    kin, nsys = [], []
-    for f in files:
-        (nsys if f.is_dir() or _nsys_sniff(f) else kin).append(f)
-    one_profiler(kin, nsys)
-    return kin, nsys
+    return profiler_files(paths, skipped)
 
 
 def analyse(

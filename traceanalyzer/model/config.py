@@ -260,21 +260,17 @@ class RunConfig:
 
     @property
     def num_gpus(self) -> int | None:
-        if self.hardware.num_gpus is not None:
-            return self.hardware.num_gpus
+        """The GPUs of the run: as given, else the product of the parallel sizes when DP is given."""
         p = self.parallel
-        if p.dp is not None:
+        if self.hardware.num_gpus is None and p.dp is not None:
             return p.tp * p.pp * p.cp * p.dp
-        return None
+        return self.hardware.num_gpus
 
     @property
     def dp(self) -> int | None:
+        """The data-parallel size: as given, else what the GPUs leave over TP, PP and CP."""
         p = self.parallel
-        if p.dp is not None:
-            return p.dp
-        if self.hardware.num_gpus is not None:
-            return self.hardware.num_gpus // (p.tp * p.pp * p.cp)
-        return None
+        return p.dp if p.dp is not None or self.hardware.num_gpus is None else self.hardware.num_gpus // (p.tp * p.pp * p.cp)
 
     @property
     def ffn(self) -> int | None:

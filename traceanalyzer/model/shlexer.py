@@ -33,18 +33,26 @@ class Tok:
     line: int
 
 
+def _skip_literal(text: str, i: int, quote: str) -> int | None:
+    """Index just after a backslash escape or a ``quote``-quoted run starting at ``i`` (the end
+    of ``text`` when the quote never closes); None when neither starts there."""
+    c = text[i]
+    if c == "\\":
+        return i + 2
+    if c == quote:
+        j = text.find(quote, i + 1)
+        return len(text) if j < 0 else j + 1
+    return None
+
+
 def match_close(text: str, i: int, open_: str, close: str) -> int:
     """Index just after the ``close`` matching an ``open_`` already consumed before ``i``."""
     depth, n = 1, len(text)
     while i < n:
+        if (after := _skip_literal(text, i, "'")) is not None:
+            i = after
+            continue
         c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "'":
-            j = text.find("'", i + 1)
-            i = n if j < 0 else j + 1
-            continue
         if c == '"':
             i = _match_dq(text, i + 1)
             continue
@@ -62,18 +70,13 @@ def _match_dq(text: str, i: int) -> int:
     """Index just after the closing double quote of a string whose content starts at ``i``."""
     n = len(text)
     while i < n:
-        c = text[i]
-        if c == "\\":
-            i += 2
+        if (after := _skip_literal(text, i, "`")) is not None:
+            i = after
             continue
-        if c == '"':
+        if text[i] == '"':
             return i + 1
-        if c == "$" and text.startswith("$(", i):
+        if text.startswith("$(", i):
             i = match_close(text, i + 2, "(", ")")
-            continue
-        if c == "`":
-            j = text.find("`", i + 1)
-            i = n if j < 0 else j + 1
             continue
         i += 1
     raise ShellSyntaxError("unbalanced double quote", 0)
@@ -94,6 +97,13 @@ def lex(text: str, line0: int = 1) -> list[Tok]:
             segs[-1] = (kind, segs[-1][1] + s)
         else:
             segs.append((kind, s))
+
+    def closing(quote: str, what: str) -> int:
+        """Index of the ``quote`` closing the one at ``i``."""
+        j = text.find(quote, i + 1)
+        if j < 0:
+            raise ShellSyntaxError(f"unbalanced {what}", line)
+        return j
 
     def end_word() -> None:
         nonlocal started, segs
@@ -147,9 +157,7 @@ def lex(text: str, line0: int = 1) -> list[Tok]:
             i = j
             continue
         if c == "'":
-            j = text.find("'", i + 1)
-            if j < 0:
-                raise ShellSyntaxError("unbalanced single quote", line)
+            j = closing("'", "single quote")
             s = text[i + 1:j]
             add("lit", s)
             line += s.count("\n")
@@ -179,9 +187,7 @@ def lex(text: str, line0: int = 1) -> list[Tok]:
             i = j
             continue
         if c == "`":
-            j = text.find("`", i + 1)
-            if j < 0:
-                raise ShellSyntaxError("unbalanced backquote", line)
+            j = closing("`", "backquote")
             add("plain", "$(" + text[i + 1:j] + ")")
             line += text[i:j].count("\n")
             i = j + 1
