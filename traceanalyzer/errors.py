@@ -95,10 +95,6 @@ class RunsFailed(TraceAnalyzerError, exit_code=9):
     """``batch``: at least one run failed; every other run was analysed and stored."""
 
 
-#: the longest message an error or warning line carries (a list of names in it is cut to fit)
-MAX_MESSAGE = 300
-
-
 def few(names, budget: int = 120) -> str:
     """``names`` joined by ", " within about ``budget`` characters: ``a, b, c and 7 more``."""
     names = [str(n) for n in names]

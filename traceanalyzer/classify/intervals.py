@@ -57,8 +57,8 @@ def segments(
     ).with_columns(*[pl.lit(0, pl.Int8).alias(f"n_{c}") for c in classes])
     counts = [f"n_{c}" for c in classes]
     # sorted by (key, t) as two single-column sorts (a stable one on ``key`` after one on ``t``),
-    # materialised in between: polars would fuse them into one multi-column sort, 3x the CPU of
-    # both together. Coincident boundaries stay separate rows; the running sum at the last row of
+    # materialised in between: polars would fuse them into one multi-column sort, which costs more
+    # CPU than both together. Coincident boundaries stay separate rows; the running sum at the last row of
     # each (key, t) run is the sum through that point, so only those rows are kept.
     both = pl.concat([points, edges]).sort("t").collect(engine=query_engine())
     # one key (a rank analysed alone, as the workers do): already in (key, t) order

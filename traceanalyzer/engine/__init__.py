@@ -30,7 +30,7 @@ from traceanalyzer.errors import ConfigError, InvalidArgument
 from traceanalyzer.queries import query_engine
 
 #: below this much JSON in all (inflated), the default is one process (starting worker
-#: processes, ~1 s each, would cost more than they save)
+#: processes would cost more than they save)
 POOL_BYTES = 32 * 2**20
 
 __all__ = ["analyse", "load", "check_workers", "check_engine", "analyse_trace", "with_tables",
@@ -164,7 +164,7 @@ def _map(paths: list[Path], opts: Options, engine: str, workers: int | None, add
     small = sum(json_bytes(f) for f in kin) < POOL_BYTES
     if nsys or (engine == "local" and workers in (None, 1) and small):
         # several ranks per file (Nsight), or a small job: one process, all ranks in one frame
-        # (the same per-rank steps, without a pass per rank: ~0.1 s saved per small rank file)
+        # (the same per-rank steps, without a pass per rank)
         from traceanalyzer.parsers import load as load_files
 
         files = kin + nsys

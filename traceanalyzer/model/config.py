@@ -49,8 +49,6 @@ from typing import Any
 from traceanalyzer.errors import ConfigError, InputNotFound
 from traceanalyzer.model.conventions import CONVENTIONS  # noqa: F401 - re-exported
 
-PRECISIONS = ("bf16", "fp16", "fp8", "tf32", "fp32")
-
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -166,8 +164,6 @@ RECIPES: dict[str, dict[str, Any]] = {
     "fsdp2-mixed": dict(param_dtype="fp32", grad_dtype="fp32", optimizer="adamw", optimizer_state_dtype="fp32",
                         master_weights=False),
 }
-OPTIMIZERS = ("adamw", "adam", "sgd", "adafactor")
-DTYPES = ("fp32", "bf16", "fp16", "fp8")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 

@@ -72,11 +72,6 @@ DISPATCH_GAP_NS = 10_000
 # point types, in the order points at the same instant are walked on one chain
 END, READY, START = 0, 1, 2
 
-#: what each weighted piece of the path is, and the bucket it counts in
-WHATS = ["kernel", "transfer", "comm_wait", "kernel_gap", "launch_delay", "wait_gap", "host_op", "host_dispatch", "host_gap", "host_wait", "sync",
-         "collective", "thread"]
-
-
 def _windows(windows: pl.DataFrame) -> pl.DataFrame:
     """Per rank and step: the host window (the step range; the whole trace for a rank without
     step markers, whose one step is the whole trace) and the GPU window."""
