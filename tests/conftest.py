@@ -108,6 +108,24 @@ def independent_steps() -> list:
     return shared_or_skip(out, arity=2)
 
 
+def bad_corpus_module():
+    """``scripts/make_bad_corpus.py``, imported (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_bad_corpus", ROOT / "scripts" / "make_bad_corpus.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    return gen
+
+
+def write_bad_corpus(out: Path) -> dict:
+    """The bad-input corpus written into ``out``; its manifest."""
+    import orjson
+
+    assert bad_corpus_module().main([str(out)]) == 0
+    return orjson.loads((out / "manifest.json").read_bytes())
+
+
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the CLI as a user would (python -m traceanalyzer), capturing text output."""
     return subprocess.run(

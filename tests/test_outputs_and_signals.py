@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import random
 import signal
@@ -26,19 +25,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import DLRM, ROOT, run_cli
+from conftest import DLRM, ROOT, run_cli, write_bad_corpus
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> tuple[Path, dict]:
-    spec = importlib.util.spec_from_file_location("make_bad_corpus", ROOT / "scripts" / "make_bad_corpus.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
     out = tmp_path_factory.mktemp("corpus")
-    assert gen.main([str(out)]) == 0
-    return out, orjson.loads((out / "manifest.json").read_bytes())
+    return out, write_bad_corpus(out)
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
