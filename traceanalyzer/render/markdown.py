@@ -11,25 +11,11 @@ import base64
 from typing import Any
 
 from traceanalyzer.render import plots
-from traceanalyzer.render.sections import findings_table, integrity_table, host_bound_table, host_verdict_table, rank_summary_table, stragglers_table
-from traceanalyzer.render.sections import straggler_costs_table
 from traceanalyzer.render.sections import (
-    Cell,
-    Table,
-    collectives_table,
-    command_text,
-    comm_dims_table,
-    efficiency_table,
-    idle_causes_table,
-    kernel_section_table,
-    recomputed_table,
-    step_stragglers_table,
-    headline_cells,
-    inputs_table,
-    kernels_table,
-    ranks_table,
-    timeline_table,
-    waterfall_table,
+    Cell, Table, collectives_table, comm_dims_table, command_text, efficiency_table, findings_table, headline_cells,
+    host_bound_table, host_verdict_table, idle_causes_table, inputs_table, integrity_table, kernel_section_table,
+    kernels_table, rank_summary_table, ranks_table, recomputed_table, step_stragglers_table, straggler_costs_table,
+    stragglers_table, timeline_table, waterfall_table,
 )
 
 MAX_RANKS = 16
