@@ -248,19 +248,19 @@ def waterfall_sections(wf: dict[str, Any], all_rows: bool = True) -> list[Sectio
 
 #: the two ways ``compare`` splits a gap: title (formatted with the comparison's fields),
 #: columns, the total row's (label, A, B, gap) fields, the terms' (A, B, contribution) fields,
-#: decimals, the note under the table
+#: the field of the contributions' sum, decimals, the note under the table
 _GAPS = {
     "tflops": (
         "Gap in achieved TFLOP/s/GPU: A = {a}, B = {b} [{convention}]",
         ["term", "A", "B", "A − B (contribution to the gap)"],
-        ("achieved", "achieved_a", "achieved_b", "gap"), ("a", "b", "contribution"), 2,
+        ("achieved", "achieved_a", "achieved_b", "gap"), ("a", "b", "contribution"), "sum_contributions", 2,
         "achieved = peak − Σ losses, so a loss contributes (loss in B − loss in A) and the peak (peak A − peak B);"
         " the contributions sum to the gap exactly.",
     ),
     "time": (
         "Step time, B − A: A = {a}, B = {b} ({unit})",
         ["term", "A ms", "B ms", "B − A ms (contribution to the gap)"],
-        ("step time", "step_ms_a", "step_ms_b", "gap_ms"), ("a_ms", "b_ms", "contribution_ms"), 3,
+        ("step time", "step_ms_a", "step_ms_b", "gap_ms"), ("a_ms", "b_ms", "contribution_ms"), "sum_contributions_ms", 3,
         "No run configuration given, so the comparison is in time: each step is an exact partition, "
         "so the bucket differences sum to the step-time gap exactly. Pass --config (or --config-a/-b) "
         "for the same split in TFLOP/s/GPU.",
@@ -272,7 +272,7 @@ def _gap_section(cmp: dict[str, Any], how: str, all_rows: bool) -> Section:
     """A comparison's gap split into terms (:data:`_GAPS`): the total row, a row per term (its
     label, A, B and signed contribution), the sum of the contributions; without ``all_rows`` the
     terms zero in both runs are left out (a note names them)."""
-    title, columns, (total, total_a, total_b, gap), (a, b, contribution), digits, note = _GAPS[how]
+    title, columns, (total, total_a, total_b, gap), (a, b, contribution), sum_key, digits, note = _GAPS[how]
     s = Section(title.format(**cmp), columns)
     s.rows.append([total, num(cmp[total_a], digits), num(cmp[total_b], digits), f"{cmp[gap]:+,.{digits}f}"])
     hidden = []
@@ -281,7 +281,7 @@ def _gap_section(cmp: dict[str, Any], how: str, all_rows: bool) -> Section:
             hidden.append(label(t["term"]))
             continue
         s.rows.append([label(t["term"]), num(t[a], digits), num(t[b], digits), f"{t[contribution]:+,.{digits}f}"])
-    s.rows.append(["= gap (sum of contributions)", "", "", f"{cmp['sum_' + contribution]:+,.{digits}f}"])
+    s.rows.append(["= gap (sum of contributions)", "", "", f"{cmp[sum_key]:+,.{digits}f}"])
     s.notes.append(note)
     _hidden(s, hidden)
     return s
