@@ -31,6 +31,7 @@ from pathlib import Path
 from benchkit import RSS_KB, run_json
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"  # the package's source tree (src layout)
 REAL = ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
 
 PREPARE = r"""
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     # path and modification time): the pickled classes must match the code replaying them
     blob = args.work / f"rank_result_{os.getpid() if args.fresh else 'cached'}.pkl"
     stamp = args.work / "rank_result.source"
-    source = str(args.trace) + str(sorted((p.stat().st_mtime_ns, str(p)) for p in (ROOT / "traceanalyzer").rglob("*.py")))
+    source = str(args.trace) + str(sorted((p.stat().st_mtime_ns, str(p)) for p in (SRC / "traceanalyzer").rglob("*.py")))
     if args.fresh or not blob.exists() or not stamp.exists() or stamp.read_text() != source:
         print(f"analysing {args.trace.name} once ...", file=sys.stderr, flush=True)
         run_json([PREPARE, str(args.trace), str(blob)])

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
 
 #: ``rss_kb()`` in a child's code: its resident memory now, KiB (Linux)
 RSS_KB = '''
@@ -23,7 +24,7 @@ def rss_kb():
 
 def run_json(args: list[str]) -> dict:
     """Run ``python -c *args`` with the package of this tree; the JSON of its last line."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
     out = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True, env=env, check=False)
     if out.returncode:
         raise SystemExit(f"benchmark process failed:\n{out.stderr}")

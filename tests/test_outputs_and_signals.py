@@ -25,9 +25,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import DLRM, ROOT, batch_root, run_cli, write_bad_corpus
+from conftest import DLRM, PYTHONPATH, ROOT, batch_root, run_cli, write_bad_corpus
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = {**os.environ, "PYTHONPATH": PYTHONPATH}
 
 
 @pytest.fixture(scope="module")
