@@ -212,3 +212,59 @@ def test_no_minus_zero_anywhere(path, reports):
     for text in (page, md):
         body = re.sub(r"<script>.*?</script>|<style>.*?</style>", "", text, flags=re.S)
         assert not re.search(r"(?<![\w.])[-\u2212]0(\.0+)?(?![\d.])", re.sub(r"<[^>]+>", " ", html.unescape(body))), path
+
+
+class _Headers(HTMLParser):
+    """Each ``table.data``'s header texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headers: dict[str, list[str]] = {}
+        self._table: str | None = None
+        self._th: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table" and "data" in (a.get("class") or ""):
+            self._table = a["id"]
+            self.headers[self._table] = []
+        elif tag == "th" and self._table:
+            self._th = []
+
+    def handle_endtag(self, tag):
+        if tag == "th" and self._th is not None:
+            self.headers[self._table].append("".join(self._th))
+            self._th = None
+
+    def handle_data(self, data):
+        if self._th is not None:
+            self._th.append(data)
+
+
+@pytest.mark.parametrize("path", JOBS)
+def test_every_unit_column_holds_plain_numbers_in_the_unit_its_header_names(path, reports):
+    """One unit per column, named in its header (``total ms``, ``mean µs``, ``size MiB``): every
+    cell of such a column is a bare number, so no column mixes ms with µs or KiB with MiB; the
+    input files' sizes are their byte counts in that one unit."""
+    page, _md, doc = reports(path)
+    p, h = _Tables(), _Headers()
+    p.feed(page)
+    h.feed(page)
+    unit = re.compile(r"(?:^|\s)(ms|µs|%|B|KiB|MiB|GiB)(?:\s|$)")
+    bare = re.compile(r"-?\d+(\.\d+)?")
+    checked = 0
+    for tid, heads in h.headers.items():
+        for j, head in enumerate(heads):
+            if not unit.search(head) or head.startswith("#"):
+                continue
+            for row in p.tables[tid]:
+                text = row[j][0]
+                assert text in ("", "-") or bare.fullmatch(text), (tid, head, text)
+                checked += 1
+    assert checked > 50
+    sizes = next(heads for tid, heads in h.headers.items() if tid == "inputs")
+    (col,) = [j for j, x in enumerate(sizes) if x.startswith("size ")]
+    scale = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[sizes[col].split()[1]]
+    for row, f in zip(p.tables["inputs"], doc["reproduce"]["inputs"], strict=True):
+        if f["size_bytes"] is not None:
+            assert float(row[col][0]) == pytest.approx(f["size_bytes"] / scale, abs=0.05 if scale > 1 else 0)

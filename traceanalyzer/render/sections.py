@@ -13,6 +13,7 @@ from typing import Any
 from traceanalyzer.buckets import BUCKET_LABELS as LABELS
 from traceanalyzer.buckets import BUCKETS as BUCKET_ORDER
 from traceanalyzer.render.names import shorten
+from traceanalyzer.render.units import byte_column
 
 MS = "{:.3f}"
 PCT = "{:.1f}"
@@ -61,16 +62,6 @@ def name_cells(full: list[str], width: int = NAME_WIDTH) -> list[Cell]:
     (:func:`traceanalyzer.render.names.shorten`) so that names that differ still read differently;
     a shortened cell carries the full name as its hover text (``title``)."""
     return [Cell(s, code=True, title=None if s == n else n) for s, n in zip(shorten(full, width), full)]
-
-
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return ""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def headline_cells(model: dict[str, Any]) -> list[tuple[str, Cell]]:
@@ -330,12 +321,13 @@ def efficiency_table(model: dict[str, Any]) -> Table | None:
     ce = model.get("collective_efficiency")
     if not ce:
         return None
+    unit, sizes = byte_column([r["bytes"] for r in ce["rows"]])  # one unit for the column
     t = Table("collective-efficiency", "Collective efficiency: achieved bus bandwidth against the reference",
-              ["collective", "group", "ranks", "count", "bytes", "time ms", "busbw GB/s", "reference GB/s", "efficiency"])
+              ["collective", "group", "ranks", "count", f"size {unit}", "time ms", "busbw GB/s", "reference GB/s", "efficiency"])
     for i, r in enumerate(ce["rows"]):
         p = f"collective_efficiency.rows.{i}"
         t.rows.append([Cell(r["collective"]), Cell(r["group"] or "", code=True), num(model, f"{p}.group_size", "{}"), num(model, f"{p}.count", "{}"),
-                       Cell(human_bytes(r["bytes"])), num(model, f"{p}.time_ms", MS), num(model, f"{p}.busbw_gbps", TFLOPS),
+                       Cell(sizes[i]), num(model, f"{p}.time_ms", MS), num(model, f"{p}.busbw_gbps", TFLOPS),
                        num(model, f"{p}.reference_gbps", TFLOPS), num(model, f"{p}.efficiency", "{:.2f}")])
     refs = sorted({r["reference"] for r in ce["rows"] if r["reference"]})
     note = "Summed over all ranks and steps (bus bandwidth: total bus bytes over total time; efficiency: median over the kernels). "
@@ -364,9 +356,10 @@ def collectives_table(model: dict[str, Any]) -> Table:
 
 
 def inputs_table(model: dict[str, Any]) -> Table:
-    t = Table("inputs", "Input files", ["role", "file", "size", "bytes", "sha256"])
+    unit, sizes = byte_column([f["size_bytes"] for f in model["reproduce"]["inputs"]])  # one unit for the column
+    t = Table("inputs", "Input files", ["role", "file", f"size {unit}", "bytes", "sha256"])
     for i, f in enumerate(model["reproduce"]["inputs"]):
-        t.rows.append([Cell(f["role"]), Cell(f["path"], code=True), Cell(human_bytes(f["size_bytes"])),
+        t.rows.append([Cell(f["role"]), Cell(f["path"], code=True), Cell(sizes[i]),
                        num(model, f"reproduce.inputs.{i}.size_bytes", "{}"), Cell(f["sha256"] or "", code=True)])
     return t
 
