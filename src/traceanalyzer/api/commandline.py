@@ -452,3 +452,19 @@ def run_batch(roots: list[Path], store: Path, **options: Any) -> Any:
     from traceanalyzer.batch import run_batch as run
 
     return run(roots, store, **options)
+
+
+def decoder_name() -> str:
+    """The Kineto decoder in use, as ``traceanalyzer --version`` names it
+    (:func:`traceanalyzer.parsers.decoder.name`)."""
+    from traceanalyzer.parsers import decoder
+
+    return decoder.name()
+
+
+def announce_decoder() -> None:
+    """The one-line notice when the compiled decoder is missing and no choice was made
+    (:func:`traceanalyzer.parsers.decoder.announce`), before any worker process starts."""
+    from traceanalyzer.parsers import decoder
+
+    decoder.announce()
