@@ -206,7 +206,7 @@ def check_annotate_output(outputs: Any, output: Path, paths: Iterable[PathLike],
 
 def write_annotated(analysis: Analysis, output: Path, outputs: Any, merge: bool) -> list[Path]:
     """Write the annotated traces of an analysis holding its events; the files written."""
-    from traceanalyzer.report.annotate import annotate as write
+    from traceanalyzer.api.timeline import _write_annotated as write
 
     return write(analysis, output, outputs, merge)
 

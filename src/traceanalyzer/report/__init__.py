@@ -4,6 +4,7 @@
   report model, a plain JSON-ready ``dict`` (schema in ``docs/report-schema.md``). The renderers in
   :mod:`traceanalyzer.render` (``plots``, ``html``, ``markdown``) only format it.
 * :func:`traceanalyzer.report.document.bucket_runs` — per rank and step, the maximal runs of one bucket.
-* :func:`traceanalyzer.report.annotate.annotate` — the original trace plus one track per rank that
-  shows those runs in Perfetto / chrome://tracing.
+* :mod:`traceanalyzer.report.annotate` — the original trace plus one track per rank that shows
+  those runs in Perfetto / chrome://tracing (:func:`~traceanalyzer.report.annotate.add_tracks`,
+  given the document the API read; the rebuilt traces of Nsight Systems input or ``--merge``).
 """
