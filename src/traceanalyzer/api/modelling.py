@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal
 
 import polars as pl
 
+from traceanalyzer.api._arguments import checked
 from traceanalyzer.api._common import (
     PathLike, Source, _baseline, _cache_arg, _choice, _config, _ints, _path, _paths, public,
 )
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 @renamed_parameter("trace", "source", version=RENAMED_IN)
 @renamed_parameter("reserve_gb", "reserve_gib", version=RENAMED_IN)
+@checked
 def memory(
     source: Source | None = None,
     config: PathLike | Any | None = None,
@@ -168,6 +170,7 @@ def _memory_inputs(source: Any, cache: bool | Path, workers: int | None, quiet: 
 
 
 @renamed_parameter("analysis", "source", version=RENAMED_IN)
+@checked
 def whatif(
     config: PathLike | Any,
     sets: list[str] | dict[str, Any] | Any,
@@ -234,12 +237,11 @@ def whatif(
 
     if convention is not None:
         _choice("convention", convention, CONVENTIONS)
-    if isinstance(sets, str) or not isinstance(sets, (list, tuple, dict)):
-        raise InvalidArgument(f"sets: expected a list of KEY=VALUE changes (or a dict), got {type(sets).__name__}")
     anchor = analyze(source) if source is not None else None
     return predict_layout(_config(config), sets, analysis=anchor, baseline=_baseline(baseline), convention=convention)
 
 
+@checked
 def reconcile(
     source: Source,
     config: PathLike | Any | None = None,
@@ -321,6 +323,7 @@ def _reconcile(source, config, megatron_args, convention, hfu, baseline, step_ra
     return wf, [*a.warnings, *wf["warnings"]]
 
 
+@checked
 def predict(
     config: PathLike | Any | None = None,
     *,
@@ -438,6 +441,7 @@ def predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kern
     return doc, sections, warnings
 
 
+@checked
 def baseline(
     files: PathLike | Iterable[PathLike] | None = None,
     *,

@@ -26,7 +26,7 @@ import polars as pl
 from traceanalyzer.classify import Analysis
 from traceanalyzer.errors import OutputError
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.report.document import bucket_runs, segments
+from traceanalyzer.report.runs import bucket_runs, segments
 from traceanalyzer.report.tracks import PID_BASE, track_events
 
 def _free_pid(analysis: Analysis, rank: int) -> int:
