@@ -40,8 +40,9 @@ ta.breakdown(a)                      # polars DataFrame: one row per (rank, step
 Every verb takes a **source**: a path (a trace file, a directory holding the rank files of one
 job, or a list of them), a `Trace` from `ta.load`, or an `Analysis` from `ta.analyze`. A path
 or a trace is analysed on each call; to ask several questions of one trace, call `ta.analyze`
-once and pass the analysis on. Verbs return polars DataFrames (`report` and `plan` return a
-dict). `import traceanalyzer` is light: polars and the parsers load on the first call.
+once and pass the analysis on. An analysis saved with `a.save("run.taz")` (one file: attach it to
+a ticket) is read back by `ta.load_analysis`, and its path is a source too. Verbs return
+polars DataFrames (`report` and `plan` return a dict). `import traceanalyzer` is light: polars and the parsers load on the first call.
 
 Conventions shared by every frame:
 
