@@ -293,7 +293,7 @@ def test_a_kernel_name_of_another_json_type_is_named_by_both_decoders(decoder, v
     import json
 
     from conftest import DEMO
-    from traceanalyzer import decoder as decoders
+    from traceanalyzer.parsers import decoder as decoders
 
     if decoder == "native" and decoders._compiled() is None:
         pytest.skip("the compiled decoder is not built")

@@ -78,9 +78,9 @@ def _root(
     no_color: NoColorOpt = False,
 ) -> None:
     """Where did my MFU go? Measured, explained breakdowns of training traces."""
-    from traceanalyzer import decoder
+    from traceanalyzer.api.commandline import announce_decoder
 
-    decoder.announce()  # before any worker process starts: they inherit that it was said
+    announce_decoder()  # before any worker process starts: they inherit that it was said
 
 
 def _one_line(text: object) -> str:

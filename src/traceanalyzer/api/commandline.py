@@ -213,7 +213,7 @@ def check_annotate_output(outputs: Any, output: Path, paths: Iterable[PathLike],
 
 def write_annotated(analysis: Analysis, output: Path, outputs: Any, merge: bool) -> list[Path]:
     """Write the annotated traces of an analysis holding its events; the files written."""
-    from traceanalyzer.report.annotate import annotate as write
+    from traceanalyzer.api.timeline import _write_annotated as write
 
     return write(analysis, output, outputs, merge)
 
@@ -459,3 +459,19 @@ def run_batch(roots: list[Path], store: Path, **options: Any) -> Any:
     from traceanalyzer.batch import run_batch as run
 
     return run(roots, store, **options)
+
+
+def decoder_name() -> str:
+    """The Kineto decoder in use, as ``traceanalyzer --version`` names it
+    (:func:`traceanalyzer.parsers.decoder.name`)."""
+    from traceanalyzer.parsers import decoder
+
+    return decoder.name()
+
+
+def announce_decoder() -> None:
+    """The one-line notice when the compiled decoder is missing and no choice was made
+    (:func:`traceanalyzer.parsers.decoder.announce`), before any worker process starts."""
+    from traceanalyzer.parsers import decoder
+
+    decoder.announce()

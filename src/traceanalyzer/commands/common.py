@@ -177,10 +177,10 @@ JobOpt = Annotated[Optional[str], job_opt()]
 
 def _version(value: bool) -> None:
     if value:
-        from traceanalyzer import decoder
         from traceanalyzer._version import __version__
+        from traceanalyzer.api.commandline import decoder_name
 
-        typer.echo(f"traceanalyzer {__version__} (Kineto decoder: {decoder.name()})")
+        typer.echo(f"traceanalyzer {__version__} (Kineto decoder: {decoder_name()})")
         raise typer.Exit()
 
 
