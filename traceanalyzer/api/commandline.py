@@ -15,8 +15,9 @@ import polars as pl
 from traceanalyzer.api._common import PathLike, _baseline
 from traceanalyzer.api.layouts import search_parts
 from traceanalyzer.api.modelling import _baseline_tables, collective_busbw, waterfall_of
-from traceanalyzer.api.tables import launches, queue_length
+from traceanalyzer.api.tables import analysis_with_tables, annotations, kernels, launches, ops, queue_length
 from traceanalyzer.classify.steps import DEFAULT_STEP
+from traceanalyzer.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
@@ -113,7 +114,7 @@ def comm_patterns(patterns: Iterable[str] | None, config: PathLike | None = None
             try:
                 check_comm_pattern(p)
             except ConfigError as exc:
-                raise ConfigError(exc.message.replace("--comm-kernel", "[trace] comm_kernels", 1), cfg.source) from None
+                raise ConfigError(exc.message.replace("`comm_kernels`", "[trace] comm_kernels", 1), cfg.source) from None
             if p not in out:
                 out.append(p)
     return out
@@ -155,6 +156,68 @@ def breakdown_view(analysis: Analysis, config: PathLike | None = None, *, ranks:
     return view
 
 
+def breakdown_of(paths: Iterable[PathLike], step_range: str | None = DEFAULT_STEP, *, views: bool = True,
+                 config: PathLike | None = None, ranks: str = "auto", detail: bool = False, table: bool = True,
+                 **options: Any) -> tuple[Analysis, dict[str, Any]]:
+    """(the analysis, :func:`breakdown_view` of it) of ``breakdown``: the trace files analysed
+    (``options``: as :func:`analyse_files`'), with what the views need when ``views`` (else the
+    view holds no findings and no integrity checks)."""
+    analysis = analyse_files(paths, step_range, extras=("launches", "trace_facts") if views else (), **options)
+    if not views:
+        return analysis, {"findings": None, "integrity": None}
+    return analysis, breakdown_view(analysis, config, ranks=ranks, detail=detail, table=table)
+
+
+def report_of(paths: Iterable[PathLike], *, rank: int | None = None, config: PathLike | None = None, step_range: str = DEFAULT_STEP,
+              step_name: str | None = DEFAULT_STEP, comm_kernels: Iterable[str] = (), top: int = 10,
+              baseline: Iterable[PathLike] | None = None, command: list[str] | None = None, ranks: str = "auto",
+              **options: Any) -> tuple[dict[str, Any], Analysis]:
+    """(the report model, the analysis) of ``report``: the files analysed for a report
+    (``options``: as :func:`analyse_files`'), then :func:`report_document`; a ``rank`` the trace
+    does not have is a :class:`BadValue`."""
+    base = read_baseline(baseline)
+    analysis = analyse_files(paths, step_name, keep="report", comm_kernels=comm_kernels, extras=("launches", "trace_facts"), **options)
+    trace = analysis.trace
+    if rank is not None and rank not in trace.ranks:
+        raise BadValue(f"no rank {rank} in the trace (it has {len(trace.ranks)}: {trace.ranks[:16]})", "rank")
+    return report_document(analysis, rank=rank, config=config, step_range=step_range, step_name=step_name,
+                           comm_kernels=comm_kernels, top=top, baseline=base, command=command, ranks=ranks)
+
+
+def stragglers_of(paths: Iterable[PathLike], step_range: str | None = DEFAULT_STEP, *, tolerance: float = 0.05,
+                  **options: Any) -> tuple[dict[str, Any], Analysis]:
+    """(:func:`~traceanalyzer.api.straggler_view`, the analysis) of trace files (``options``: as
+    :func:`analyse_files`')."""
+    from traceanalyzer.api.crossrank import straggler_view
+
+    analysis = analyse_files(paths, step_range, **options)
+    return straggler_view(analysis, tolerance=tolerance), analysis
+
+
+def critical_path_of(paths: Iterable[PathLike], step_range: str | None = DEFAULT_STEP, *, step: int | None = None,
+                     rank: int | None = None, host_gaps: bool = True, infer_waits: bool = True, **options: Any) -> Any:
+    """:func:`~traceanalyzer.api.critical_path` of trace files (each rank file parsed and
+    classified by a worker, its events kept: the graph needs them all); a ``step`` or ``rank``
+    the trace does not have is a :class:`BadValue`."""
+    from traceanalyzer.api.timeline import critical_path
+
+    analysis = analyse_files(paths, step_range, keep="events", **options)
+    try:
+        return critical_path(analysis, step, rank, host_gaps=host_gaps, infer_waits=infer_waits)
+    except ValueError as exc:
+        raise BadValue(str(exc), "step" if "step" in str(exc).split(" in ")[0] else "rank") from None
+
+
+def annotate_files(paths: list[PathLike], output: Path, outputs: Any, *, merge: bool = False, step_range: str | None = DEFAULT_STEP,
+                   **options: Any) -> tuple[list[Path], list[str]]:
+    """(the files written, the analysis' warnings) of ``annotate``: the output checked against
+    the inputs first (:func:`check_annotate_output`), the traces analysed with their events, the
+    annotated traces written (``options``: as :func:`analyse_files`')."""
+    check_annotate_output(outputs, output, paths, merge)
+    analysis = analyse_files(paths, step_range, keep="events", **options)
+    return write_annotated(analysis, output, outputs, merge), analysis.warnings
+
+
 def check_table_filters(name: str | None, sort: str, precision: str | None, top: int | None) -> None:
     """ConfigError for a bad ``--name`` regex, ``--sort`` key, ``--precision`` or ``--top``."""
     from traceanalyzer.classify.tables import check_filters
@@ -167,6 +230,45 @@ def check_range_regex(pattern: str | None) -> None:
     from traceanalyzer.classify.annotation_ranges import check_regex
 
     check_regex(pattern)
+
+
+class BadValue(InvalidArgument):
+    """A value of an argument (``param``, its Python name) that the input does not have (a rank,
+    a step): the command line's usage error naming the argument's flag (exit 2)."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+def _check_selection(an: Analysis, rank: list[int] | None, step: list[int] | None) -> None:
+    """BadValue for a ``rank`` or ``step`` that is not in the trace, naming what there is."""
+    def listing(xs: list[int]) -> str:
+        return ", ".join(map(str, xs[:16])) + (", ..." if len(xs) > 16 else "")
+
+    ranks = sorted(set(an.steps.get_column("rank").to_list()))
+    steps = sorted(set(an.steps.get_column("step").to_list()))
+    bad = [r for r in rank or [] if r not in ranks]
+    if bad:
+        raise BadValue(f"no rank {bad[0]} with GPU work in the trace (ranks: {listing(ranks)})", "rank")
+    bad = [x for x in step or [] if x not in steps]
+    if bad:
+        raise BadValue(f"no step {bad[0]} in the trace (steps: {listing(steps)})", "step")
+
+
+def table_view(what: str, paths: Iterable[PathLike], *, name: str | None = None, rank: list[int] | None = None,
+               step: list[int] | None = None, sort: str = "total", top: int | None = None, precision: str | None = None,
+               step_range: str | None = DEFAULT_STEP, recompute_range: str | None = None, comm_kernels: Iterable[str] = (),
+               cache: bool = False, workers: int | None = None, engine: str = "local", address: str | None = None,
+               quiet: bool = False) -> tuple[pl.DataFrame, Analysis]:
+    """(the rows, the analysis they were made from) of ``kernels`` or ``ops`` (``what``) of trace
+    files: :func:`~traceanalyzer.api.kernels` / :func:`~traceanalyzer.api.ops` of the files
+    analysed once; a ``rank`` or ``step`` the trace does not have is a :class:`BadValue`."""
+    an = analysis_with_tables(list(paths), step_range, recompute_range=recompute_range, cache=cache, comm_kernels=tuple(comm_kernels),
+                              workers=workers, engine=engine, address=address, quiet=quiet)
+    _check_selection(an, rank, step)
+    verb = kernels if what == "kernels" else ops
+    return verb(an, name=name, rank=rank, step=step, sort=sort, top=top, precision=precision), an
 
 
 #: the optional tables each view of ``launches`` needs
@@ -193,6 +295,29 @@ def launch_views(analysis: Analysis, view: str, threshold: float = 0.10, *, queu
     else:
         shown["queue_series"] = queue_length(analysis, series=True)
     return shown, notes
+
+
+def launch_view(paths: Iterable[PathLike], view: str = "steps", threshold: float = 0.10, *, queue: bool = True,
+                step_range: str | None = DEFAULT_STEP, comm_kernels: Iterable[str] = (), workers: int | None = None,
+                engine: str = "local", address: str | None = None, quiet: bool = False, console: Any = None
+                ) -> tuple[tuple[dict[str, pl.DataFrame], list[dict]], Analysis]:
+    """((the frames of the view, the profiler's notes): :func:`launch_views`, the analysis) of
+    trace files analysed with the tables the view needs."""
+    an = analyse_files(paths, step_range, comm_kernels=comm_kernels, extras=LAUNCH_EXTRAS[view], engine=engine, workers=workers,
+                       address=address, quiet=quiet, console=console)
+    return launch_views(an, view, threshold, queue=queue), an
+
+
+def annotation_view(paths: Iterable[PathLike], *, name: str | None = None, level: int | None = None, source: str = "auto",
+                    per: str = "step", config: PathLike | None = None, step_range: str | None = DEFAULT_STEP,
+                    comm_kernels: Iterable[str] = (), workers: int | None = None, engine: str = "local",
+                    address: str | None = None, quiet: bool = False, console: Any = None) -> tuple[pl.DataFrame, Analysis]:
+    """(:func:`~traceanalyzer.api.annotations` of trace files, the analysis), priced with the
+    run configuration ``config`` when given."""
+    cfg = None if config is None else load_config(config)
+    an = analyse_files(paths, step_range, comm_kernels=comm_kernels, extras=("annotations",), engine=engine, workers=workers,
+                       address=address, quiet=quiet, console=console)
+    return annotations(an, name=name, level=level, source=source, per=per, config=cfg), an
 
 
 def check_annotate_output(outputs: Any, output: Path, paths: Iterable[PathLike], merge: bool) -> None:
@@ -269,14 +394,14 @@ def plan_parts(tokens: float | str, config: PathLike | None = None, megatron_arg
     for m in margin or []:
         name, sep, val = m.partition("=")
         if not sep or not val:
-            raise ConfigError(f"--margin {m!r}: expected NAME=LOW-HIGH, e.g. jitter=5-10%")
+            raise ConfigError(f"`margin` {m!r}: expected NAME=LOW-HIGH, e.g. jitter=5-10%")
         margins[name.strip()] = val.strip()
     flops = "hardware" if hardware_flops else "model"
     measured = None
     trace = list(trace or [])
     if trace:
         if cfg is None:
-            raise ConfigError("--trace needs the run configuration (-c) for the FLOPs of one step")
+            raise ConfigError("`trace` needs the run configuration (`config`) for the FLOPs of one step")
         an = analyse_files(trace, step_range, cache=cache, workers=workers, quiet=quiet, console=console)
         measured = trace_measurement(cfg, an.steps, convention, flops, params)
     run_steps = None
@@ -293,9 +418,9 @@ def check_plan_mfu(text: str) -> None:
     from traceanalyzer.errors import ConfigError
     from traceanalyzer.model.runplan import parse_range
 
-    _lo, hi = parse_range(text, "--mfu", percent_ok=True)
+    _lo, hi = parse_range(text, "`mfu`", percent_ok=True)
     if hi > 1:
-        raise ConfigError(f"--mfu {text!r}: a fraction of the peak (≤ 1, or a percentage)")
+        raise ConfigError(f"`mfu` {text!r}: a fraction of the peak (≤ 1, or a percentage)")
 
 
 def baseline_parts(files: Iterable[PathLike] | None = None, *, topo: PathLike | None = None, trace: Iterable[PathLike] | None = None,
@@ -346,10 +471,10 @@ def check_whatif_options(convention: str | None, capacity_gb: float | None, rese
     from traceanalyzer.model.validate import check_positive
 
     if convention is not None and convention not in CONVENTIONS:
-        raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
-    check_positive("--capacity-gb", capacity_gb)
+        raise ConfigError(f"`convention` {convention!r} is not one of {', '.join(CONVENTIONS)}")
+    check_positive("`capacity_gb`", capacity_gb)
     if reserve_gb is not None and reserve_gb < 0:
-        raise ConfigError(f"--reserve-gb {reserve_gb} must not be negative")
+        raise ConfigError(f"`reserve_gb` {reserve_gb} must not be negative")
 
 
 def whatif_parts(trace: PathLike | None, config: PathLike | None, megatron_args: PathLike | None = None, *,

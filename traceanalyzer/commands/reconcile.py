@@ -18,8 +18,9 @@ from traceanalyzer.api.tables import analysis_with_tables
 from traceanalyzer.api.commandline import CONVENTIONS, HFU_CONVENTIONS, advice_check, compare_waterfalls, reconcile_parts, reconcile_with_analysis
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.outputs import Outputs
+from traceanalyzer.commands.common import DocumentFormat
 from traceanalyzer.render.predictions import (
-    Format, advice_check_sections, emit, time_comparison_sections, trace_comparison_sections, waterfall_sections,
+    advice_check_sections, emit, time_comparison_sections, trace_comparison_sections, waterfall_sections,
 )
 
 
@@ -40,7 +41,7 @@ def reconcile(
     config: ConfigOpt = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch arguments or a training log.")] = None,
     convention: Annotated[Optional[Convention], typer.Option("--convention", help="FLOPs convention (default: the configuration's).")] = None,  # type: ignore[valid-type]
-    format: Annotated[Format, format_opt()] = Format.table,
+    format: Annotated[DocumentFormat, format_opt()] = DocumentFormat.table,  # type: ignore[valid-type]
     output: OutputOpt = None,
     step_range: StepRangeOpt = "ProfilerStep",
     hfu: Annotated[HfuConvention, typer.Option("--hfu", help="How recompute counts in HFU.")] = "forward",  # type: ignore[valid-type]
@@ -68,7 +69,7 @@ def compare(
     config_a: Annotated[Optional[Path], typer.Option("--config-a", metavar="CONFIG", help="Run configuration of trace A.")] = None,
     config_b: Annotated[Optional[Path], typer.Option("--config-b", metavar="CONFIG", help="Run configuration of trace B.")] = None,
     convention: Annotated[Optional[Convention], typer.Option("--convention", help="FLOPs convention (default: the configurations').")] = None,  # type: ignore[valid-type]
-    format: Annotated[Format, format_opt()] = Format.table,
+    format: Annotated[DocumentFormat, format_opt()] = DocumentFormat.table,  # type: ignore[valid-type]
     output: OutputOpt = None,
     step_range: StepRangeOpt = "ProfilerStep",
     whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Without run configurations: ignore step markers, each rank's whole GPU span is one step.")] = False,
