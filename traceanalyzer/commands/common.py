@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands import coercion
 from traceanalyzer.render import formats
 from traceanalyzer.outputs import Outputs
 
