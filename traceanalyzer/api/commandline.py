@@ -211,11 +211,14 @@ def critical_path_of(paths: Iterable[PathLike], step_range: str | None = DEFAULT
 def annotate_files(paths: list[PathLike], output: Path, outputs: Any, *, merge: bool = False, step_range: str | None = DEFAULT_STEP,
                    **options: Any) -> tuple[list[Path], list[str]]:
     """(the files written, the analysis' warnings) of ``annotate``: the output checked against
-    the inputs first (:func:`check_annotate_output`), the traces analysed with their events, the
-    annotated traces written (``options``: as :func:`analyse_files`')."""
-    check_annotate_output(outputs, output, paths, merge)
+    the inputs first, the traces analysed with their events, the annotated traces written
+    (``options``: as :func:`analyse_files`')."""
+    from traceanalyzer.parsers import discover
+    from traceanalyzer.report.annotate import annotate, check_output
+
+    check_output(outputs, output, sum(len(discover(Path(p))) for p in paths), merge)  # one file: one rank file or merge, else a directory
     analysis = analyse_files(paths, step_range, keep="events", **options)
-    return write_annotated(analysis, output, outputs, merge), analysis.warnings
+    return annotate(analysis, output, outputs, merge), analysis.warnings
 
 
 def check_table_filters(name: str | None, sort: str, precision: str | None, top: int | None) -> None:
@@ -320,22 +323,6 @@ def annotation_view(paths: Iterable[PathLike], *, name: str | None = None, level
     return annotations(an, name=name, level=level, source=source, per=per, config=cfg), an
 
 
-def check_annotate_output(outputs: Any, output: Path, paths: Iterable[PathLike], merge: bool) -> None:
-    """OutputError unless ``output`` can take the annotated traces of ``paths`` (one file: one
-    rank file or ``merge``; else a directory)."""
-    from traceanalyzer.parsers import discover
-    from traceanalyzer.report.annotate import check_output
-
-    check_output(outputs, output, sum(len(discover(Path(p))) for p in paths), merge)
-
-
-def write_annotated(analysis: Analysis, output: Path, outputs: Any, merge: bool) -> list[Path]:
-    """Write the annotated traces of an analysis holding its events; the files written."""
-    from traceanalyzer.report.annotate import annotate as write
-
-    return write(analysis, output, outputs, merge)
-
-
 def reconcile_parts(trace: PathLike, config: PathLike | None, megatron_args: PathLike | None = None, *, convention: str | None = None,
                   step_range: str | None = DEFAULT_STEP, hfu: str = "forward", workers: int | None = None, quiet: bool = False,
                   comm_kernels: list[str] | None = None, baseline: Iterable[PathLike] | None = None, cache: bool = False,
@@ -374,6 +361,45 @@ def compare_waterfalls(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     from traceanalyzer.reconciliation import compare
 
     return compare(a, b)
+
+
+def compare_of(trace_a: PathLike, trace_b: PathLike, config_a: PathLike | None = None, config_b: PathLike | None = None, *,
+               convention: str | None = None, step_range: str = DEFAULT_STEP, whole_trace: bool = False,
+               comm_kernels: list[str] | None = None, cache: bool = False, workers: int | None = None, quiet: bool = False,
+               all_rows: bool = False, console: Any = None) -> tuple[list, dict[str, Any], list[str]]:
+    """(the sections, the document, the warnings) of ``compare``: the gap in mean step time split
+    into the time buckets, or with run configurations the gap in TFLOP/s/GPU split into waterfall
+    terms; the advice of A checked against B either way."""
+    from traceanalyzer.api._common import public
+    from traceanalyzer.api.documents import time_comparison
+    from traceanalyzer.render.predictions import (
+        advice_check_sections, time_comparison_sections, trace_comparison_sections, waterfall_sections,
+    )
+
+    doc: dict[str, Any] = {"schema": "traceanalyzer.compare", "schema_version": 1}
+    if config_a is None:
+        from traceanalyzer.render.kerneltable import kernel_diff_sections
+
+        opts = {"cache": cache, "workers": workers, "quiet": quiet, "comm_kernels": tuple(comm_patterns(comm_kernels))}
+        steps = None if whole_trace else step_range
+        an_a, an_b = analysis_with_tables([trace_a], steps, **opts), analysis_with_tables([trace_b], steps, **opts)
+        cmp_t, diff = time_comparison(an_a, an_b)
+        advice = advice_check(an_a, an_b)
+        doc.update(mode="time", comparison={**public(cmp_t), "kernels": public(diff)}, advice=advice)
+        sections = time_comparison_sections(cmp_t, all_rows) + kernel_diff_sections(diff) + advice_check_sections(advice)
+        return sections, doc, [*an_a.warnings, *an_b.warnings]
+    if whole_trace:
+        raise BadValue("the waterfall (with run configurations) needs the step markers", "whole_trace")
+    kw = {"convention": convention, "step_range": step_range, "workers": workers, "quiet": quiet, "comm_kernels": comm_kernels,
+          "cache": cache, "console": console}
+    wa, warn_a, an_a = reconcile_with_analysis(trace_a, config_a, None, **kw)
+    wb, warn_b, an_b = reconcile_with_analysis(trace_b, config_b, None, **kw)
+    cmp = compare_waterfalls(wa, wb)
+    advice = advice_check(an_a, an_b, config_a)
+    doc.update(mode="waterfall", a=public(wa), b=public(wb), comparison=public(cmp), advice=advice)
+    sections = (waterfall_sections(wa, all_rows) + waterfall_sections(wb, all_rows) + trace_comparison_sections(cmp, all_rows)
+                + advice_check_sections(advice))
+    return sections, doc, list(dict.fromkeys([*warn_a, *warn_b]))
 
 
 def plan_parts(tokens: float | str, config: PathLike | None = None, megatron_args: PathLike | None = None, *,

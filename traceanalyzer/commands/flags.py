@@ -12,7 +12,7 @@ _FLAGS = {
     **{f"`{name}`": "--" + name.replace("_", "-") for name in (
         "step_range", "address", "engine", "search", "name", "sort", "precision", "top", "merge", "rank", "config", "topo",
         "trace", "tokens", "step", "params", "pue", "gpu_power_w", "price_per_gpu_hour", "tflops", "mfu", "margin", "convention",
-        "capacity_gb", "reserve_gb", "since", "max_regression", "last")},
+        "capacity_gb", "reserve_gb", "since", "max_regression", "last", "whole_trace")},
 }
 
 
