@@ -40,8 +40,9 @@ ta.breakdown(a)                      # polars DataFrame: one row per (rank, step
 Every verb takes a **source**: a path (a trace file, a directory holding the rank files of one
 job, or a list of them), a `Trace` from `ta.load`, or an `Analysis` from `ta.analyze`. A path
 or a trace is analysed on each call; to ask several questions of one trace, call `ta.analyze`
-once and pass the analysis on. Verbs return polars DataFrames (`report` and `plan` return a
-dict). `import traceanalyzer` is light: polars and the parsers load on the first call.
+once and pass the analysis on. An analysis saved with `a.save("run.taz")` (one file: attach it to
+a ticket) is read back by `ta.load_analysis`, and its path is a source too. Verbs return
+polars DataFrames (`report` and `plan` return a dict). `import traceanalyzer` is light: polars and the parsers load on the first call.
 
 Conventions shared by every frame:
 
@@ -222,10 +223,42 @@ def public_api() -> list[tuple[str, object]]:
     return [(n, getattr(traceanalyzer, n)) for n in traceanalyzer.__all__ if n != "__version__"]
 
 
+def vocabulary_md(api: list[tuple[str, object]]) -> list[str]:
+    """The argument names: one per idea, the verbs that take each, and the older names still taken."""
+    from traceanalyzer.api._arguments import VOCABULARY
+    from traceanalyzer.api._deprecation import RENAMED
+
+    takers: dict[str, list[str]] = {}
+    for name, obj in api:
+        if inspect.isclass(obj):
+            continue
+        for p in inspect.signature(obj).parameters.values():
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                takers.setdefault(p.name, []).append(name)
+    out = ["## Argument names", "",
+           "One name per idea, the same in every verb; each name has one type, and a value of another type is an",
+           "`InvalidArgument` naming the argument (before any file is read). `None` is accepted where the default is",
+           "`None`.", "",
+           "| argument | what it is | type | verbs |", "|---|---|---|---|"]
+    for word, w in VOCABULARY.items():
+        verbs = takers.get(word, [])
+        shown = ", ".join(f"`{v}`" for v in verbs) if len(verbs) <= 6 else f"{len(verbs)} verbs"
+        out.append(f"| `{word}` | {rst_to_md(w.idea).replace('|', chr(92) + '|')} | {w.expected} | {shown} |")
+    out += ["", "Older names, still taken with a `DeprecationWarning`:", "",
+            "| verb | older name | name | renamed in |", "|---|---|---|---|"]
+    public = {n for n, _ in api}
+    for verb, old, new, version in sorted(set(RENAMED)):
+        if verb in public:
+            out.append(f"| `{verb}` | `{old}` | `{new}` | {version} |")
+    return out + [""]
+
+
 def render() -> str:
     api = public_api()
     out = [INTRO, "## Contents", ""]
+    out += ["- [Argument names](#argument-names)"]
     out += [f"- [`{n}`](#{n.lower()})" for n, _ in api] + ["- [Errors](#errors)", ""]
+    out += vocabulary_md(api)
     for name, obj in api:
         out += class_md(name, obj) if inspect.isclass(obj) else function_md(name, obj)
     out += errors_md()

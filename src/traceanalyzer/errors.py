@@ -58,6 +58,11 @@ class InvalidTrace(TraceAnalyzerError):
     exit_code = 4
 
 
+class InvalidAnalysisFile(InvalidTrace):
+    """A file given as a saved analysis (``.taz``) that is not one, is damaged, or was written
+    in a newer format version than this traceanalyzer reads: exit 4, naming the file."""
+
+
 class NoGpuActivity(TraceAnalyzerError):
     exit_code = 5
 

@@ -14,6 +14,7 @@ import polars as pl
 
 from traceanalyzer.api._common import PathLike, _baseline
 from traceanalyzer.api.layouts import search_parts
+from traceanalyzer.api.loading import _saved, saved_with_tables
 from traceanalyzer.api.modelling import _baseline_tables, collective_busbw, waterfall_of
 from traceanalyzer.api.tables import analysis_with_tables, annotations, kernels, launches, ops, queue_length
 from traceanalyzer.classify.steps import DEFAULT_STEP
@@ -81,9 +82,15 @@ def analyse_files(
     console, or a function that makes one where progress is shown).
     ``keep``: what the caller needs beyond the compact tables (a name of
     :data:`traceanalyzer.engine.KEEP`); ``extras``: more optional per-rank tables (names of
-    :data:`traceanalyzer.engine.TABLES`)."""
+    :data:`traceanalyzer.engine.TABLES`). A saved analysis (``.taz``, given alone) is read
+    instead, with the options it was saved with, and given the tables ``keep`` and ``extras``
+    name."""
     from traceanalyzer.engine import KEEP, Options, analyse
 
+    paths = list(paths)
+    saved = _saved(paths)
+    if saved is not None:
+        return saved_with_tables(saved, *KEEP[keep], *extras)
     opts = Options(step_name=step_name, recompute_pattern=recompute_pattern, cache=cache,
                    comm_kernels=tuple(comm_kernels or ()), tables=frozenset({*KEEP[keep], *extras}))
     if bus_bw_gbps is not None:
@@ -271,7 +278,7 @@ def table_view(what: str, paths: Iterable[PathLike], *, name: str | None = None,
                               workers=workers, engine=engine, address=address, quiet=quiet)
     _check_selection(an, rank, step)
     verb = kernels if what == "kernels" else ops
-    return verb(an, name=name, rank=rank, step=step, sort=sort, top=top, precision=precision), an
+    return verb(an, name=name, ranks=rank, steps=step, sort=sort, top=top, precision=precision), an
 
 
 #: the optional tables each view of ``launches`` needs
@@ -320,7 +327,7 @@ def annotation_view(paths: Iterable[PathLike], *, name: str | None = None, level
     cfg = None if config is None else load_config(config)
     an = analyse_files(paths, step_range, comm_kernels=comm_kernels, extras=("annotations",), engine=engine, workers=workers,
                        address=address, quiet=quiet, console=console)
-    return annotations(an, name=name, level=level, source=source, per=per, config=cfg), an
+    return annotations(an, name=name, level=level, side=source, per=per, config=cfg), an
 
 
 def reconcile_parts(trace: PathLike, config: PathLike | None, megatron_args: PathLike | None = None, *, convention: str | None = None,

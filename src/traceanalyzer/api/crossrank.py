@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceanalyzer.api._arguments import checked
+
 if TYPE_CHECKING:
     from traceanalyzer.api._common import PathLike, Source
     from traceanalyzer.results import Analysis
@@ -24,6 +26,7 @@ def _inputs(a: Analysis):
     return inputs(a)
 
 
+@checked
 def replay(source: Source) -> pl.DataFrame:
     """The cross-rank replay of the measured job, against the measured steps.
 
@@ -55,6 +58,7 @@ def replay(source: Source) -> pl.DataFrame:
     return rp.replay_table(steps, points, rp.replay_graph(points, kern))
 
 
+@checked
 def straggler_costs(source: Source) -> pl.DataFrame:
     """What each rank costs the job, phase by phase: the job's step time had that rank run that
     phase like the median rank (a replay of the job, see :func:`replay`).
@@ -86,6 +90,7 @@ def straggler_costs(source: Source) -> pl.DataFrame:
     return straggler_view(source)["costs"]
 
 
+@checked
 def wait_matrix(source: Source) -> pl.DataFrame:
     """Who waited on whom: per collective type and process group, the time each rank waited for
     each other rank (the last arrival of each matched instance is charged every other rank's
@@ -113,6 +118,7 @@ def wait_matrix(source: Source) -> pl.DataFrame:
     return sc.wait_matrix(kern, max(points.get_column("step").drop_nulls().n_unique(), 1))
 
 
+@checked
 def straggler_view(source: Source, *, tolerance: float = 0.05) -> dict[str, Any]:
     """Everything the ``stragglers`` command shows, in one call.
 
@@ -147,6 +153,7 @@ def straggler_view(source: Source, *, tolerance: float = 0.05) -> dict[str, Any]
     return dict(a.straggler_view()) if tolerance == DEFAULT_TOLERANCE else job_view(a, tolerance)
 
 
+@checked
 def comm_bytes(source: Source, config: PathLike) -> pl.DataFrame:
     """Bytes each parallel dimension moved per step, measured beside the analytic model's
     prediction for the run configuration.
@@ -158,7 +165,7 @@ def comm_bytes(source: Source, config: PathLike) -> pl.DataFrame:
 
     Parameters:
         source: as in :func:`analyze`.
-        config: run configuration (TOML) with a ``[model]`` and a layout.
+        config: run configuration (a TOML file or a RunConfig) with a ``[model]`` and a layout.
 
     Returns:
         One row per dimension measured or predicted: ``dim``, ``measured_bytes`` (Float64 per
@@ -177,11 +184,11 @@ def comm_bytes(source: Source, config: PathLike) -> pl.DataFrame:
         >>> t.select("dim", "predicted_bytes", "warning").row(0)
         ('DP', None, False)
     """
+    from traceanalyzer.api._common import _config
     from traceanalyzer.reconciliation.commbytes import comm_bytes_table
-    from traceanalyzer.model.loader import load_config
 
     a = _analysis(source)
-    return comm_bytes_table(a, load_config(config))
+    return comm_bytes_table(a, _config(config))
 
 
 __all__ = ["replay", "straggler_costs", "wait_matrix", "straggler_view", "comm_bytes"]

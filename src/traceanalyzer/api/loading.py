@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import polars as pl
 
-from traceanalyzer.api._common import PathLike, Source, _cache_arg, _check_patterns, _path, _paths
+from traceanalyzer.api._arguments import checked
+from traceanalyzer.api._common import PathLike, Source, _cache_arg, _check_patterns, _ints, _path, _paths
 from traceanalyzer.classify.comm import DEFAULT_BUS_BW_GBPS
 from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import InvalidArgument
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from traceanalyzer.schema import Trace
 
 
+@checked
 def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False, workers: int | None = None) -> Trace:
     """Load a trace: one file, a directory of rank files, or a list of files of one job.
 
@@ -62,6 +64,9 @@ def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False,
 
     from traceanalyzer.engine import check_workers
 
+    saved = _saved(path)
+    if saved is not None:
+        return load_analysis(saved).trace
     paths = [Path(_path(path, "path"))] if isinstance(path, (str, os.PathLike)) else [Path(_path(p, "path")) for p in _paths(path, "path")]
     check_workers(workers)
     cache_arg = _cache_arg(cache)
@@ -72,6 +77,7 @@ def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False,
     return load_job(paths, workers=workers, quiet=True, cache=cache_arg)[0]
 
 
+@checked
 def scan(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = True) -> pl.LazyFrame:
     """The canonical events of a job as a polars LazyFrame read from the Parquet parse cache.
 
@@ -153,6 +159,7 @@ def _cached_entry(f: Path, directory: Path, parse_cache: Any, orjson: Any) -> tu
     return pl.scan_parquet(entry), meta
 
 
+@checked
 def analyze(
     source: Source,
     step_range: str | None = DEFAULT_STEP,
@@ -215,6 +222,9 @@ def analyze(
 
     if isinstance(source, Analysis):
         return source
+    saved = _saved(source)
+    if saved is not None:
+        return load_analysis(saved)
     _check_patterns(recompute_range, comm_kernels)
     if not (isinstance(bus_bw_gbps, (int, float)) and 0 < bus_bw_gbps < float("inf")):
         raise InvalidArgument(f"bus_bw_gbps must be a finite positive number (GB/s), got {bus_bw_gbps!r}")
@@ -225,7 +235,8 @@ def analyze(
                    comm_kernels=comm_kernels, bus_bw_gbps=float(bus_bw_gbps), cache=cache, workers=workers)
 
 
-def select(source: Source, *, ranks: Iterable[int] | None = None, steps: Iterable[int] | None = None) -> Analysis:
+@checked
+def select(source: Source, *, ranks: int | Iterable[int] | None = None, steps: int | Iterable[int] | None = None) -> Analysis:
     """The part of an analysis on some ranks and/or steps, to compare them or look closer.
 
     Every per-step frame of the analysis, its optional tables (launches, annotations...)
@@ -236,8 +247,8 @@ def select(source: Source, *, ranks: Iterable[int] | None = None, steps: Iterabl
 
     Parameters:
         source: as in :func:`analyze` (a path or trace is analysed first).
-        ranks: global ranks to keep (default: all).
-        steps: step numbers to keep (default: all).
+        ranks: global ranks to keep: one or several (default: all).
+        steps: step numbers to keep: one or several (default: all).
 
     Returns:
         An :class:`~traceanalyzer.classify.Analysis` holding only those rows.
@@ -254,8 +265,8 @@ def select(source: Source, *, ranks: Iterable[int] | None = None, steps: Iterabl
     from traceanalyzer.classify import IDLE_FIELDS, crossrank
 
     a = analyze(source)
-    rank_list = None if ranks is None else [int(r) for r in ranks]
-    step_list = None if steps is None else [int(s) for s in steps]
+    rank_list = _ints(ranks)
+    step_list = _ints(steps)
 
     def cut(df: pl.DataFrame | None) -> pl.DataFrame | None:
         if df is None or not df.width:
@@ -297,6 +308,94 @@ def select(source: Source, *, ranks: Iterable[int] | None = None, steps: Iterabl
     )
 
 
+def load_analysis(path: PathLike) -> Analysis:
+    """Read an analysis saved by :meth:`Analysis.save <traceanalyzer.classify.Analysis.save>`.
+
+    A saved analysis is one file (``.taz``: a ZIP of Parquet frames and a JSON header holding the
+    options it was made with and each trace file's fingerprint: path, size, mtime and SHA-256).
+    The analysis read back holds the same frames, warnings and options as the one saved, so every
+    verb gives the same answer from it as from the traces, which it never reads again (unless a
+    verb needs a table the analysis did not keep: then, as for any analysis, from its trace files
+    where they still exist). Every verb also takes the saved file's path where it takes a trace.
+
+    Parameters:
+        path: the saved file. It is recognised by its content (the archive's ``mimetype``
+            member), whatever its name.
+
+    Returns:
+        An :class:`~traceanalyzer.classify.Analysis`.
+
+    Raises:
+        InputNotFound: ``path`` does not exist or cannot be read.
+        InvalidAnalysisFile: ``path`` is not a saved analysis, is damaged (cut short, a member
+            that does not parse), or was written in a newer format version than this
+            traceanalyzer reads (exit 4, naming the file).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> import traceanalyzer as ta
+        >>> a = ta.analyze("fixtures/kineto/dlrm-v100-8rank")
+        >>> saved = a.save(pathlib.Path(tempfile.mkdtemp()) / "dlrm.taz")
+        >>> b = ta.load_analysis(saved)
+        >>> b.steps.equals(a.steps), b.options == a.options
+        (True, True)
+        >>> ta.breakdown(saved).equals(ta.breakdown(a))
+        True
+    """
+    from traceanalyzer.analysisfile import read
+
+    return read(Path(_path(path, "path")), _options)
+
+
+def _options(doc: dict[str, Any]) -> Any:
+    """The engine's Options of a saved analysis' header (sets and tuples as the fields have them;
+    a field this version lacks is left out)."""
+    from traceanalyzer.engine import Options
+
+    known = {f.name: f for f in dataclasses.fields(Options)}
+    values = {}
+    for name, value in doc.items():
+        f = known.get(name)
+        if f is None:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else None
+        values[name] = frozenset(value) if isinstance(default, (set, frozenset)) else tuple(value) if isinstance(default, tuple) else value
+    return Options(**values)
+
+
+def saved_with_tables(path: Path, *tables: str) -> Analysis:
+    """The saved analysis at ``path`` holding the optional ``tables`` (computed from its events,
+    or from its trace files where they still exist); InvalidAnalysisFile naming the file when it
+    can have neither."""
+    from traceanalyzer.engine import with_tables
+    from traceanalyzer.errors import InvalidAnalysisFile
+
+    a = load_analysis(path)
+    try:
+        return with_tables(a, *tables)
+    except InvalidArgument:
+        from traceanalyzer.engine import has_table
+
+        missing = sorted(t for t in set(tables) if not has_table(a, t))
+        raise InvalidAnalysisFile(f"this saved analysis holds no {', '.join(missing)} table(s), nor the events to compute them "
+                                  "from, and its trace files are not here: give the trace files instead", path) from None
+
+
+def _saved(source: object) -> Path | None:
+    """The saved analysis ``source`` names (a path, or a list of one path), or None. A saved
+    analysis among other files: InvalidArgument."""
+    from traceanalyzer.analysisfile import is_saved
+
+    if isinstance(source, (str, os.PathLike)):
+        return Path(source) if is_saved(source) else None
+    if isinstance(source, (list, tuple)) and source and all(isinstance(p, (str, os.PathLike)) for p in source):
+        found = [Path(p) for p in source if is_saved(p)]
+        if found and len(source) > 1:
+            raise InvalidArgument(f"{found[0]}: a saved analysis is given alone, not with other trace files")
+        return found[0] if found else None
+    return None
+
+
 _RUN_KW = ("cache", "workers", "engine", "address", "quiet", "console")
 _OPT_KW = {"recompute_range": "recompute_pattern", "comm_kernels": "comm_kernels", "bus_bw_gbps": "bus_bw_gbps"}
 
@@ -317,6 +416,9 @@ def resolve(source: Source, step_range: str | None = DEFAULT_STEP, *, tables: It
     unknown = [k for k in options if k not in _OPT_KW]
     if unknown:
         raise InvalidArgument(f"unexpected argument {unknown[0]!r}")
+    saved = _saved(source)
+    if saved is not None:
+        return saved_with_tables(saved, *tables)
     if isinstance(source, Analysis):
         return with_tables(source, *tables)
     opts = {_OPT_KW[k]: v for k, v in options.items() if v is not None}

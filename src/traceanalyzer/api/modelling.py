@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal
 
 import polars as pl
 
+from traceanalyzer.api._arguments import checked
 from traceanalyzer.api._common import (
     PathLike, Source, _baseline, _cache_arg, _choice, _config, _ints, _path, _paths, public,
 )
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 @renamed_parameter("trace", "source", version=RENAMED_IN)
 @renamed_parameter("reserve_gb", "reserve_gib", version=RENAMED_IN)
+@checked
 def memory(
     source: Source | None = None,
     config: PathLike | Any | None = None,
@@ -101,6 +103,7 @@ def memory(
     With a trace recorded with ``profile_memory=True``, ``r.measured`` holds the peaks and
     ``r.fit`` the largest measured peak beside the predicted total.
     """
+    from traceanalyzer.api.loading import _saved, load_analysis
     from traceanalyzer.classify import Analysis
     from traceanalyzer.reconciliation.footprint import memory as footprint
     from traceanalyzer.schema import Trace
@@ -110,6 +113,9 @@ def memory(
         raise InvalidArgument(f"reserve_gib must be a finite number of GiB, zero or more, got {reserve!r}")
     if source is None and config is None and megatron_args is None:
         raise InvalidArgument("nothing to do: give a trace (source), a run configuration (config) or both")
+    saved = _saved(source)
+    if saved is not None:  # a saved analysis: its trace (the events it kept, else its files)
+        source = load_analysis(saved)
     if isinstance(source, Analysis):
         source = source.trace if source.trace.events.height else [Path(s) for s in source.trace.sources]
     elif source is not None and not isinstance(source, Trace):
@@ -123,6 +129,7 @@ def memory(
 
 
 @renamed_parameter("analysis", "source", version=RENAMED_IN)
+@checked
 def whatif(
     config: PathLike | Any,
     sets: list[str] | dict[str, Any] | Any,
@@ -189,12 +196,11 @@ def whatif(
 
     if convention is not None:
         _choice("convention", convention, CONVENTIONS)
-    if isinstance(sets, str) or not isinstance(sets, (list, tuple, dict)):
-        raise InvalidArgument(f"sets: expected a list of KEY=VALUE changes (or a dict), got {type(sets).__name__}")
     anchor = analyze(source) if source is not None else None
     return predict_layout(_config(config), sets, analysis=anchor, baseline=_baseline(baseline), convention=convention)
 
 
+@checked
 def reconcile(
     source: Source,
     config: PathLike | Any | None = None,
@@ -276,6 +282,7 @@ def _reconcile(source, config, megatron_args, convention, hfu, baseline, step_ra
     return wf, [*a.warnings, *wf["warnings"]]
 
 
+@checked
 def predict(
     config: PathLike | Any | None = None,
     *,
@@ -393,6 +400,7 @@ def predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kern
     return doc, sections, warnings
 
 
+@checked
 def baseline(
     files: PathLike | Iterable[PathLike] | None = None,
     *,
