@@ -532,7 +532,7 @@ def _baseline_tables(paths: list | None, topo: PathLike | None, config: PathLike
     elif config is not None:
         from traceanalyzer.errors import ConfigError
 
-        raise ConfigError("--config flags TP groups against a topology: give --topo FILE too")
+        raise ConfigError("`config` flags TP groups against a topology: give `topo` FILE too")
     return out, base, t
 
 

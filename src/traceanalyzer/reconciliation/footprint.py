@@ -148,7 +148,7 @@ def memory(
     """
     if not isinstance(reserve_gb, (int, float)) or isinstance(reserve_gb, bool) or not math.isfinite(reserve_gb) \
             or reserve_gb < 0:
-        raise ConfigError(f"--reserve = {reserve_gb} must be a finite number of GiB, zero or more")
+        raise ConfigError(f"`reserve_gib` = {reserve_gb} must be a finite number of GiB, zero or more")
     if trace is None and config is None:
         raise ConfigError("nothing to do: give a trace, a run configuration (--config) or both")
     reserve = reserve_gb * GIB

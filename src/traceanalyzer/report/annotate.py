@@ -70,7 +70,7 @@ def merged_target(output: Path) -> Path:
     if os.path.isdir(output):
         return output / "merged.json.gz"
     if not names_a_file(output):
-        raise OutputError("--merge writes one file: give -o NAME.json or NAME.json.gz (or an existing directory)", output)
+        raise OutputError("`merge` writes one file: give `output` NAME.json or NAME.json.gz (or an existing directory)", output)
     return output
 
 
@@ -82,7 +82,7 @@ def check_output(outputs: Outputs, output: Path, n_files: int, merge: bool = Fal
         outputs.check(merged_target(output))
     elif names_a_file(output):
         if n_files > 1:
-            raise OutputError(f"{n_files} rank files need a directory, not a file name: give -o DIR, or --merge for "
+            raise OutputError(f"{n_files} rank files need a directory, not a file name: give `output` DIR, or `merge` for "
                               "one multi-rank file", output)
         outputs.check(output)
     else:
