@@ -52,6 +52,7 @@ def assert_same_analysis(a: ta.Analysis, b: ta.Analysis) -> None:
     assert b.warnings == a.warnings and b.trace.warnings == a.trace.warnings
     assert b.trace.sources == a.trace.sources
     assert b.options == a.options and type(b.options) is type(a.options)
+    assert b.profiler_options == a.profiler_options  # what the findings read of the profiler
 
 
 @pytest.fixture

@@ -18,8 +18,9 @@ was made with: step range, patterns, bus bandwidth, optional tables), ``inputs``
 file's fingerprint: ``path`` as given, ``size``, ``mtime_ns`` and ``sha256`` as the parse cache
 computes it; null where the file could not be read when saving), ``sources`` and
 ``trace_warnings`` (the trace's), ``warnings`` (the analysis'), ``frames`` (member and row
-count of each frame), ``none`` (the optional frames it does not hold) and ``extras`` (the
-names of its optional tables). The file's bytes depend only on the analysis (every member dated
+count of each frame), ``none`` (the optional frames it does not hold), ``extras`` (the
+names of its optional tables) and ``profiler_options`` (per trace file, the profiler options its
+header lists; null: not known). The file's bytes depend only on the analysis (every member dated
 1980-01-01).
 
 A file that is not a saved analysis, a damaged one (cut short, a bad member, a row count that
@@ -56,7 +57,7 @@ _HEADER = "header.json"
 _DATE = (1980, 1, 1, 0, 0, 0)
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 #: the Analysis fields written as JSON or apart, not as frames
-_SPECIAL = ("trace", "warnings", "extras", "options")
+_SPECIAL = ("trace", "warnings", "extras", "options", "profiler_options")
 
 
 def is_saved(path: str | os.PathLike[str]) -> bool:
@@ -169,6 +170,7 @@ def write(analysis: Analysis, path: str | os.PathLike[str]) -> Path:
         "frames": {key: {"member": _member(i, key), "rows": df.height} for i, (key, df) in enumerate(frames)},
         "none": none,
         "extras": list(analysis.extras),
+        "profiler_options": analysis.profiler_options,
     }
     out = Path(path)
     with Outputs(trace.sources).open(out, "wb") as fh:
@@ -265,9 +267,12 @@ def read(path: str | os.PathLike[str], options: Callable[[dict[str, Any]], Any] 
                     raise InvalidAnalysisFile(f"damaged saved analysis (frame {f.name} missing)", p)
             extras = {name: frames.pop(f"extras.{name}") for name in header.get("extras") or ()}
             opts = header.get("options")
+            profiled = header.get("profiler_options")  # absent: not known
+            if profiled is not None:
+                profiled = {str(f): [str(o) for o in v] for f, v in dict(profiled).items()}
         except InvalidTrace:
             raise
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidAnalysisFile(f"damaged saved analysis ({_HEADER}: {type(exc).__name__} {exc})", p) from None
-    return Analysis(trace=trace, warnings=[str(w) for w in header.get("warnings") or ()], extras=extras,
+    return Analysis(trace=trace, warnings=[str(w) for w in header.get("warnings") or ()], extras=extras, profiler_options=profiled,
                     options=options(opts) if options is not None and opts is not None else opts, **values)
