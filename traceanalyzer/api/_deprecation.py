@@ -9,7 +9,8 @@ import inspect
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from types import FrameType
+from typing import Any, TypeVar, cast
 
 from traceanalyzer.errors import InvalidArgument
 
@@ -48,7 +49,7 @@ def renamed_parameter(old: str, new: str, *, version: str) -> Callable[[F], F]:
 def _outside() -> int:
     """The ``stacklevel`` of the first caller outside this module (renamed arguments stack, one
     wrapper per name): the warning names the line that used the old name."""
-    level, frame = 2, sys._getframe(2)
+    level, frame = 2, cast("FrameType | None", sys._getframe(2))
     while frame is not None and frame.f_code.co_filename == __file__:
         level, frame = level + 1, frame.f_back
     return level

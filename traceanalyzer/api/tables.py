@@ -1,14 +1,14 @@
 """The optional per-rank tables: kernels and ops, launches and the launch queue, user annotations.
 """
 
-from __future__ import annotations
+from __future__ import annotations as _postponed  # postponed annotations; the name ``annotations`` is the verb's
 
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Unpack, cast
 
 import polars as pl
 
 from traceanalyzer.api._common import (
-    PathLike, Source, _check_table_args, _choice, _device, _ints, _model_flops_and_peak, _regex,
+    AnalysisOptions, EngineOptions, PathLike, Source, _check_table_args, _choice, _device, _ints, _model_flops_and_peak, _regex,
 )
 from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
 from traceanalyzer.api.loading import resolve
@@ -17,6 +17,7 @@ from traceanalyzer.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
+    from traceanalyzer.model import RunConfig
 
 
 def analysis_with_tables(source: Source, step_range: str | None = DEFAULT_STEP, **options: Any) -> Analysis:
@@ -38,7 +39,7 @@ def kernels(
     top: int | None = None,
     precision: str | None = None,
     step_range: str | None = DEFAULT_STEP,
-    **options: Any,
+    **options: Unpack[AnalysisOptions],
 ) -> pl.DataFrame:
     """Every GPU kernel (and memcpy / memset) by name: calls, time statistics, its exact share
     of the breakdown, and achieved TFLOP/s where its launching op recorded shapes.
@@ -108,7 +109,7 @@ def kernels(
     _check_table_args(name, sort, precision, top)
     an = analysis_with_tables(source, step_range, **options)
     ranks = _ints(rank)
-    return kernel_table(an.kernel_stats, an.steps, _device(an, ranks), name=name, rank=ranks, step=_ints(step),
+    return kernel_table(cast(pl.DataFrame, an.kernel_stats), an.steps, _device(an, ranks), name=name, rank=ranks, step=_ints(step),
                         precision=precision, sort=sort, top=top)
 
 
@@ -123,7 +124,7 @@ def ops(
     top: int | None = None,
     precision: str | None = None,
     step_range: str | None = DEFAULT_STEP,
-    **options: Any,
+    **options: Unpack[AnalysisOptions],
 ) -> pl.DataFrame:
     """Every host (CPU) op by name and input shapes: calls, host-time statistics, the GPU time
     of the kernels it launched, and FLOPs / achieved TFLOP/s / roofline where the shapes have a
@@ -190,7 +191,7 @@ def ops(
     _check_table_args(name, sort, precision, top)
     an = analysis_with_tables(source, step_range, **options)
     ranks = _ints(rank)
-    return op_table(an.op_stats, an.steps, _device(an, ranks), name=name, rank=ranks, step=_ints(step),
+    return op_table(cast(pl.DataFrame, an.op_stats), an.steps, _device(an, ranks), name=name, rank=ranks, step=_ints(step),
                     precision=precision, sort=sort, top=top)
 
 
@@ -203,7 +204,7 @@ def launches(
     threshold: float = 0.10,
     step_range: str | None = DEFAULT_STEP,
     comm_kernels: list[str] | None = None,
-    **engine_kw: Any,
+    **engine_kw: Unpack[EngineOptions],
 ) -> pl.DataFrame:
     """Kernel launch statistics: per step (default) or one row per launched GPU item.
 
@@ -277,7 +278,7 @@ def queue_length(
     series: bool = False,
     step_range: str | None = DEFAULT_STEP,
     comm_kernels: list[str] | None = None,
-    **engine_kw: Any,
+    **engine_kw: Unpack[EngineOptions],
 ) -> pl.DataFrame:
     """Launch queue length per (rank, device, stream): a summary, or the step function itself.
 
@@ -327,10 +328,10 @@ def annotations(
     level: int | None = None,
     source: Literal["auto", "gpu", "host"] = "auto",
     per: Literal["step", "rank", "name"] = "step",
-    config: PathLike | Any | None = None,
+    config: PathLike | RunConfig | None = None,
     step_range: str | None = DEFAULT_STEP,
     comm_kernels: list[str] | None = None,
-    **engine_kw: Any,
+    **engine_kw: Unpack[EngineOptions],
 ) -> pl.DataFrame:
     """GPU time under each NVTX / ``record_function`` range, split into the partition's buckets.
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 
 from traceanalyzer.api._common import PathLike, Source, _path
@@ -15,6 +15,7 @@ from traceanalyzer.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
+    from traceanalyzer.results import CriticalPath
 
 
 @renamed_parameter("trace", "source", version=RENAMED_IN)
@@ -30,7 +31,7 @@ def critical_path(
     wait_slack_ns: int = 10_000,  # classify.critical_path.WAIT_SLACK_NS
     host_gaps: bool = True,
     workers: int | None = None,
-) -> Any:
+) -> CriticalPath:
     """The critical path of every step (or of one): what the step waited on, piece by piece.
 
     The path is the longest path through the step's dependency graph: host threads (CPU ops,

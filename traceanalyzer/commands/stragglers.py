@@ -44,7 +44,7 @@ def stragglers(
         outputs.check(output)
     analysis = analyse_paths(paths, step_name(step_range, whole_trace), cache=cache, workers=workers, quiet=quiet,
                              comm_kernels=comm_patterns(comm_kernel))
-    view = straggler_view(analysis, tolerance=tolerance)
+    view = straggler_view(analysis, tolerance=tolerance).to_dict()
     if format is StragglerFormat.table:
         with outputs.stream(output, "w") as fh:
             render.print_view(view, out_console(None if output is None else fh, 160), top)

@@ -9,6 +9,7 @@ components and verdict frames).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -139,13 +140,13 @@ def measured_memory(trace, step_range: str = DEFAULT_STEP, gpu_only: bool = True
 
 def memory(
     trace: str | Path | Iterable[str | Path] | object | None = None,
-    config: str | Path | RunConfig | None = None,
+    config: str | os.PathLike[str] | RunConfig | None = None,
     *,
-    megatron_args: str | Path | None = None,
+    megatron_args: str | os.PathLike[str] | None = None,
     reserve_gb: float = DEFAULT_RESERVE_GIB,
-    step_range: str = DEFAULT_STEP,
+    step_range: str | None = DEFAULT_STEP,
     gpu_only: bool = True,
-    cache: bool | str | Path = False,
+    cache: bool | str | os.PathLike[str] = False,
     workers: int | None = None,
     quiet: bool = True,
 ) -> MemoryResult:

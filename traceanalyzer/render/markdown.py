@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from traceanalyzer.buckets import BUCKET_LABELS, BUCKETS
 from traceanalyzer.render import plots
 from traceanalyzer.render.sections import findings_table, integrity_table, host_bound_table, host_verdict_table, rank_summary_table, stragglers_table
 from traceanalyzer.render.sections import straggler_costs_table
@@ -104,7 +105,7 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
     out += _table(summary if summary is not None else ranks_table(model, MAX_RANKS))
     out += [f"### Timeline of rank {model['timeline']['rank']}", ""]
     img("timeline", "timeline")
-    legend = " · ".join(f"{plots.LABELS[b]} `{plots.COLORS[b]}`" for b in plots.BUCKET_ORDER)
+    legend = " · ".join(f"{BUCKET_LABELS[b]} `{plots.COLORS[b]}`" for b in BUCKETS)
     out += [f"_Colours: {legend}_", ""]
     out += _table(timeline_table(model, MAX_STEPS))
     if model.get("waterfall"):

@@ -15,11 +15,14 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from traceanalyzer.render.units import signed
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 class Format(str, Enum):
@@ -322,7 +325,7 @@ _TEXT_COLUMNS = ("assumption", "collective", "value", "predicted", "measured", "
 _NUMBER = re.compile(r"^(?:[-+−~≈×]?\s?[\d.,]+(?:e[-+]?\d+)?\s?(?:%|[A-Za-zµ/×]{1,8})?|—|-|n/a)$")
 
 
-def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None, console=None) -> str | None:
+def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None, console: Console | None = None) -> str | None:
     """Return markdown / JSON text, or print rich tables to ``console`` (``table``)."""
     if fmt == "json":
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
@@ -332,6 +335,7 @@ def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None,
     from rich.table import Table
     from rich.text import Text
 
+    assert console is not None, "fmt='table' prints to a console"
     for s in sections:
         t = Table(title=escape(s.title), title_justify="left", caption=escape("\n".join(s.notes)) or None, caption_justify="left")
         # a column with no text in any row (e.g. "predicted" once the zero rows are hidden) is not shown
@@ -342,9 +346,8 @@ def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None,
             t.add_column(c, justify="left" if text else "right")
         for r in s.rows:
             t.add_row(*[escape(r[i]) for i in shown])
-        if not s.rows:  # a table with a header and nothing under it reads as a bug: say so
-            t = Text.assemble((s.title, "italic"), ": none", *[f"\n{n}" for n in s.notes])
-        console.print(t)
+        # a table with a header and nothing under it reads as a bug: say so
+        console.print(t if s.rows else Text.assemble((s.title, "italic"), ": none", *[f"\n{n}" for n in s.notes]))
     return None
 
 

@@ -59,11 +59,12 @@ def short(name: str, width: int = 90) -> Cell:
 def human_bytes(n: int | None) -> str:
     if n is None:
         return ""
+    size: float = n
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+        if size < 1024 or unit == "GiB":
+            return f"{size} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
 
 
 def headline_cells(model: dict[str, Any]) -> list[tuple[str, Cell]]:

@@ -106,7 +106,7 @@ def build(
     analysis: Analysis,
     *,
     rank: int | None = None,
-    config: Path | None = None,
+    config: str | os.PathLike[str] | None = None,
     command: list[str] | None = None,
     step_range: str = "ProfilerStep",
     top: int = 10,
@@ -590,7 +590,7 @@ def _file_info(path: Path, role: str) -> dict[str, Any]:
 # the reconciler
 
 
-def waterfall_section(analysis: Analysis, config: Path | None) -> tuple[dict[str, Any] | None, list[str]]:
+def waterfall_section(analysis: Analysis, config: str | os.PathLike[str] | None) -> tuple[dict[str, Any] | None, list[str]]:
     """The ``waterfall`` section, from the reconciler when it is installed and a config is given.
 
     Calls ``traceanalyzer.reconciliation.waterfall(analysis, load_config(config))``; its dict holds
