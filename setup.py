@@ -9,7 +9,7 @@ setup(
     ext_modules=[
         Extension(
             "traceanalyzer._kineto",
-            ["traceanalyzer/_kineto.c"],
+            ["src/traceanalyzer/_kineto.c"],
             extra_compile_args=[] if sys.platform == "win32" else ["-std=c11"],
             optional=True,  # no compiler, or a failed build: a warning, and the install goes on
         )

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"  # the package's source tree (src layout)
 REAL = Path(os.environ.get("TRACEANALYZER_BENCH_REAL", "")) if os.environ.get("TRACEANALYZER_BENCH_REAL") else (
     ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
 )  # TRACEANALYZER_BENCH_REAL: the real trace where the shared traces are elsewhere
@@ -150,7 +151,7 @@ def machine() -> dict:
 
 
 def bench_one(name: str, path: Path, repeat: int, hta: str | None, work: Path, skip: set[str], hta_repeat: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     res: dict = {"trace": name, "path": str(path), "json_mb": json_size(path) / 1e6, "runs": {}}
     hta_dir = work / f"hta_{name}"
     if hta and "hta" not in skip:
@@ -257,7 +258,7 @@ def bench_ranks(ns: list[int], workers: list[str], work: Path, keep: bool, hta: 
         gb = sum(f.stat().st_size for f in d.iterdir()) / 1e9
         for w in workers:
             print(f"benchmarking {n} ranks ({gb:.2f} GB), workers={w}", file=sys.stderr, flush=True)
-            r = run_json([sys.executable, "-c", RANKS, str(d), w], env={**os.environ, "PYTHONPATH": str(ROOT)})
+            r = run_json([sys.executable, "-c", RANKS, str(d), w], env={**os.environ, "PYTHONPATH": str(SRC)})
             rows.append({"ranks": n, "gb": gb, "workers": w, **r})
         if hta and n <= hta_max_ranks:
             print(f"benchmarking {n} ranks with HTA", file=sys.stderr, flush=True)

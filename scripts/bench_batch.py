@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+SRC = ROOT / "src"  # the package's source tree (src layout)
+sys.path.insert(0, str(SRC))
 
 import polars as pl  # noqa: E402
 

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"  # the package's source tree (src layout)
 DEFAULT = ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
 
 CHILD = r"""
@@ -50,7 +51,7 @@ print(json.dumps({"s": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru
 
 
 def run(what: str, path: Path, cdir: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), what, str(path), str(cdir)],
+    out = subprocess.run([sys.executable, "-c", CHILD, str(SRC), what, str(path), str(cdir)],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

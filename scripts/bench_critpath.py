@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"  # the package's source tree (src layout)
 REAL = ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
 
 OURS = r"""
@@ -74,7 +75,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for which in ("one", "all"):
-        r = run([sys.executable, "-c", OURS, args.trace, which, str(ROOT)])
+        r = run([sys.executable, "-c", OURS, args.trace, which, str(SRC)])
         rows.append((f"ours, {'one step' if which == 'one' else 'every step'}", f"{r['load_analyze_s']:.2f}", f"{r['cp_s']:.2f}",
                      f"{r['rss_mb']:.0f}", f"{r['steps']} step(s), {r['rounds']} rounds, path ms {r['path_ms']}"))
     if args.hta:

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"  # the package's source tree (src layout)
 TRACES = ROOT.parent / "shared" / "traces"
 DEFAULT = [
     TRACES / "kineto-public" / "param-dlrm-v100-8rank" / "worker1_step_12.1694128201556.pt.trace.json.gz",
@@ -51,7 +52,7 @@ print(json.dumps({"cpu_s": time.process_time() - t, "events": trace.events.heigh
 
 
 def run(path: Path, threshold) -> dict:
-    p = subprocess.run([sys.executable, "-c", WORKER, str(path), str(threshold), str(ROOT)], capture_output=True, text=True, check=True)
+    p = subprocess.run([sys.executable, "-c", WORKER, str(path), str(threshold), str(SRC)], capture_output=True, text=True, check=True)
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 

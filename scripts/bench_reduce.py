@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"  # the package's source tree (src layout)
 REAL = ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
 
 PREPARE = r"""
@@ -85,7 +86,7 @@ print(json.dumps({
 
 
 def run_json(args: list[str]) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
     out = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True, env=env, check=False)
     if out.returncode:
         raise SystemExit(f"benchmark process failed:\n{out.stderr}")
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     # path and modification time): the pickled classes must match the code replaying them
     blob = args.work / f"rank_result_{os.getpid() if args.fresh else 'cached'}.pkl"
     stamp = args.work / "rank_result.source"
-    source = str(args.trace) + str(sorted((p.stat().st_mtime_ns, str(p)) for p in (ROOT / "traceanalyzer").rglob("*.py")))
+    source = str(args.trace) + str(sorted((p.stat().st_mtime_ns, str(p)) for p in (SRC / "traceanalyzer").rglob("*.py")))
     if args.fresh or not blob.exists() or not stamp.exists() or stamp.read_text() != source:
         print(f"analysing {args.trace.name} once ...", file=sys.stderr, flush=True)
         run_json([PREPARE, str(args.trace), str(blob)])

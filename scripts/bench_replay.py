@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"  # the package's source tree (src layout)
 DLRM = ROOT / "fixtures" / "kineto" / "dlrm-v100-8rank"
 
 PREPARE = r"""
@@ -88,7 +89,7 @@ print(json.dumps({
 
 
 def run_json(args: list[str]) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
     out = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True, env=env, check=False)
     if out.returncode:
         raise SystemExit(f"benchmark process failed:\n{out.stderr}")

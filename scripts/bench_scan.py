@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"  # the package's source tree (src layout)
 
 QUERY = """
 import polars as pl
@@ -32,7 +33,7 @@ q = lambda lf: (lf.filter(pl.col("kind") == "kernel").group_by("name")
 
 
 def child(variant: str, path: str, cache: str) -> None:
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(SRC))
     t0 = time.perf_counter()
     import traceanalyzer as ta
 
@@ -60,7 +61,7 @@ def main() -> int:
     cache = args.cache or tempfile.mkdtemp(prefix="ta-bench-scan-")
     run = lambda v: json.loads(subprocess.run(  # noqa: E731
         [sys.executable, __file__, args.path, "--cache", cache, "--child", v], check=True, capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout)
+        env={**os.environ, "PYTHONPATH": str(SRC)}).stdout)
     run("scan")  # warm-up: fills the parse cache
     results = [run("load"), run("scan")]
     assert results[0]["kernel_ns"] == results[1]["kernel_ns"] and results[0]["kernels"] == results[1]["kernels"]

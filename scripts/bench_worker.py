@@ -38,6 +38,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"  # the package's source tree (src layout)
 REAL = ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
 BIG = Path("/tmp/traceanalyzer-bench/big_200MB.json")
 
@@ -138,11 +139,11 @@ def json_bytes(path: Path) -> int:
 
 
 def worker_env(workers: int) -> dict:
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(SRC))
     from traceanalyzer.engine.pool import malloc_env
     from traceanalyzer.engine.rank import default_workers
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     threads = max(1, default_workers() // max(1, workers))
     env["POLARS_MAX_THREADS"] = str(threads)
     env.update(malloc_env(threads, env))

@@ -278,7 +278,8 @@ def run_one(name: str, cmds: list[list[str]], root: Path) -> dict[str, bytes]:
                 (Path(tmp) / "runs" / job).mkdir(parents=True)
                 os.symlink(Path(tmp) / src, Path(tmp) / "runs" / job / Path(src).name)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TRACEANALYZER", "NO_COLOR", "COLUMNS"))}
-        env.update(PYTHONPATH=str(root), TRACEANALYZER_CACHE=str(Path(tmp) / "cache"), COLUMNS="120",
+        env.update(PYTHONPATH=str(root / "src" if (root / "src" / "traceanalyzer").is_dir() else root),  # src layout or flat
+                   TRACEANALYZER_CACHE=str(Path(tmp) / "cache"), COLUMNS="120",
                    PYTHONHASHSEED="0", TZ="UTC")
         rec: dict[str, bytes] = {}
         for i, argv in enumerate(cmds):

@@ -44,6 +44,7 @@ from pathlib import Path
 
 # ---- where things are (one place: the package layout may move) -------------------------------
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"  # the package's source tree (src layout)
 STORE_MODULE = "traceanalyzer.batch.store"  # Store, FAULT_ENV, FAULT_LOG_ENV, file_stem
 BATCH_MODULE = "traceanalyzer.batch"  # trend_frame, gate_check
 CLI = [sys.executable, "-m", "traceanalyzer"]
@@ -52,7 +53,7 @@ DLRM = sorted((FIXTURES / "dlrm-v100-8rank").iterdir())
 ROCM = FIXTURES / "mi250_rocm62_minitoy.json.gz"
 # -------------------------------------------------------------------------------------------------
 
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(SRC))
 import importlib  # noqa: E402
 
 import polars as pl  # noqa: E402
@@ -88,7 +89,7 @@ class Env:
     def __init__(self, work: Path):
         self.work = work
         self.cache = work / "cache"
-        self.base = {**os.environ, "PYTHONPATH": str(ROOT), "TRACEANALYZER_CACHE": str(self.cache)}
+        self.base = {**os.environ, "PYTHONPATH": str(SRC), "TRACEANALYZER_CACHE": str(self.cache)}
         for k in (store_mod.FAULT_ENV, store_mod.FAULT_LOG_ENV):
             self.base.pop(k, None)
 

@@ -41,7 +41,8 @@ from pathlib import Path
 
 # ---- where things are (one place: the package layout may move) -------------------------------
 ROOT = Path(__file__).resolve().parents[1]
-DECODER_C = ROOT / "traceanalyzer" / "_kineto.c"  # the compiled decoder's source
+SRC = ROOT / "src"  # the package's source tree (src layout)
+DECODER_C = SRC / "traceanalyzer" / "_kineto.c"  # the compiled decoder's source
 NATIVE_MODULE = "traceanalyzer._kineto"  # its import name
 CHOOSER_MODULE = "traceanalyzer.decoder"  # which decoder runs (native / python)
 EVENTS_MODULE = "traceanalyzer.parsers.kineto_events"  # the Python decoders of a piece
@@ -476,7 +477,7 @@ def main() -> None:
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     ap.add_argument("--sweep", action="store_true", help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args()
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(SRC))
     if args.child:
         child(args, rest)
         return
@@ -501,7 +502,7 @@ def main() -> None:
     print(f"fuzz_decoder: built {lib.name} with ASan+UBSan+coverage, {n_seeds} seeds "
           f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
+           "PYTHONPATH": os.pathsep.join([str(site), str(SRC)]),
            "LD_PRELOAD": str(runtime),
            "ASAN_OPTIONS": "detect_leaks=0:allocator_may_return_null=1:handle_abort=1",
            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"  # the package's source tree (src layout)
 TARGET = ROOT / "docs" / "api.md"
 SECTIONS = ("Parameters", "Returns", "Raises", "Example")
 
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if docs/api.md is not current")
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(SRC))
     text = render()
     if args.check:
         current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""

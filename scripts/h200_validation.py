@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+SRC = ROOT / "src"  # the package's source tree (src layout)
+sys.path.insert(0, str(SRC))
 
 from traceanalyzer import api  # noqa: E402
 from traceanalyzer.model import load_config  # noqa: E402

@@ -27,7 +27,8 @@ import orjson
 import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+SRC = ROOT / "src"  # the package's source tree (src layout)
+sys.path.insert(0, str(SRC))
 
 from traceanalyzer.parsers import kineto  # noqa: E402
 

@@ -17,13 +17,14 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"  # the package's source tree (src layout)
 IMG = ROOT / "docs" / "img"
 FIXTURE = "fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz"
 RANKS = "fixtures/kineto/dlrm-v100-8rank"
 
 
 def _terminal(args: list[str], width: int = 100) -> str:
-    env = dict(os.environ, FORCE_COLOR="1", COLUMNS=str(width), TERM="xterm-256color")
+    env = dict(os.environ, FORCE_COLOR="1", COLUMNS=str(width), TERM="xterm-256color", PYTHONPATH=str(SRC))
     env.pop("NO_COLOR", None)
     done = subprocess.run([sys.executable, "-m", "traceanalyzer", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, check=True)
@@ -49,7 +50,7 @@ def _report_png() -> None:
         html = Path(tmp) / "report.html"
         raw = Path(tmp) / "raw.png"
         subprocess.run([sys.executable, "-m", "traceanalyzer", "report", RANKS, "-q", "-o", str(html)],
-                       cwd=ROOT, check=True, capture_output=True)
+                       cwd=ROOT, check=True, capture_output=True, env=dict(os.environ, PYTHONPATH=str(SRC)))
         subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                         "--window-size=1100,1400", f"--screenshot={raw}", html.as_uri()],
                        check=True, capture_output=True)

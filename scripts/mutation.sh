@@ -13,12 +13,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip show mutmut >/dev/null 2>&1 || python -m pip install --quiet "mutmut>=3.8"
 if [ "${1:-}" = "--fresh" ]; then rm -rf mutants; fi
-# The tests must import the mutated copy in mutants/, also in the commands they start: put it
-# first on PYTHONPATH. The folder must exist before Python starts: a path that is missing at
+# The tests must import the mutated copy in mutants/src/ (mutmut keeps the src layout), also in
+# the commands they start: put it first on PYTHONPATH. The folder must exist before Python starts: a path that is missing at
 # start-up is cached as "nothing here", and every import then silently falls back to the
 # unmutated package (an installed or editable copy), so no test reaches any mutant.
-mkdir -p mutants
-export PYTHONPATH="$PWD/mutants${PYTHONPATH:+:$PYTHONPATH}"
+mkdir -p mutants/src
+export PYTHONPATH="$PWD/mutants/src:$PWD/mutants${PYTHONPATH:+:$PYTHONPATH}"
 # mutmut's own entry point: under `python -m mutmut` its main module is imported twice
 mutmut() { python -c 'import sys; from mutmut.__main__ import cli; sys.argv[0] = "mutmut"; cli()' "$@"; }
 mutmut run --max-children "${MUTMUT_JOBS:-2}" || true

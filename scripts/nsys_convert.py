@@ -44,7 +44,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # the checkout's package
 from traceanalyzer.parsers.nsys import (  # noqa: E402
     GRAPH, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, STRINGS, SYNC, _SqliteTables,
 )

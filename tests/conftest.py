@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,27 @@ SHARED = Path(os.environ.get("TRACEANALYZER_TEST_SHARED") or ROOT.parent / "shar
 TRACES = SHARED / "traces"
 DEMO = FIXTURES / "kineto" / "mi300x_resnet_act_checkpoint_rank0.json.gz"
 DLRM = FIXTURES / "kineto" / "dlrm-v100-8rank"
+
+
+def _package() -> Path:
+    """The folder of the traceanalyzer the tests import: the installed one (``pip install
+    '.[test]'``: the package is under src/, so the checkout's root never shadows it), or the
+    folder PYTHONPATH names first (src/ for a developer's in-place build)."""
+    import traceanalyzer
+
+    if traceanalyzer.__file__ is None:  # a namespace package: a stale folder, nothing installed
+        raise pytest.UsageError("traceanalyzer is not installed: run pip install '.[test]' (or pip install -e .) first")
+    return Path(traceanalyzer.__file__).resolve().parent
+
+
+#: the package the tests import, and whose files they read (py.typed, the sources, the schemas)
+PACKAGE = _package()
+#: PYTHONPATH for every process a test starts: the imported package's parent first (so that
+#: ``python -m traceanalyzer`` runs the very package the tests import), then the repository root
+#: (the tests' and scripts' helpers); the interpreter's own site-packages is left out, as every
+#: process of this interpreter has it already, in its place after the standard library
+_SITE = {str(Path(p).resolve()) for p in (*site.getsitepackages(), site.getusersitepackages())}
+PYTHONPATH = os.pathsep.join([*([str(PACKAGE.parent)] if str(PACKAGE.parent) not in _SITE else []), str(ROOT)])
 
 
 def _decoder_choice() -> None:
@@ -116,7 +138,7 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
         text=True,
         cwd=cwd or ROOT,
         # the width of a pipe is the command's own unless COLUMNS says otherwise: never the caller's terminal
-        env={**{k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"}, "PYTHONPATH": str(ROOT)},
+        env={**{k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"}, "PYTHONPATH": PYTHONPATH},
     )
 
 
@@ -131,7 +153,7 @@ def run_unprivileged(args: list[str]) -> subprocess.CompletedProcess:
     prefix = []
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         prefix = ["setpriv", f"--bounding-set={_BYPASS}"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     return subprocess.run([*prefix, sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env)
 
 

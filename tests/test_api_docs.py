@@ -11,7 +11,7 @@ import tomllib
 
 import pytest
 
-from tests.conftest import ROOT, TRACES
+from tests.conftest import PACKAGE, ROOT, TRACES
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import gen_api_docs  # noqa: E402
@@ -95,7 +95,7 @@ def test_unknown_name_is_an_attribute_error():
 
 
 def test_py_typed_is_shipped():
-    assert (ROOT / "traceanalyzer" / "py.typed").is_file()
+    assert (PACKAGE / "py.typed").is_file()  # the package the tests import (the installed one)
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "py.typed" in cfg["tool"]["setuptools"]["package-data"]["traceanalyzer"]
 

@@ -10,7 +10,7 @@ import re
 import pytest
 import typer
 
-from conftest import DEMO, run_cli
+from conftest import DEMO, PYTHONPATH, run_cli
 from traceanalyzer import __version__
 from traceanalyzer.cli import app, main
 from traceanalyzer.commands.common import param_kind
@@ -163,7 +163,7 @@ def test_no_color(how, tmp_path):
     from conftest import ROOT
 
     def run(args, extra_env):
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "FORCE_COLOR": "1", **extra_env}
+        env = {**os.environ, "PYTHONPATH": PYTHONPATH, "FORCE_COLOR": "1", **extra_env}
         env.pop("NO_COLOR", None) if "NO_COLOR" not in extra_env else None
         return subprocess.run([sys.executable, "-m", "traceanalyzer", *args], capture_output=True, text=True, env=env, cwd=ROOT)
 

@@ -102,7 +102,7 @@ def test_solver_equals_plain_python(seed):
 # ---- against HTA -----------------------------------------------------------------------------
 
 def test_alexnet_step_matches_hta():
-    cp = critical_path(ALEXNET, step_name=ALEX_RANGE, host_gaps=False)  # as HTA: only ops weigh host time
+    cp = critical_path(ALEXNET, step_range=ALEX_RANGE, host_gaps=False)  # as HTA: only ops weigh host time
     row = cp.summary.row(0, named=True)
     assert (row["step"], row["rank"]) == (1, 0)
     what = _by_what(cp)
@@ -119,7 +119,7 @@ def test_alexnet_step_matches_hta():
 
 @needs_shared()
 def test_event_sync_trace_matches_hta_exactly():
-    cp = critical_path(EVENT_SYNC, step_name=None, host_gaps=False)  # as HTA
+    cp = critical_path(EVENT_SYNC, step_range=None, host_gaps=False)  # as HTA
     row = cp.summary.row(0, named=True)
     what = _by_what(cp)
     assert row["path_ns"] == HTA_EVENT_SYNC["total"] * 1000
@@ -231,7 +231,7 @@ def test_several_steps_each_their_own_path():
 
 def test_host_gaps_make_the_step_range_visible():
     off = critical_path(ALEXNET, step_range=ALEX_RANGE, host_gaps=False)
-    on = critical_path(ALEXNET, step_name=ALEX_RANGE)  # the default
+    on = critical_path(ALEXNET, step_range=ALEX_RANGE)  # the default
     _check_invariants(on)
     gaps = _by_what(on).get("host_gap", 0)
     assert "host_gap" not in _by_what(off) and gaps > 0

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import PYTHONPATH
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "fixtures" / "README.md"]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -28,8 +30,7 @@ def test_relative_links_resolve(md):
     for target in _links(md):
         if re.match(r"^[a-z]+:", target) or target.startswith("#"):
             continue  # a URL or an anchor on the same page
-        # lexically, not through symlinks: where the suite runs against an installed wheel,
-        # traceanalyzer/ is a link into site-packages and still the repository's own folder
+        # lexically, not through symlinks: a link in the checkout is still the repository's own file
         path = Path(os.path.normpath(md.parent / target.split("#")[0]))
         if not path.exists() or ROOT not in path.parents:
             broken.append(target)
@@ -48,7 +49,7 @@ def test_no_machine_paths_or_unshipped_notes(md):
 
 
 def test_package_docstrings_cite_no_unshipped_notes():
-    bad = [str(p.relative_to(ROOT)) for p in [*(ROOT / "traceanalyzer").rglob("*.py"), *(ROOT / "scripts").glob("*.py")]
+    bad = [str(p.relative_to(ROOT)) for p in [*(ROOT / "src" / "traceanalyzer").rglob("*.py"), *(ROOT / "scripts").glob("*.py")]
            if re.search(r"shared/reference|kineto_format\.md|analytic_model\.md|peers\.md", p.read_text())]
     assert bad == []
 
@@ -60,10 +61,10 @@ def test_readme_opens_with_the_two_commands_and_the_first_runs():
         "pip install . && traceanalyzer breakdown fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz",
         "pip install '.[test]' && python -m pytest",
     ]
-    # the main job, without the install step (the package is importable from the checkout)
+    # the main job, without the install step (the package the tests import, the installed one)
     done = subprocess.run([sys.executable, "-m", "traceanalyzer", "breakdown",
                            "fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz"],
-                          cwd=ROOT, capture_output=True, text=True)
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH})
     assert done.returncode == 0, done.stderr
     # the numbers the README's picture shows: rank 0, 3 steps of 16.212 ms (their ProfilerStep ranges), 66.1 % exposed comm,
     # which are those of the independent plain-Python count of the same trace's steps

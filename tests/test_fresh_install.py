@@ -23,11 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEMO, DLRM, FIXTURES, ROOT
+from conftest import DEMO, DLRM, FIXTURES, PACKAGE, PYTHONPATH, ROOT
 
-PACKAGE = ROOT / "traceanalyzer"
 CONFIG = ROOT / "docs" / "examples" / "megatron-readme-70b.toml"
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = {**os.environ, "PYTHONPATH": PYTHONPATH}
 
 #: run the CLI with some modules unimportable (``sys.modules[name] = None`` makes ``import name``
 #: raise ImportError); click only where the installed typer does not import it itself
@@ -80,7 +79,7 @@ def test_the_package_imports_exactly_what_it_declares():
     imported: dict[str, set[str]] = {}
     for f in sorted(PACKAGE.rglob("*.py")):
         for name in _imports(f) - set(sys.stdlib_module_names) - {"traceanalyzer", "__future__"}:
-            imported.setdefault(name, set()).add(str(f.relative_to(ROOT)))
+            imported.setdefault(name, set()).add(str(f.relative_to(PACKAGE.parent)))
     # every third-party import is a declared runtime dependency, or the optional Ray engine, or
     # a training-loop extra's (mlflow-skinny installs the module mlflow), imported only by the
     # training-loop integrations
@@ -99,7 +98,7 @@ def test_the_package_imports_exactly_what_it_declares():
 def test_the_platform_only_lock_is_imported_where_the_store_locks():
     """``fcntl`` only inside ``Store.writer``: on a platform without it (Windows) every command
     still imports (fcntl blocked here as it is missing there)."""
-    files = sorted(str(f.relative_to(ROOT)) for f in PACKAGE.rglob("*.py") if "fcntl" in _imports(f))
+    files = sorted(str(f.relative_to(PACKAGE.parent)) for f in PACKAGE.rglob("*.py") if "fcntl" in _imports(f))
     assert files == ["traceanalyzer/batch/store.py"]
     top = {a.name for n in ast.parse((PACKAGE / "batch" / "store.py").read_text()).body if isinstance(n, ast.Import) for a in n.names}
     assert "fcntl" not in top

@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import PYTHONPATH, ROOT
 
 pytest.importorskip("importlinter", reason="import-linter (the test extra) is not installed")
 
@@ -20,7 +20,7 @@ RUN = "import sys; from importlinter.cli import lint_imports_command; sys.exit(l
 
 
 def _lint(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's package, not an installed one
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}  # the package the tests import (lint-imports finds it there)
     return subprocess.run([sys.executable, "-c", RUN, "--no-cache", *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 

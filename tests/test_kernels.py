@@ -15,7 +15,7 @@ from traceanalyzer.classify.shapes import op_cost
 from traceanalyzer.api import kernels, ops
 from traceanalyzer.api.tables import analysis_with_tables
 
-from conftest import DEMO, DLRM, ROOT, TRACES, needs_shared, run_cli
+from conftest import DEMO, DLRM, PYTHONPATH, ROOT, TRACES, needs_shared, run_cli
 
 B200 = TRACES / "kineto-public" / "tracelens-amd" / "b200_eager_trace_rank0.json.gz"
 CONTROL = TRACES / "hta" / "trace_diff" / "control" / "control.json.gz"
@@ -255,7 +255,7 @@ def test_cli_formats(tmp_path):
     import sys
 
     piped = subprocess.run([sys.executable, "-m", "traceanalyzer", "kernels", str(DEMO), "-f", "parquet", "-q"], capture_output=True,
-                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                           cwd=ROOT, env={**os.environ, "PYTHONPATH": PYTHONPATH})
     assert piped.returncode == 0 and pl.read_parquet(piped.stdout).equals(pq)
     r = run_cli("kernels", str(DEMO), "-f", "json", "--top", "3", "-q")
     doc = json.loads(r.stdout)

@@ -28,7 +28,7 @@ from traceanalyzer.errors import InvalidTrace
 from traceanalyzer.parsers import inflate, kineto
 from traceanalyzer.parsers.kineto_events import decode_typed, object_keys, raw_frame_from_dicts
 
-from conftest import DEMO, FIXTURES, ROOT, run_cli
+from conftest import DEMO, FIXTURES, PYTHONPATH, ROOT, run_cli
 
 FROZEN = json.loads((ROOT / "tests" / "data" / "kineto_frames_frozen.json").read_text())
 ROCM = FIXTURES / "kineto" / "mi250_rocm62_minitoy.json.gz"
@@ -310,7 +310,7 @@ def test_a_6gib_gzip_bomb_is_refused_under_1gb_of_memory(tmp_path):
     p.write_bytes(_bomb(6 << 30))
     assert p.stat().st_size < 7 << 20
     r = subprocess.run([sys.executable, "-c", _MEASURE, str(p)], capture_output=True, text=True, cwd=ROOT,
-                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+                       env={**__import__("os").environ, "PYTHONPATH": PYTHONPATH})
     rc, rss_kib, err = r.stdout.split("\n", 2)
     assert int(rc) == 4, err
     assert int(rss_kib) < 1 << 20, f"peak RSS {int(rss_kib) >> 10} MiB"

@@ -26,9 +26,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import DLRM, ROOT, run_cli
+from conftest import DLRM, PYTHONPATH, ROOT, run_cli
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = {**os.environ, "PYTHONPATH": PYTHONPATH}
 
 
 @pytest.fixture(scope="module")

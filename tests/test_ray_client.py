@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DLRM, ROOT
+from conftest import DLRM, PACKAGE, PYTHONPATH, ROOT
 
 RAY = Path(sys.executable).with_name("ray")  # the ray command of this interpreter's installation
 if not RAY.exists() and shutil.which("ray"):
@@ -48,7 +48,7 @@ HOME = tempfile.mkdtemp(prefix="ta-ray-home-")
 
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = PYTHONPATH
     env["HOME"] = HOME
     # Ray 2.9's proxier starts each client's own server while gRPC threads run ("skipping fork()
     # handlers" in its log), and that server then died at start ("epoll_wait error: Bad file
@@ -134,4 +134,4 @@ def test_the_runtime_environment_is_plain_data_ray_can_copy():
     env = ray_runtime_env()
     assert copy.deepcopy(env) == env and pickle.loads(pickle.dumps(env)) == env
     (pkg,) = env["py_modules"]
-    assert Path(pkg) == (ROOT / "traceanalyzer").resolve() and (Path(pkg) / "__init__.py").is_file()
+    assert Path(pkg).resolve() == PACKAGE and (Path(pkg) / "__init__.py").is_file()

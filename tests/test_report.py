@@ -8,7 +8,7 @@ import io
 import re
 import sys
 from collections import defaultdict
-from html import unescape
+from html import escape, unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -18,6 +18,8 @@ from PIL import Image
 
 import traceanalyzer as ta
 from traceanalyzer.classify import BUCKETS
+from traceanalyzer.render.names import shorten
+from traceanalyzer.render.sections import NAME_WIDTH
 from traceanalyzer.report import document as report_model
 from traceanalyzer.render import html as html_render
 from traceanalyzer.render import markdown as md_render
@@ -85,7 +87,10 @@ def test_model_numbers_against_the_breakdown(path):
     assert h["biggest_loss"]["bucket"] == big
     assert h["biggest_loss"]["pct"] == pytest.approx(100 * tot[big] / tot["duration"])
     assert h["step_ms"] == pytest.approx(tot["duration"] / tot["steps"] / 1e6)
-    assert f"{h['biggest_loss']['ms']:.3f} ms per step" in h["sentence"]
+    # the headline states finding 1 (a cause within a bucket), never the largest bucket as the loss
+    first = m["findings"][0]
+    assert h["finding"]["loss"] == first["loss"] and h["title"].startswith(first["label"] + ": ")
+    assert f"{first['ms_per_step']:.3f} ms per step" in h["title"] and h["title"] in h["sentence"]
     # the slowest rank is the default timeline rank
     assert m["timeline"]["rank"] == h["slowest_rank"] == max(m["ranks"], key=lambda r: r["step_ms"])["rank"]
 
@@ -284,7 +289,8 @@ def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
     assert "headline.step_ms" in paths
     for cell_path, text in p.cells:
         _assert_shown(_get(doc, cell_path), text)
-    assert doc["headline"]["sentence"] in html
+    assert f'<b id="headline-title">{escape(doc["headline"]["title"])}</b>' in html
+    assert escape(doc["headline"]["context"]) in html
     # kernel names are escaped, not interpreted as tags
     assert "<c10::" not in html
     # plots: partition, a timeline per rank the model holds, heatmap (no waterfall without a config), all inline SVG
@@ -317,10 +323,17 @@ def test_html_numbers_equal_the_json_and_it_is_self_contained(tmp_path, path):
         _assert_shown(r["buckets"][b]["ms"], m.group(1))
         _assert_shown(r["buckets"][b]["pct"], m.group(2))
     # a kernel name cut to fit shows its full name on hover, as the JSON has it
-    names = re.findall(r'<tr><td(?: title="([^"]*)")?><code>([^<]*)</code></td>', re.search(r'<table class="data" id="kernels".*?</table>', html, re.S).group(0))
+    names = re.findall(r'<tr><td(?: class="w")?(?: title="([^"]*)")?><code>([^<]*)</code></td>',
+                       re.search(r'<table class="data" id="kernels".*?</table>', html, re.S).group(0))
     assert [unescape(t or n) for t, n in names] == [k["name"] for k in doc["kernels"]["rows"]]
     cut = [(unescape(t), unescape(n)) for t, n in names if t]
-    assert cut and all(n.endswith("…") and t.startswith(n[:-1]) and len(t) > len(n) for t, n in cut)
+    assert cut and all("…" in n and len(t) > len(n) for t, n in cut)
+    for t, n in cut:  # what is shown is the name's start, pieces of it in order, and its end
+        parts = n.split("…")
+        assert t.startswith(parts[0]) and t.endswith(parts[-1])
+        at = 0
+        for piece in parts:
+            at = t.index(piece, at) + len(piece)
     cells = _marks(html, "plot-heatmap")
     assert len(cells) == n_ranks * len(BUCKETS) and all("% of the step" in t for _k, t in cells)
     assert len(html.encode()) < (2_000_000 if path == DLRM else 400_000)
@@ -391,8 +404,11 @@ def test_markdown_numbers_equal_the_json_and_pngs_beside_it(tmp_path):
         _assert_shown(r["overlapped_comm"]["ms"], row[13])
     coll = next(v for k, v in tables.items() if k.startswith("collective kernel"))
     assert len(coll) == len(doc["top_exposed_collectives"]) > 0
-    for row, c in zip(coll, doc["top_exposed_collectives"], strict=True):
-        assert row[0].strip("`") == c["name"]
+    full = [c["name"] for c in doc["top_exposed_collectives"]]
+    for row, c, shown in zip(coll, doc["top_exposed_collectives"], shorten(full, NAME_WIDTH), strict=True):
+        # the name as the tables shorten it (start and end kept, distinct names distinct); the JSON has it whole
+        name = row[0].strip("`")
+        assert name == shown and (name == c["name"] or ("…" in name and c["name"].startswith(name.split("…")[0])))
         _assert_shown(c["exposed_ms"], row[2])
         _assert_shown(c["pct_of_exposed_comm"], row[5])
     head = tables["headline | value"]

@@ -18,7 +18,7 @@ from PIL import Image
 
 from traceanalyzer.cli import main
 
-from conftest import DEMO, DLRM
+from conftest import DEMO, DLRM, TRACES
 
 CANDIDATES = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"]
 
@@ -334,3 +334,51 @@ def test_the_step_selector_switches_the_partition_shown(tmp_path):
     assert out["after"] == [f"plot-partition-step-{steps[1]}"] and out["tables_after"] == [f"step-{steps[1]}-ranks"]
     s = doc["steps"][1]
     assert out["idle_title"] == f"rank {s['rank']} · step {s['step']} · idle: {s['idle_ms']:.3f} ms of {s['duration_ms']:.3f} ms"
+
+
+# Every table's width against its container and the viewport, with every panel laid out (the
+# page without its script shows each rank's and step's view one after another).
+FIT_PROBE = """<script>
+window.addEventListener('load', function () {
+  var vw = document.documentElement.clientWidth, out = {viewport: vw, page: document.documentElement.scrollWidth, tables: []};
+  document.querySelectorAll('table.data').forEach(function (t) {
+    var box = t.parentNode, r = t.getBoundingClientRect();
+    out.tables.push({id: t.id, width: t.scrollWidth, shown: r.width > 0 && r.height > 0, right: r.right,
+                     box: box.clientWidth, box_scroll: box.scrollWidth,
+                     cells: Array.prototype.filter.call(t.querySelectorAll('td, th'), function (c) {
+                       return c.scrollWidth > c.clientWidth + 1; }).length});
+  });
+  var pre = document.createElement('pre');
+  pre.id = 'probe';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+H200_SMALL = TRACES / "h200" / "small" / "rank0.pt.trace.json.gz"
+
+
+@pytest.mark.parametrize("which", ["dlrm-8rank", "h200-small"])
+def test_every_table_fits_a_1400_px_window(tmp_path, dlrm_report, which):
+    """At 1,400 px no table is cut or scrolls sideways: long cells wrap, kernel names are shortened
+    (the full name on hover), numbers stay on one line; checked on every table, each rank's and
+    step's included (the page without its script lays every panel out)."""
+    if which == "dlrm-8rank":
+        report = dlrm_report[0]
+    else:
+        if not H200_SMALL.exists():
+            pytest.skip(f"shared traces not found at {H200_SMALL}")
+        report = tmp_path / "h200.html"
+        assert main(["report", str(H200_SMALL), "-q", "-o", str(report)]) == 0
+    page = report.read_text()
+    (script,) = re.findall(r"<script>.*?</script>", page, re.S)
+    out = _probe(tmp_path, page.replace(script, ""), FIT_PROBE, "--window-size=1400,2400")
+    assert out["viewport"] >= 1380  # 1,400 px less a scroll bar
+    assert out["page"] <= out["viewport"]  # nothing sticks out of the page
+    tables = re.findall(r'<table class="data" id="([^"]+)"', page)
+    assert [t["id"] for t in out["tables"]] == tables and "kernels" in tables
+    for t in out["tables"]:
+        assert t["shown"], t
+        assert t["width"] <= t["box"] and t["box_scroll"] <= t["box"], t  # no sideways scroll inside its box
+        assert t["right"] <= out["viewport"], t
+        assert t["cells"] == 0, t  # no cell's text runs past its border

@@ -49,3 +49,25 @@ def test_a_worker_killed_mid_message_does_not_leave_the_manager_thread_waiting()
     assert time.monotonic() - started < 15
     assert not manager.is_alive()  # ended: the interpreter's exit has nothing to wait for
     assert errors == []  # whatever the manager thread raised on its way out was not printed
+
+
+def test_a_ctrl_c_while_workers_start_is_held_then_raised_not_lost():
+    """Workers start with SIGINT blocked; this process keeps the Ctrl-C that came meanwhile and
+    raises it once the block ends (ignoring SIGINT there instead would lose it: the command would
+    go on and exit 0)."""
+    import os
+    import signal
+
+    import pytest
+
+    from traceanalyzer.interrupts import Interrupted, catch_signals, workers_ignore_ctrl_c
+
+    reached_end_of_block = False
+    with pytest.raises(Interrupted) as caught, catch_signals():
+        with workers_ignore_ctrl_c():
+            os.kill(os.getpid(), signal.SIGINT)
+            assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # what a spawned worker inherits
+            time.sleep(0.05)
+            reached_end_of_block = True
+    assert reached_end_of_block and caught.value.exit_code == 130
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])

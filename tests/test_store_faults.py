@@ -18,7 +18,7 @@ import pytest
 from traceanalyzer.batch import Store
 from traceanalyzer.batch.store import FAULT_ENV, FAULT_LOG_ENV
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, PYTHONPATH, ROOT
 
 ROCM = FIXTURES / "kineto" / "mi250_rocm62_minitoy.json.gz"
 
@@ -28,7 +28,7 @@ def _batch(root: Path, store: Path, tmp: Path, env: dict | None = None, fsize: i
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    full = {**os.environ, "PYTHONPATH": str(ROOT), "TRACEANALYZER_CACHE": str(tmp / "cache"), **(env or {})}
+    full = {**os.environ, "PYTHONPATH": PYTHONPATH, "TRACEANALYZER_CACHE": str(tmp / "cache"), **(env or {})}
     for k in (FAULT_ENV, FAULT_LOG_ENV):
         if k not in (env or {}):
             full.pop(k, None)
@@ -93,7 +93,7 @@ def test_four_batches_at_once_store_each_run_once(tmp_path):
         (root / name).mkdir(parents=True)
         shutil.copy(ROCM, root / name / ROCM.name)
     store = tmp_path / "store"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACEANALYZER_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "TRACEANALYZER_CACHE": str(tmp_path / "cache")}
     procs = [subprocess.Popen([sys.executable, "-m", "traceanalyzer", "batch", str(r), "--store", str(store), "--workers", "1"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
              for r in (root, root, root / "lam-2026-11-19", root / "mu-2026-11-18")]

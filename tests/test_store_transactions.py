@@ -26,7 +26,7 @@ import traceanalyzer as ta
 from traceanalyzer.batch import Store, gate_check, run_batch, trend_frame
 from traceanalyzer.batch.store import FAULT_ENV, FAULT_POINTS, DamagedStoreFile, file_stem
 
-from conftest import DEMO, DLRM, FIXTURES, ROOT, run_cli
+from conftest import DEMO, DLRM, FIXTURES, PYTHONPATH, ROOT, run_cli
 
 RANK0, RANK1 = sorted(DLRM.iterdir())[:2]
 ROCM = FIXTURES / "kineto" / "mi250_rocm62_minitoy.json.gz"
@@ -60,7 +60,7 @@ def _rows_of(tables: dict[str, pl.DataFrame], run_id: str) -> dict[str, pl.DataF
 
 
 def _batch_killed_at(point: str, root: Path, store: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), FAULT_ENV: f"store:{point}"}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, FAULT_ENV: f"store:{point}"}
     r = subprocess.run([sys.executable, "-m", "traceanalyzer", "batch", str(root), "--store", str(store), "--workers", "1"],
                        capture_output=True, text=True, cwd=ROOT, env=env)
     assert r.returncode == -signal.SIGKILL, (point, r.returncode, r.stderr)
@@ -373,7 +373,7 @@ def test_second_batch_waits_for_the_first(tmp_path):
         held.flush()
         proc = subprocess.Popen([sys.executable, "-m", "traceanalyzer", "batch", str(root), "--store", str(store), "--workers", "1"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                env={**os.environ, "PYTHONPATH": PYTHONPATH})
         line = proc.stderr.readline()
         assert line.strip() == f"batch: {store}: another batch is writing this store (pid 4242 since 2026-11-20T02:00:00); waiting for it to finish"
         time.sleep(0.5)

@@ -16,7 +16,7 @@ import pytest
 import typer
 from rich.table import Table
 
-from conftest import DEMO, DLRM, FIXTURES, ROOT
+from conftest import DEMO, DLRM, FIXTURES, PYTHONPATH, ROOT
 from traceanalyzer.cli import app
 from traceanalyzer.commands.common import FORMAT_HELP, OUTPUT_HELP, param_kind
 from traceanalyzer.render.console import NoTrailingSpaces, fit_table, out_console
@@ -45,7 +45,7 @@ precision = "bf16"
 
 def cli(*args, columns: int | None = 80, cwd=ROOT) -> subprocess.CompletedProcess:
     """The CLI as a user runs it with its output piped (stdout is not a terminal)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     env.pop("COLUMNS", None)
     if columns is not None:
         env["COLUMNS"] = str(columns)

@@ -59,19 +59,30 @@ def numbers(text: str) -> list[float]:
     return [float(x.replace(",", "")) for x in NUMBER.findall(text)]
 
 
+#: the line of the first cell that says where the fixtures are (relative to the folder it runs in)
+FIXTURES_LINE = 'fixtures = Path("fixtures")  # the checkout\'s fixtures/ folder'
+
+
 def run_tutorial(workdir: Path) -> list[tuple[str, str | None, str]]:
-    """Every cell run in ``workdir`` (which must hold ``fixtures/``): (code, shown, printed)."""
+    """Every cell run in ``workdir``, any folder (what it writes goes there), with the first
+    cell's ``fixtures`` set as a user outside the checkout sets it, to the checkout's
+    ``fixtures/``: (code, shown, printed)."""
     old = Path.cwd()
     os.chdir(workdir)
     try:
         ns: dict = {"__name__": "__tutorial__"}
-        return [(code, shown, run_cell(code, ns)) for code, shown in cells(TUTORIAL.read_text(encoding="utf-8"))]
+        out = []
+        for code, shown in cells(TUTORIAL.read_text(encoding="utf-8")):
+            run = code.replace(FIXTURES_LINE, f"fixtures = Path({str(ROOT / 'fixtures')!r})")
+            out.append((code, shown, run_cell(run, ns)))
+        assert sum(FIXTURES_LINE in code for code, _s, _p in out) == 1, "the tutorial sets fixtures once, in its first cell"
+        return out
     finally:
         os.chdir(old)
 
 
 def test_tutorial_cells_run_and_print_what_it_shows(tmp_path):
-    (tmp_path / "fixtures").symlink_to(ROOT / "fixtures")
+    # from a folder of its own, outside the checkout: the cells import the installed package
     results = run_tutorial(tmp_path)
     assert len(results) >= 8
     checked = 0
@@ -142,9 +153,7 @@ def write_outputs(text: str, printed: list[str]) -> str:
 if __name__ == "__main__":  # python tests/test_tutorial.py [--write]
     import tempfile
 
-    sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "fixtures").symlink_to(ROOT / "fixtures")
         results = run_tutorial(Path(d))
     if "--write" in sys.argv:
         TUTORIAL.write_text(write_outputs(TUTORIAL.read_text(encoding="utf-8"), [p for _c, _s, p in results]), encoding="utf-8")

@@ -86,7 +86,7 @@ def test_no_verb_and_no_result_field_is_typed_any(mypy_run):
 def test_the_stub_reexports_exactly_the_registry():
     """``traceanalyzer/__init__.pyi`` names every entry of ``_API`` (and ``__version__``), each
     imported from the module the registry names and re-exported under its own name."""
-    tree = ast.parse((ROOT / "traceanalyzer" / "__init__.pyi").read_text(encoding="utf-8"))
+    tree = ast.parse((Path(traceanalyzer.__file__).parent / "__init__.pyi").read_text(encoding="utf-8"))
     stub: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.ImportFrom):

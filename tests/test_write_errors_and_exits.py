@@ -24,7 +24,7 @@ import polars as pl
 import pytest
 import typer
 
-from conftest import DEMO, DLRM, FIXTURES, ROOT
+from conftest import DEMO, DLRM, FIXTURES, PYTHONPATH, ROOT
 from test_fresh_install import COMMANDS
 from traceanalyzer.cli import app, main
 from traceanalyzer.commands.common import param_kind
@@ -34,7 +34,7 @@ GROUP = typer.main.get_command(app)
 OUTPUT_EXTENSIONS = {".md": "markdown", ".markdown": "markdown", ".json": "json", ".html": "html", ".htm": "html",
                      ".csv": "csv", ".parquet": "parquet"}
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = {**os.environ, "PYTHONPATH": PYTHONPATH}
 CONFIG = ROOT / "docs" / "examples" / "megatron-readme-70b.toml"
 
 

@@ -3,7 +3,9 @@
 * :func:`traceanalyzer.report.document.build` — an :class:`~traceanalyzer.classify.Analysis` -> the
   report model, a plain JSON-ready ``dict`` (schema in ``docs/report-schema.md``). The renderers in
   :mod:`traceanalyzer.render` (``plots``, ``html``, ``markdown``) only format it.
-* :func:`traceanalyzer.report.document.bucket_runs` — per rank and step, the maximal runs of one bucket.
+* :func:`traceanalyzer.report.runs.bucket_runs` — per rank and step, the maximal runs of one bucket
+  (also importable from ``document``); the model's sections come from ``headline``, ``causes``,
+  ``kernelrows``, ``reconciled``, ``timelines`` and ``crossrank``.
 * :func:`traceanalyzer.report.annotate.annotate` — the original trace plus one track per rank that
   shows those runs in Perfetto / chrome://tracing.
 """

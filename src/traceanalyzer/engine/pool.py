@@ -140,9 +140,11 @@ def run_local(tasks: list[RankTask], workers: int, on_bytes: BytesFn | None) -> 
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(queue,)) as pool:
             from traceanalyzer.interrupts import stop_pool, workers_ignore_ctrl_c
 
-            with workers_ignore_ctrl_c():  # the pool starts its processes on the first submit
-                futures = {pool.submit(_pool_task, t): t for t in tasks}
+            futures: dict = {}
             try:
+                with workers_ignore_ctrl_c():  # the pool starts its processes on the first submit
+                    for t in tasks:
+                        futures[pool.submit(_pool_task, t)] = t
                 for fut in as_completed(futures):
                     try:
                         yield fut.result()

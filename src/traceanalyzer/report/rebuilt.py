@@ -23,7 +23,7 @@ import polars as pl
 
 from traceanalyzer.classify import Analysis
 from traceanalyzer.report.tracks import CATEGORY, TID_BUCKETS, TID_STEPS, _span, track_events
-from traceanalyzer.report.document import bucket_runs, segments
+from traceanalyzer.report.runs import bucket_runs, segments
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: first thread id of the trace's own tracks (below: the classification's)

@@ -12,6 +12,8 @@ from typing import Any
 
 from traceanalyzer.buckets import BUCKET_LABELS as LABELS
 from traceanalyzer.buckets import BUCKETS as BUCKET_ORDER
+from traceanalyzer.render.names import shorten
+from traceanalyzer.render.units import byte_column
 
 MS = "{:.3f}"
 PCT = "{:.1f}"
@@ -25,6 +27,7 @@ class Cell:
     path: str | None = None  # JSON path of the number shown, e.g. "ranks.0.buckets.idle.ms"
     code: bool = False  # a kernel name or other identifier: monospace, escaped
     title: str | None = None  # full text when ``text`` is shortened
+    indent: int = 0  # depth in a tree (a cause under its parent)
 
 
 @dataclass
@@ -50,21 +53,15 @@ def num(model: dict[str, Any], path: str, fmt: str) -> Cell:
     return Cell(text, path)
 
 
-def short(name: str, width: int = 90) -> Cell:
-    if len(name) <= width:
-        return Cell(name, code=True)
-    return Cell(name[: width - 1] + "…", code=True, title=name)
+#: the characters a kernel or op name is shortened to in a table (the full name on hover)
+NAME_WIDTH = 64
 
 
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return ""
-    size: float = n
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(size)
+def name_cells(full: list[str], width: int = NAME_WIDTH) -> list[Cell]:
+    """A column of kernel or op names, each in at most ``width`` characters, shortened together
+    (:func:`traceanalyzer.render.names.shorten`) so that names that differ still read differently;
+    a shortened cell carries the full name as its hover text (``title``)."""
+    return [Cell(s, code=True, title=None if s == n else n) for s, n in zip(shorten(full, width), full)]
 
 
 def headline_cells(model: dict[str, Any]) -> list[tuple[str, Cell]]:
@@ -74,13 +71,11 @@ def headline_cells(model: dict[str, Any]) -> list[tuple[str, Cell]]:
     if h["ranks"] > 1:
         out.append((f"slowest rank ({h['slowest_rank']}) step time (ms)", num(model, "headline.slowest_rank_step_ms", MS)))
     out.append(("compute share of the step (%)", num(model, "headline.compute_pct", PCT)))
-    first = (model.get("findings") or [None])[0]
-    if first is not None and first.get("ms_per_step") is not None:
+    first = h.get("finding")
+    if first is not None:
         # the headline is finding 1, what the findings list first (a cause within a bucket)
-        out.append((f"biggest loss (finding 1): {first['label']} (ms per step)", num(model, "findings.0.ms_per_step", MS)))
-        share = first.get("share_of_step")
-        out.append((f"biggest loss (finding 1): {first['label']} (% of step)",
-                    Cell("" if share is None else PCT.format(100 * share).removeprefix("-"))))  # shown scaled: no data-path
+        out.append((f"biggest loss (finding 1): {first['label']} (ms per step)", num(model, "headline.finding.ms_per_step", MS)))
+        out.append((f"biggest loss (finding 1): {first['label']} (% of step)", num(model, "headline.finding.pct_of_step", PCT)))
     elif h["biggest_loss"]:
         out.append((f"biggest loss: {h['biggest_loss']['label']} (ms per step)", num(model, "headline.biggest_loss.ms", MS)))
         out.append((f"biggest loss: {h['biggest_loss']['label']} (% of step)", num(model, "headline.biggest_loss.pct", PCT)))
@@ -162,9 +157,10 @@ def waterfall_table(model: dict[str, Any]) -> Table | None:
 
 def kernels_table(model: dict[str, Any]) -> Table:
     t = Table("top-kernels", "Top kernels by total GPU time", ["kernel", "class", "calls", "total ms", "mean µs", "% of step time"])
+    names = name_cells([k["name"] for k in model["top_kernels"]])
     for i, k in enumerate(model["top_kernels"]):
         p = f"top_kernels.{i}"
-        t.rows.append([short(k["name"]), Cell(k["class"]), num(model, f"{p}.calls", "{}"), num(model, f"{p}.total_ms", MS),
+        t.rows.append([names[i], Cell(k["class"]), num(model, f"{p}.calls", "{}"), num(model, f"{p}.total_ms", MS),
                        num(model, f"{p}.mean_us", US), num(model, f"{p}.pct_of_step_time", PCT)])
     t.note = "GPU work starting inside a step window, summed over all ranks and steps; % of the summed step time."
     return t
@@ -177,9 +173,10 @@ def kernel_section_table(model: dict[str, Any]) -> Table | None:
         return None
     t = Table("kernels", "Top kernels by total GPU time",
               ["kernel", "bucket", "stream", "calls", "total ms", "mean µs", "p99 µs", "bucket ms", "% of step time", "TFLOP/s", "roofline %"])
+    names = name_cells([r["name"] for r in k["rows"]])
     for i, r in enumerate(k["rows"]):
         p = f"kernels.rows.{i}"
-        t.rows.append([short(r["name"]), Cell(r["bucket"]), Cell(r["streams"] or ""), num(model, f"{p}.calls", "{}"),
+        t.rows.append([names[i], Cell(r["bucket"]), Cell(r["streams"] or ""), num(model, f"{p}.calls", "{}"),
                        num(model, f"{p}.total_ms", MS), num(model, f"{p}.mean_us", US), num(model, f"{p}.p99_us", US),
                        num(model, f"{p}.bucket_ms", MS), num(model, f"{p}.share_pct", PCT), num(model, f"{p}.tflops", TFLOPS),
                        num(model, f"{p}.roofline_pct", PCT)])
@@ -189,26 +186,33 @@ def kernel_section_table(model: dict[str, Any]) -> Table | None:
     return t
 
 
+#: how the idle tree names the idle causes and what the host was doing in host-bound idle
+IDLE_LABELS = {"host_bound": "host-bound", "sync": "sync wait", "bubble": "PP bubble", "other": "other"}
+HOST_LABELS = {"dataloader": "the data loader (DataLoader __next__)", "optimizer": "the optimizer (Optimizer.step / zero_grad)",
+               "ops": "other ops (dispatch, launch)", "untraced": "no recorded op (Python, sleep, I/O)"}
+
+
 def idle_causes_table(model: dict[str, Any]) -> Table | None:
-    rows = model["causes"]["idle"] if model.get("causes") else []
+    """Idle by cause as a tree: idle (its share of the step), its causes indented under it (each
+    a share of idle) and under host-bound what the host was doing (each a share of host-bound),
+    so the children of a row sum to 100 % of it and no column adds shares of different parents."""
+    c = model.get("causes") or {}
+    rows = c.get("idle") or []
     if not rows:
         return None
-    t = Table("idle-causes", "Idle by cause (mean per step)", ["cause", "ms per step", "% of idle"])
+    t = Table("idle-causes", "Idle by cause (mean per step): each cause a share of its parent", ["cause", "ms per step", "share %", "of"])
+    if c.get("idle_total"):
+        t.rows.append([Cell("idle"), num(model, "causes.idle_total.ms", MS), num(model, "causes.idle_total.pct_of_step", PCT), Cell("step")])
     for i, r in enumerate(rows):
-        t.rows.append([Cell(r["cause"].replace("_", " ")), num(model, f"causes.idle.{i}.ms", MS), num(model, f"causes.idle.{i}.pct_of_idle", PCT)])
-    return t
-
-
-def host_bound_table(model: dict[str, Any]) -> Table | None:
-    rows = (model.get("causes") or {}).get("host_bound") or []
-    if not rows:
-        return None
-    t = Table("host-bound", "Host-bound idle by what the host thread was doing (mean per step)", ["host was in", "ms per step", "% of host-bound"])
-    labels = {"dataloader": "the data loader (DataLoader __next__)", "optimizer": "the optimizer (Optimizer.step / zero_grad)",
-              "ops": "other ops (dispatch, launch)", "untraced": "no recorded op (Python, sleep, I/O)"}
-    for i, r in enumerate(rows):
-        t.rows.append([Cell(labels.get(r["cause"], r["cause"])), num(model, f"causes.host_bound.{i}.ms", MS),
-                       num(model, f"causes.host_bound.{i}.pct_of_host_bound", PCT)])
+        t.rows.append([Cell(IDLE_LABELS.get(r["cause"], r["cause"].replace("_", " ")), indent=1), num(model, f"causes.idle.{i}.ms", MS),
+                       num(model, f"causes.idle.{i}.pct_of_idle", PCT), Cell("idle")])
+        if r["cause"] == "host_bound":
+            for j, h in enumerate(c.get("host_bound") or []):
+                p = f"causes.host_bound.{j}"
+                t.rows.append([Cell(HOST_LABELS.get(h["cause"], h["cause"]), indent=2), num(model, f"{p}.ms", MS),
+                               num(model, f"{p}.pct_of_host_bound", PCT), Cell("host-bound")])
+    if c.get("host_bound"):
+        t.note = "Under host-bound: what the thread that launches the GPU's work was doing while the GPU waited for it."
     return t
 
 
@@ -290,9 +294,10 @@ def recomputed_table(model: dict[str, Any]) -> Table | None:
     if not rows:
         return None
     t = Table("recomputed-ops", "Recomputed ops (GPU time, mean per step)", ["op", "calls", "ranks", "GPU ms per step"])
+    names = name_cells([r["name"] for r in rows])
     for i, r in enumerate(rows):
         p = f"causes.recomputed_ops.{i}"
-        t.rows.append([short(r["name"]), num(model, f"{p}.count", "{}"), num(model, f"{p}.ranks", "{}"), num(model, f"{p}.gpu_ms", MS)])
+        t.rows.append([names[i], num(model, f"{p}.count", "{}"), num(model, f"{p}.ranks", "{}"), num(model, f"{p}.gpu_ms", MS)])
     return t
 
 
@@ -316,12 +321,13 @@ def efficiency_table(model: dict[str, Any]) -> Table | None:
     ce = model.get("collective_efficiency")
     if not ce:
         return None
+    unit, sizes = byte_column([r["bytes"] for r in ce["rows"]])  # one unit for the column
     t = Table("collective-efficiency", "Collective efficiency: achieved bus bandwidth against the reference",
-              ["collective", "group", "ranks", "count", "bytes", "time ms", "busbw GB/s", "reference GB/s", "efficiency"])
+              ["collective", "group", "ranks", "count", f"size {unit}", "time ms", "busbw GB/s", "reference GB/s", "efficiency"])
     for i, r in enumerate(ce["rows"]):
         p = f"collective_efficiency.rows.{i}"
         t.rows.append([Cell(r["collective"]), Cell(r["group"] or "", code=True), num(model, f"{p}.group_size", "{}"), num(model, f"{p}.count", "{}"),
-                       Cell(human_bytes(r["bytes"])), num(model, f"{p}.time_ms", MS), num(model, f"{p}.busbw_gbps", TFLOPS),
+                       Cell(sizes[i]), num(model, f"{p}.time_ms", MS), num(model, f"{p}.busbw_gbps", TFLOPS),
                        num(model, f"{p}.reference_gbps", TFLOPS), num(model, f"{p}.efficiency", "{:.2f}")])
     refs = sorted({r["reference"] for r in ce["rows"] if r["reference"]})
     note = "Summed over all ranks and steps (bus bandwidth: total bus bytes over total time; efficiency: median over the kernels). "
@@ -337,9 +343,10 @@ def efficiency_table(model: dict[str, Any]) -> Table | None:
 def collectives_table(model: dict[str, Any]) -> Table:
     t = Table("top-exposed-collectives", "Top exposed collectives",
               ["collective kernel", "calls", "exposed ms", "kernel ms", "exposed % of kernel", "% of exposed comm"])
+    names = name_cells([k["name"] for k in model["top_exposed_collectives"]])
     for i, k in enumerate(model["top_exposed_collectives"]):
         p = f"top_exposed_collectives.{i}"
-        t.rows.append([short(k["name"]), num(model, f"{p}.calls", "{}"), num(model, f"{p}.exposed_ms", MS), num(model, f"{p}.total_ms", MS),
+        t.rows.append([names[i], num(model, f"{p}.calls", "{}"), num(model, f"{p}.exposed_ms", MS), num(model, f"{p}.total_ms", MS),
                        num(model, f"{p}.exposed_pct_of_kernel", PCT), num(model, f"{p}.pct_of_exposed_comm", PCT)])
     t.note = ("Exposed time: communication not hidden under compute or recompute, summed over all ranks and steps; "
               "a moment with several collectives in flight is shared equally among them.")
@@ -349,9 +356,10 @@ def collectives_table(model: dict[str, Any]) -> Table:
 
 
 def inputs_table(model: dict[str, Any]) -> Table:
-    t = Table("inputs", "Input files", ["role", "file", "size", "bytes", "sha256"])
+    unit, sizes = byte_column([f["size_bytes"] for f in model["reproduce"]["inputs"]])  # one unit for the column
+    t = Table("inputs", "Input files", ["role", "file", f"size {unit}", "bytes", "sha256"])
     for i, f in enumerate(model["reproduce"]["inputs"]):
-        t.rows.append([Cell(f["role"]), Cell(f["path"], code=True), Cell(human_bytes(f["size_bytes"])),
+        t.rows.append([Cell(f["role"]), Cell(f["path"], code=True), Cell(sizes[i]),
                        num(model, f"reproduce.inputs.{i}.size_bytes", "{}"), Cell(f["sha256"] or "", code=True)])
     return t
 

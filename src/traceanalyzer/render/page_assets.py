@@ -25,16 +25,19 @@ body { font: 14px/1.5 -apple-system, "Segoe UI", "Helvetica Neue", Arial, sans-s
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
 .sub { color: var(--muted); margin: 0 0 16px; }
 .headline { background: var(--box); border: 1px solid var(--line); border-radius: 6px; padding: 12px 16px; font-size: 15px; }
+.headline .title { margin: 0 0 4px; font-size: 16px; } .headline .tag { color: var(--muted); font-size: 12.5px; text-transform: uppercase; letter-spacing: .04em; }
 .kpis { display: flex; flex-wrap: wrap; gap: 8px 24px; margin-top: 8px; font-size: 13px; color: var(--muted); }
 .kpis b { color: var(--fg); font-size: 15px; }
-table { border-collapse: collapse; margin: 8px 0; font-size: 12.5px; font-variant-numeric: tabular-nums; }
+table { border-collapse: collapse; margin: 8px 0; font-size: 12.5px; font-variant-numeric: tabular-nums; max-width: 100%; }
 th, td { border: 1px solid var(--line); padding: 3px 8px; }
 th { background: var(--box); text-align: left; }
 th button { all: unset; cursor: pointer; } th button:focus-visible { outline: 2px solid var(--muted); }
 th[aria-sort=ascending] button::after { content: " \\25B2"; font-size: 9px; }
 th[aria-sort=descending] button::after { content: " \\25BC"; font-size: 9px; }
 td.n { text-align: right; white-space: nowrap; }
-td { vertical-align: top; }
+td { vertical-align: top; overflow-wrap: break-word; }
+td.w code { overflow-wrap: anywhere; }  /* a long name, path or hash: breaks anywhere rather than widen its table */
+td.i1 { padding-left: 24px; } td.i2 { padding-left: 44px; } td.i3 { padding-left: 64px; }
 td[title] code { text-decoration: underline dotted var(--muted); cursor: help; }
 code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
 pre { background: var(--box); border: 1px solid var(--line); border-radius: 6px; padding: 8px 12px; white-space: pre-wrap; word-break: break-all; }
@@ -42,7 +45,7 @@ svg.plot { display: block; max-width: 100%; height: auto; border: 1px solid var(
 svg.plot rect:hover, svg.plot g:hover > * { opacity: 0.8; }
 .note { color: var(--muted); font-size: 12.5px; }
 ul.warnings li { color: var(--warn); }
-.scroll { overflow-x: auto; }
+.scroll { overflow-x: auto; }  /* last resort only: long cells wrap, long names are shortened */
 .tools { font-size: 12.5px; color: var(--muted); margin: 8px 0 0; display: flex; gap: 12px; align-items: center; }
 .tools input, .tools select { font: inherit; color: var(--fg); background: var(--bg); border: 1px solid var(--line); border-radius: 4px; padding: 2px 6px; }
 .panel-name { font-weight: 600; margin: 12px 0 0; }

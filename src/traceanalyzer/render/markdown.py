@@ -12,7 +12,7 @@ from typing import Any
 
 from traceanalyzer.buckets import BUCKET_LABELS, BUCKETS
 from traceanalyzer.render import plots
-from traceanalyzer.render.sections import findings_table, integrity_table, host_bound_table, host_verdict_table, rank_summary_table, stragglers_table
+from traceanalyzer.render.sections import findings_table, integrity_table, host_verdict_table, rank_summary_table, stragglers_table
 from traceanalyzer.render.sections import straggler_costs_table
 from traceanalyzer.render.sections import (
     Cell,
@@ -42,6 +42,8 @@ def _esc(text: str) -> str:
 
 
 def _cell(c: Cell) -> str:
+    if c.indent:  # a cause under its parent: indented (no-break spaces survive GitHub's table cells)
+        return "\u00a0" * (4 * c.indent) + _esc(c.text)
     if c.code:
         tick = "``" if "`" in c.text else "`"
         body = c.text.replace("|", "\\|")
@@ -77,7 +79,9 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
         "",
         f"{len(job['ranks'])} rank(s) · {devices} · step range `{job['step_range']}` · traceanalyzer {model['tool']['version']}",
         "",
-        f"**{_esc(h['sentence'])}**",
+        f"**{'Finding 1: ' if h.get('finding') else ''}{_esc(h['title'])}**",
+        "",
+        _esc(h["context"]),
         "",
         "| headline | value |",
         "|---|---:|",
@@ -122,7 +126,7 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
         out += ["### What each straggler costs, and who waited on whom", ""] + _table(costs)
         img("waits", "who waited on whom")
     out += ["### Top kernels", ""] + _table(kernel_section_table(model) or kernels_table(model))
-    for title, t in (("Idle by cause", idle_causes_table(model)), ("Host-bound idle by what the host was doing", host_bound_table(model)),
+    for title, t in (("Idle by cause", idle_causes_table(model)),
                      ("Host and launches", host_verdict_table(model)),
                      ("Communication by dimension", comm_dims_table(model)),
                      ("Recomputed ops", recomputed_table(model)), ("Slowest rank per step", step_stragglers_table(model))):

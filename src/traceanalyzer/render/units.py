@@ -7,6 +7,8 @@
   the unit that suits it (``30.9 µs``, ``12.3 ms``); the same value reads the same everywhere.
 * :func:`fixed` — a number with ``decimals`` decimals, where a value that rounds to zero is
   ``0.0``, never ``-0.0``.
+* :func:`byte_column` — a column of byte counts in one unit (B, KiB, MiB, GiB), as
+  :func:`column` does for durations.
 """
 
 from __future__ import annotations
@@ -71,3 +73,16 @@ def duration(ns: float | int | None, missing: str = "-") -> str:
             decimals = 2 if round(abs(x), 2) < 10 else 1 if round(abs(x), 1) < 100 else 0
             return f"{fixed(x, decimals)} {name}"
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: (name, bytes per unit), largest first
+BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
+
+
+def byte_column(values: list[int | None], missing: str = "") -> tuple[str, list[str]]:
+    """(unit name, the cells) of a column of byte counts, all in the one unit in which its
+    largest value is at least 1 (B for a column of zeros): one decimal, none in B."""
+    top = max((abs(int(v)) for v in values if v is not None), default=0)
+    name, scale = next(((n, s) for n, s in BYTE_UNITS if top >= s), ("B", 1))
+    decimals = 0 if name == "B" else 1
+    return name, [missing if v is None else fixed(v / scale, decimals) for v in values]

@@ -115,18 +115,20 @@ def ignore_signals() -> None:
 
 @contextmanager
 def workers_ignore_ctrl_c() -> Iterator[None]:
-    """Around starting worker processes: they inherit SIGINT ignored from their first
-    instruction (an ignored signal survives exec; Python keeps it ignored), so a Ctrl-C during
-    their start-up cannot print a traceback. This process ignores Ctrl-C for those few
-    milliseconds too (main thread only; elsewhere a no-op)."""
+    """Around starting worker processes: they start with SIGINT blocked (a signal mask survives
+    fork and exec), so a Ctrl-C during their start-up, before their initializer ignores it,
+    cannot print a traceback; CPython's resource tracker starts its helper the same way. This
+    process does not lose that Ctrl-C: it is held and raised when the block ends, once the
+    processes are started and known to the pool (main thread only; elsewhere a no-op)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with held_signals():
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def quiet_worker() -> None:

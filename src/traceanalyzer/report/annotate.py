@@ -29,7 +29,7 @@ from traceanalyzer.classify import Analysis
 from traceanalyzer.errors import OutputError
 from traceanalyzer.outputs import Outputs
 from traceanalyzer.parsers import kineto
-from traceanalyzer.report.document import bucket_runs, segments
+from traceanalyzer.report.runs import bucket_runs, segments
 from traceanalyzer.report.tracks import PID_BASE, track_events
 
 def _free_pid(analysis: Analysis, rank: int) -> int:

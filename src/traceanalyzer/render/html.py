@@ -40,7 +40,6 @@ from traceanalyzer.render.sections import (
     findings_table,
     integrity_table,
     headline_cells,
-    host_bound_table,
     host_verdict_table,
     idle_causes_table,
     inputs_table,
@@ -61,6 +60,10 @@ from traceanalyzer.render.sections import (
 #: bars of all step views within MAX_STEP_BARS (rank-steps); the JSON report holds every step
 MAX_STEP_PANELS = 16
 MAX_STEP_BARS = 256
+#: a code cell (kernel name, path, hash) longer than this many characters may break anywhere, so
+#: that every table fits its page at 1,400 px: the page's tables wrap their long cells (and the
+#: names are shortened, the full name on hover) before they ever scroll sideways
+WRAP_CODE = 32
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,6 +77,10 @@ def _cell(c: Cell) -> str:
     attrs = ""
     if c.path:
         attrs += f' class="n" data-path="{escape(c.path)}"'
+    elif c.indent:
+        attrs += f' class="i{min(c.indent, 3)}"'
+    elif c.code and len(c.text) > WRAP_CODE:
+        attrs += ' class="w"'
     if c.title:
         attrs += f' title="{escape(c.title)}"'
     return f"<td{attrs}>{text}</td>"
@@ -130,10 +137,16 @@ def head_section(model: dict[str, Any]) -> str:
            f"traceanalyzer {escape(model['tool']['version'])} · {escape(model['generated_utc'])}")
     kpis = "".join(f'<span>{escape(label)}: <b data-path="{escape(c.path or "")}">{escape(c.text)}</b></span>' for label, c in headline_cells(model))
     out = (f"<h1>traceanalyzer report</h1><p class=\"sub\">{sub}</p>"
-           f'<div class="headline" id="headline"><div>{escape(h["sentence"])}</div><div class="kpis">{kpis}</div></div>')
+           f'<div class="headline" id="headline"><p class="title">{_title_tag(h)}<b id="headline-title">{escape(h["title"])}</b></p>'
+           f'<div id="headline-context">{escape(h["context"])}</div><div class="kpis">{kpis}</div></div>')
     if model["notes"]:
         out += '<ul class="notes">' + "".join(f'<li class="note">{escape(x)}</li>' for x in model["notes"]) + "</ul>"
     return out
+
+
+def _title_tag(h: dict[str, Any]) -> str:
+    """The headline's first words: which finding it states (none without findings)."""
+    return '<span class="tag">finding 1</span> ' if h.get("finding") else ""
 
 
 def integrity_section(model: dict[str, Any]) -> str | None:
@@ -222,7 +235,7 @@ def kernels_section(model: dict[str, Any]) -> str:
 
 def causes_section(model: dict[str, Any]) -> str | None:
     parts = [subsection(title, table(t)) for title, t in (
-        ("Idle by cause", idle_causes_table(model)), ("Host-bound idle by what the host was doing", host_bound_table(model)),
+        ("Idle by cause", idle_causes_table(model)),
         ("Host and launches", host_verdict_table(model)), ("Communication by dimension", comm_dims_table(model)),
         ("Recomputed ops", recomputed_table(model)), ("Slowest rank per step", step_stragglers_table(model))) if t is not None]
     return section("causes", "Causes", *parts) if parts else None
