@@ -246,10 +246,42 @@ def returns_md(api: list[tuple[str, object]]) -> list[str]:
     return [*out, ""]
 
 
+def vocabulary_md(api: list[tuple[str, object]]) -> list[str]:
+    """The argument names: one per idea, the verbs that take each, and the older names still taken."""
+    from traceanalyzer.api._arguments import VOCABULARY
+    from traceanalyzer.api._deprecation import RENAMED
+
+    takers: dict[str, list[str]] = {}
+    for name, obj in api:
+        if inspect.isclass(obj):
+            continue
+        for p in inspect.signature(obj).parameters.values():
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                takers.setdefault(p.name, []).append(name)
+    out = ["## Argument names", "",
+           "One name per idea, the same in every verb; each name has one type, and a value of another type is an",
+           "`InvalidArgument` naming the argument (before any file is read). `None` is accepted where the default is",
+           "`None`.", "",
+           "| argument | what it is | type | verbs |", "|---|---|---|---|"]
+    for word, w in VOCABULARY.items():
+        verbs = takers.get(word, [])
+        shown = ", ".join(f"`{v}`" for v in verbs) if len(verbs) <= 6 else f"{len(verbs)} verbs"
+        out.append(f"| `{word}` | {rst_to_md(w.idea).replace('|', chr(92) + '|')} | {w.expected} | {shown} |")
+    out += ["", "Older names, still taken with a `DeprecationWarning`:", "",
+            "| verb | older name | name | renamed in |", "|---|---|---|---|"]
+    public = {n for n, _ in api}
+    for verb, old, new, version in sorted(set(RENAMED)):
+        if verb in public:
+            out.append(f"| `{verb}` | `{old}` | `{new}` | {version} |")
+    return out + [""]
+
+
 def render() -> str:
     api = public_api()
     out = [INTRO, *returns_md(api), "## Contents", ""]
+    out += ["- [Argument names](#argument-names)"]
     out += [f"- [`{n}`](#{n.lower()})" for n, _ in api] + ["- [Errors](#errors)", ""]
+    out += vocabulary_md(api)
     for name, obj in api:
         out += class_md(name, obj) if inspect.isclass(obj) else function_md(name, obj)
     out += errors_md()

@@ -111,7 +111,7 @@ def test_profiler_step_range_equals_its_window_when_it_covers_it():
 
     tr = load(TRACES / "h200" / "base" / "rank0.pt.trace.json.gz")
     a = analyze(tr)
-    t = annotations(tr, source="host", name=r"^ProfilerStep#\d+$")
+    t = annotations(tr, side="host", name=r"^ProfilerStep#\d+$")
     own = t.filter(pl.col("name") == pl.format("ProfilerStep#{}", pl.col("step")))
     assert own.height == a.steps.height
     j = own.join(a.steps, on=["rank", "step"], suffix="_step")

@@ -189,13 +189,13 @@ def test_report_model_with_low_threshold(dlrm, monkeypatch):
     assert (rows["duration"]["p50_ms"], rows["duration"]["max_rank"]) == (16.126, 1)
     assert rows["exposed_comm"]["top_ranks"][:2] == [1, 3]
     assert len(m.ranks) == 8  # the JSON keeps every rank
-    assert ta.report(dlrm, ranks="all").rank_summary is None
+    assert ta.report(dlrm, show_ranks="all").rank_summary is None
     st = m.stragglers
     assert (st["slow_ranks"], [r["rank"] for r in st["ranks"]]) == (4, [1, 3, 4, 5])
 
 
 def test_report_writes_files(dlrm, tmp_path):
-    m = ta.report(dlrm, tmp_path / "r.md", ranks="summary")
+    m = ta.report(dlrm, tmp_path / "r.md", show_ranks="summary")
     text = (tmp_path / "r.md").read_text()
     assert "| step time | 12.509 | 16.126 | 16.008 | 19.901 | 1 |" in text
     assert "### Stragglers" in text and "| 1 | 1 | 1 | 3.775 |" in text
@@ -221,7 +221,7 @@ def test_cli_ranks_option():
 def test_bad_arguments_are_typed_errors(dlrm):
     for call in (lambda: ta.breakdown(dlrm, per="kernel"), lambda: ta.comm(dlrm, by="x"), lambda: ta.idle(dlrm, per="job"),
                  lambda: ta.stragglers(dlrm, tolerance=-1), lambda: ta.rank_summary(dlrm, top=0),
-                 lambda: ta.report(dlrm, ranks="some"), lambda: ta.analyze(42), lambda: ta.analyze(DLRM, workers=0)):
+                 lambda: ta.report(dlrm, show_ranks="some"), lambda: ta.analyze(42), lambda: ta.analyze(DLRM, workers=0)):
         with pytest.raises(InvalidArgument) as exc:
             call()
         assert isinstance(exc.value, (TraceAnalyzerError, ValueError)) and exc.value.exit_code == 2

@@ -136,7 +136,7 @@ BAD_CALLS = {
     "precision": lambda a: ta.kernels(a, precision="fp64"),
     "recompute_range": lambda a: ta.analyze(DLRM, recompute_range="(unclosed"),
     "comm_kernels": lambda a: ta.analyze(DLRM, comm_kernels=["(?<=x)y"]),
-    "source": lambda a: ta.annotations(a, source="disk"),
+    "side": lambda a: ta.annotations(a, side="disk"),
     "level": lambda a: ta.annotations(a, level=-1),
     "reserve_gib": lambda a: ta.memory(a, reserve_gib=-1),
     "step": lambda a: ta.critical_path(a, step=99),

@@ -173,7 +173,7 @@ def test_joint_path_crosses_ranks_through_a_collective(dlrm):
 
     a = analyze(dlrm)
     # ops only (as HTA): with host gaps weighed, this host-bound job's path stays on one host thread
-    cp = critical_path(dlrm, analysis=a, host_gaps=False)
+    cp = critical_path(a, host_gaps=False)
     _check_invariants(cp)
     row = cp.summary.row(0, named=True)
     assert row["rank"] is None and row["ranks"] == 2 and row["collectives"] == 1

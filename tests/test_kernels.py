@@ -231,15 +231,15 @@ def test_gemm_tflops_by_hand():
 def test_filters_rank_step_name_top():
     an = analysis_with_tables(DLRM)
     full = kernels(an)
-    one = kernels(an, rank=3)
+    one = kernels(an, ranks=3)
     assert one["calls"].sum() == an.kernel_stats.filter(pl.col("rank") == 3)["calls"].sum()
     assert one["ranks"].max() == 1 and full["ranks"].max() == 8
     nccl = kernels(an, name="^nccl", sort="calls", top=1)
     assert nccl.height == 1 and nccl["name"][0].startswith("nccl")
     assert nccl["calls"][0] == full.filter(pl.col("name").str.contains("^nccl"))["calls"].max()
     steps = an.steps["step"].unique().to_list()
-    assert kernels(an, step=steps)["total_ns"].sum() == full["total_ns"].sum()
-    assert kernels(an, step=[10**9]).height == 0
+    assert kernels(an, steps=steps)["total_ns"].sum() == full["total_ns"].sum()
+    assert kernels(an, steps=[10**9]).height == 0
 
 
 @needs_shared()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from traceanalyzer.api._arguments import checked
 from traceanalyzer.results import StragglerView
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ def _inputs(a: Analysis) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     return inputs(a)
 
 
+@checked
 def replay(source: Source) -> pl.DataFrame:
     """The cross-rank replay of the measured job, against the measured steps.
 
@@ -57,6 +59,7 @@ def replay(source: Source) -> pl.DataFrame:
     return rp.replay_table(steps, points, rp.replay_graph(points, kern))
 
 
+@checked
 def straggler_costs(source: Source) -> pl.DataFrame:
     """What each rank costs the job, phase by phase: the job's step time had that rank run that
     phase like the median rank (a replay of the job, see :func:`replay`).
@@ -88,6 +91,7 @@ def straggler_costs(source: Source) -> pl.DataFrame:
     return straggler_view(source).costs
 
 
+@checked
 def wait_matrix(source: Source) -> pl.DataFrame:
     """Who waited on whom: per collective type and process group, the time each rank waited for
     each other rank (the last arrival of each matched instance is charged every other rank's
@@ -115,6 +119,7 @@ def wait_matrix(source: Source) -> pl.DataFrame:
     return sc.wait_matrix(kern, max(points.get_column("step").drop_nulls().n_unique(), 1))
 
 
+@checked
 def straggler_view(source: Source, *, tolerance: float = 0.05) -> StragglerView:
     """Everything the ``stragglers`` command shows, in one call.
 
@@ -150,6 +155,7 @@ def straggler_view(source: Source, *, tolerance: float = 0.05) -> StragglerView:
     return StragglerView.from_dict(dict(a.straggler_view()) if tolerance == DEFAULT_TOLERANCE else job_view(a, tolerance))
 
 
+@checked
 def comm_bytes(source: Source, config: PathLike) -> pl.DataFrame:
     """Bytes each parallel dimension moved per step, measured beside the analytic model's
     prediction for the run configuration.
@@ -161,7 +167,7 @@ def comm_bytes(source: Source, config: PathLike) -> pl.DataFrame:
 
     Parameters:
         source: as in :func:`analyze`.
-        config: run configuration (TOML) with a ``[model]`` and a layout.
+        config: run configuration (a TOML file or a RunConfig) with a ``[model]`` and a layout.
 
     Returns:
         One row per dimension measured or predicted: ``dim``, ``measured_bytes`` (Float64 per
@@ -180,11 +186,11 @@ def comm_bytes(source: Source, config: PathLike) -> pl.DataFrame:
         >>> t.select("dim", "predicted_bytes", "warning").row(0)
         ('DP', None, False)
     """
+    from traceanalyzer.api._common import _config
     from traceanalyzer.reconciliation.commbytes import comm_bytes_table
-    from traceanalyzer.model.loader import load_config
 
     a = _analysis(source)
-    return comm_bytes_table(a, load_config(config))
+    return comm_bytes_table(a, _config(config))
 
 
 __all__ = ["replay", "straggler_costs", "wait_matrix", "straggler_view", "comm_bytes"]

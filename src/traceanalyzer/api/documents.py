@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 
+from traceanalyzer.api._arguments import checked
 from traceanalyzer.api._common import PathLike, Source, _choice, _source_arg
+from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
 from traceanalyzer.api.loading import analyze
 from traceanalyzer.api.tables import analysis_with_tables
 from traceanalyzer.errors import InvalidArgument
@@ -18,6 +21,7 @@ if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
 
 
+@checked
 def compare(a: Source, b: Source) -> pl.DataFrame:
     """Why is B slower (or faster) than A: the gap in mean step time, split exactly by bucket.
 
@@ -72,6 +76,7 @@ def time_comparison(a: Analysis, b: Analysis) -> tuple[dict[str, Any], dict[str,
     return cmp_t, diff
 
 
+@checked
 def kernel_diff(a: Source, b: Source) -> pl.DataFrame:
     """Which kernels made B slower (or faster) than A: the step-time gap per kernel.
 
@@ -105,9 +110,19 @@ def kernel_diff(a: Source, b: Source) -> pl.DataFrame:
         9.476
     """
     _cmp, diff = time_comparison(analysis_with_tables(a), analysis_with_tables(b))
-    return pl.DataFrame(diff["rows"])
+    return pl.DataFrame(diff["rows"], schema=KERNEL_DIFF_SCHEMA)  # no kernel on either side: no row, the same columns
 
 
+#: the columns of :func:`kernel_diff`
+KERNEL_DIFF_SCHEMA = {
+    "name": pl.String, "bucket": pl.String, "status": pl.String, "calls_a": pl.Float64, "calls_b": pl.Float64,
+    "total_ms_a": pl.Float64, "total_ms_b": pl.Float64, "bucket_ms_a": pl.Float64, "bucket_ms_b": pl.Float64,
+    "contribution_ms": pl.Float64,
+}
+
+
+@renamed_parameter("ranks", "show_ranks", version=RENAMED_IN)
+@checked
 def report(
     source: Source,
     output: PathLike | None = None,
@@ -116,7 +131,7 @@ def report(
     config: PathLike | None = None,
     rank: int | None = None,
     top: int = 10,
-    ranks: Literal["auto", "all", "summary"] = "auto",
+    show_ranks: Literal["auto", "all", "summary"] = "auto",
 ) -> ReportModel:
     """The report model (every number a report shows), optionally written as HTML, Markdown or JSON.
 
@@ -130,7 +145,7 @@ def report(
         rank: the rank whose per-step timeline is shown first (default: the slowest); the model
             holds up to 7 more ranks' timelines (``more_timelines``), the HTML a selector.
         top: rows in the top-kernel and top-collective tables.
-        ranks: ``"auto"``: a summary of the ranks' distribution above 16 ranks, every rank up
+        show_ranks: ``"auto"``: a summary of the ranks' distribution above 16 ranks, every rank up
             to that; ``"all"``: every rank; ``"summary"``: the summary whatever the count.
 
     Returns:
@@ -141,7 +156,7 @@ def report(
         times in ms (``*_ms``), shares in % (``*_pct``).
 
     Raises:
-        InvalidArgument: a bad ``format``, ``ranks``, ``rank`` or ``top``.
+        InvalidArgument: a bad ``format``, ``show_ranks``, ``rank`` or ``top``.
         OutputError: ``output`` cannot be written or is one of the inputs.
         ConfigError: ``config`` is missing or invalid.
 
@@ -158,7 +173,9 @@ def report(
 
     if format is not None:
         _choice("format", format, ("html", "markdown", "json"))
-    _choice("ranks", ranks, ("auto", "all", "summary"))
+    _choice("show_ranks", show_ranks, ("auto", "all", "summary"))
+    if config is not None and not isinstance(config, (str, os.PathLike)):
+        raise InvalidArgument(f"config: expected the path of a run configuration (report reads the file), got {type(config).__name__}")
     if not isinstance(top, int) or not 1 <= top <= 1000:
         raise InvalidArgument(f"top must be an integer from 1 to 1000, got {top!r}")
     from traceanalyzer.engine import with_tables
@@ -169,7 +186,7 @@ def report(
         raise InvalidArgument(f"rank: expected an integer, got {type(rank).__name__} {rank!r}")
     if rank is not None and rank not in a.trace.ranks:
         raise InvalidArgument(f"rank: no rank {rank} in the trace (ranks: {a.trace.ranks[:16]})")
-    model = document.build(a, rank=rank, config=Path(config) if config is not None else None, top=top, ranks=ranks)
+    model = document.build(a, rank=rank, config=Path(config) if config is not None else None, top=top, ranks=show_ranks)
     if output is None:
         return ReportModel.from_dict(model)
     out = Path(output)

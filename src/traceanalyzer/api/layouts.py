@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, TypedDict, Unpack
 
 import polars as pl
 
+from traceanalyzer.api._arguments import checked
 from traceanalyzer.api._common import PathLike, Source, _baseline, _choice, _config
 from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
 from traceanalyzer.api.loading import analyze
@@ -32,6 +32,7 @@ class PlanOptions(TypedDict, total=False):
 
 @renamed_parameter("capacity_gb", "capacity_gib", version=RENAMED_IN)
 @renamed_parameter("reserve_gb", "reserve_gib", version=RENAMED_IN)
+@checked
 def search_layouts(
     config: PathLike | RunConfig,
     sets: list[str] | dict[str, object] | None = None,
@@ -81,6 +82,8 @@ def search_layouts(
         >>> s.head(2).select("rank", "tp", "pp", "vp", "dp", "micro_batch", "recompute", pl.col("tflops_per_gpu", "memory_gib").round(1), "fits").rows()
         [(1, 8, 2, 8, 8, 1, 'none', 529.0, 63.7, True), (2, 8, 2, 5, 8, 1, 'none', 524.1, 64.9, True)]
     """
+    if sets is not None and not isinstance(sets, (list, tuple, dict)):  # a whole RunConfig is whatif's, not a search's
+        raise InvalidArgument(f"sets: expected a list of KEY=VALUE changes (or a dict), got {type(sets).__name__}")
     found = search_parts(config, None, sets, source, top, capacity_gib, reserve_gib, baseline, convention)
     frame: pl.DataFrame = found["frame"]
     return frame
@@ -145,6 +148,7 @@ def _knob_value(cfg: Any, key: str) -> Any:
     }[key]
 
 
+@checked
 def plan(
     tokens: float | str,
     config: PathLike | None = None,
@@ -167,7 +171,8 @@ def plan(
 
     Parameters:
         tokens: training tokens: a number or ``"15T"``, ``"300B"``.
-        config: run configuration (TOML) for the model's FLOPs per token and the GPU.
+        config: run configuration (a TOML file or a RunConfig) for the model's FLOPs per token
+            and the GPU.
         params: parameter count (``"405B"``) for the ``6nt`` convention.
         gpus: number of GPUs (for wall-clock time).
         gpu: GPU name (``"H100 SXM"``) for its dense peak.
@@ -195,10 +200,6 @@ def plan(
     """
     from traceanalyzer.model.runplan import plan_run
 
-    cfg = None
-    if config is not None:
-        from traceanalyzer.model import load_config
-
-        cfg = load_config(Path(config), None)
+    cfg = None if config is None else _config(config)
     return PlanResult.from_dict(plan_run(tokens, cfg, params=params, gpus=gpus, gpu=gpu, mfu=mfu, tflops=tflops, convention=convention,
-                                   price_per_gpu_hour=price_per_gpu_hour, **options))
+                                         price_per_gpu_hour=price_per_gpu_hour, **options))

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Iterable, cast
 
 import polars as pl
 
-from traceanalyzer.api._common import PathLike, Source, _cache_arg, _check_patterns, _path, _paths
+from traceanalyzer.api._arguments import checked
+from traceanalyzer.api._common import PathLike, Source, _cache_arg, _check_patterns, _ints, _path, _paths
 from traceanalyzer.classify.comm import DEFAULT_BUS_BW_GBPS
 from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import InvalidArgument
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from traceanalyzer.schema import Trace
 
 
+@checked
 def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False, workers: int | None = None) -> Trace:
     """Load a trace: one file, a directory of rank files, or a list of files of one job.
 
@@ -73,6 +75,7 @@ def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False,
     return trace
 
 
+@checked
 def scan(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = True) -> pl.LazyFrame:
     """The canonical events of a job as a polars LazyFrame read from the Parquet parse cache.
 
@@ -154,6 +157,7 @@ def _cached_entry(f: Path, directory: Path, parse_cache: Any, orjson: Any) -> tu
     return pl.scan_parquet(entry), meta
 
 
+@checked
 def analyze(
     source: Source,
     step_range: str | None = DEFAULT_STEP,
@@ -226,7 +230,8 @@ def analyze(
                    comm_kernels=comm_kernels, bus_bw_gbps=float(bus_bw_gbps), cache=cache, workers=workers)
 
 
-def select(source: Source, *, ranks: Iterable[int] | None = None, steps: Iterable[int] | None = None) -> Analysis:
+@checked
+def select(source: Source, *, ranks: int | Iterable[int] | None = None, steps: int | Iterable[int] | None = None) -> Analysis:
     """The part of an analysis on some ranks and/or steps, to compare them or look closer.
 
     Every per-step frame of the analysis, its optional tables (launches, annotations...)
@@ -237,8 +242,8 @@ def select(source: Source, *, ranks: Iterable[int] | None = None, steps: Iterabl
 
     Parameters:
         source: as in :func:`analyze` (a path or trace is analysed first).
-        ranks: global ranks to keep (default: all).
-        steps: step numbers to keep (default: all).
+        ranks: global ranks to keep: one or several (default: all).
+        steps: step numbers to keep: one or several (default: all).
 
     Returns:
         An :class:`~traceanalyzer.classify.Analysis` holding only those rows.
@@ -255,8 +260,8 @@ def select(source: Source, *, ranks: Iterable[int] | None = None, steps: Iterabl
     from traceanalyzer.classify import IDLE_FIELDS, crossrank
 
     a = analyze(source)
-    rank_list = None if ranks is None else [int(r) for r in ranks]
-    step_list = None if steps is None else [int(s) for s in steps]
+    rank_list = _ints(ranks)
+    step_list = _ints(steps)
 
     def cut(df: pl.DataFrame | None) -> pl.DataFrame | None:
         if df is None or not df.width:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal, cast
 
 import polars as pl
 
+from traceanalyzer.api._arguments import checked
 from traceanalyzer.api._common import (
     PathLike, Source, _baseline, _cache_arg, _choice, _config, _ints, _path, _paths, public,
 )
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 @renamed_parameter("trace", "source", version=RENAMED_IN)
 @renamed_parameter("reserve_gb", "reserve_gib", version=RENAMED_IN)
+@checked
 def memory(
     source: Source | None = None,
     config: PathLike | RunConfig | None = None,
@@ -126,6 +128,7 @@ def memory(
 
 
 @renamed_parameter("analysis", "source", version=RENAMED_IN)
+@checked
 def whatif(
     config: PathLike | RunConfig,
     sets: list[str] | dict[str, object],
@@ -192,12 +195,11 @@ def whatif(
 
     if convention is not None:
         _choice("convention", convention, CONVENTIONS)
-    if isinstance(sets, str) or not isinstance(sets, (list, tuple, dict)):
-        raise InvalidArgument(f"sets: expected a list of KEY=VALUE changes (or a dict), got {type(sets).__name__}")
     anchor = analyze(source) if source is not None else None
     return predict_layout(_config(config), sets, analysis=anchor, baseline=_baseline(baseline), convention=convention)
 
 
+@checked
 def reconcile(
     source: Source,
     config: PathLike | RunConfig | None = None,
@@ -282,6 +284,7 @@ def _reconcile(source: Source, config: PathLike | RunConfig | None, megatron_arg
     return wf, [*a.warnings, *wf["warnings"]]
 
 
+@checked
 def predict(
     config: PathLike | RunConfig | None = None,
     *,
@@ -403,6 +406,7 @@ def predict_parts(config: PathLike | RunConfig | None, megatron_args: PathLike |
     return doc, sections, warnings
 
 
+@checked
 def baseline(
     files: PathLike | Iterable[PathLike] | None = None,
     *,

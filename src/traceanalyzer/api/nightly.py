@@ -9,12 +9,15 @@ from typing import Any, Iterable, Literal
 
 import polars as pl
 
+from traceanalyzer.api._arguments import checked
 from traceanalyzer.api._common import PathLike, _choice, _path, _paths
+from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
 from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import InvalidArgument
 from traceanalyzer.results import BatchSummary
 
 
+@checked
 def batch(
     roots: PathLike | Iterable[PathLike],
     store: PathLike,
@@ -65,6 +68,8 @@ def batch(
 
     _choice("engine", engine, ("local", "ray"))
     check_workers(workers)
+    if config is not None and not isinstance(config, (str, os.PathLike)):
+        raise InvalidArgument(f"config: expected the path of a run configuration (each run reads the file), got {type(config).__name__}")
     if config is not None and not Path(config).is_file():
         from traceanalyzer.errors import InputNotFound
 
@@ -75,6 +80,7 @@ def batch(
     return BatchSummary.from_dict(batch_summary(summary, force))
 
 
+@checked
 def trend(
     store: PathLike,
     *,
@@ -86,7 +92,7 @@ def trend(
 
     Parameters:
         store: the store directory (``traceanalyzer batch``).
-        metric: ``step_time`` (default), ``mfu``, or a bucket's share (``exposed_comm_pct``...;
+        metric: ``step_time`` (default), ``mfu``, or a bucket's mean time per step (``exposed_comm``...;
             ``traceanalyzer trend --help`` lists them).
         since: only runs on or after this date (``YYYY-MM-DD``).
         job: only this job.
@@ -111,26 +117,36 @@ def trend(
     from traceanalyzer.batch.trend import METRICS, trend_frame
 
     _choice("metric", metric, tuple(METRICS))
+    if since is not None:
+        import datetime as dt
+
+        try:
+            dt.date.fromisoformat(since)
+        except ValueError:
+            raise InvalidArgument(f"since={since!r} is not a date (YYYY-MM-DD)") from None
     return trend_frame(Store(Path(_path(store, "store"))), metric, since, job)
 
 
+@renamed_parameter("baseline", "reference", version=RENAMED_IN)
+@checked
 def gate(
     store: PathLike,
     *,
-    baseline: str = "last-good",
+    reference: str = "last-good",
     max_regression: float | str = 0.03,
     job: str | None = None,
 ) -> pl.DataFrame:
-    """Whether the latest run of each job regressed against a baseline on mean step time (``traceanalyzer gate``).
+    """Whether the latest run of each job regressed against a reference run on mean step time (``traceanalyzer gate``).
 
     Parameters:
         store: the store directory (``traceanalyzer batch``).
-        baseline: ``last-good`` (the latest earlier run that passed) or a run id.
+        reference: the run compared with: ``last-good`` (the latest earlier run that passed) or a
+            run id (``baseline`` is the nccl-tests output elsewhere: this was its old name here).
         max_regression: the largest slowdown allowed: a fraction (0.03) or ``"3%"``.
         job: only this job.
 
     Returns:
-        One row per job: ``job``, ``passed``, ``latest``, ``baseline``, ``change`` (relative
+        One row per job: ``job``, ``passed``, ``latest``, ``baseline`` (the reference run's id), ``change`` (relative
         change of the mean step time; 0.05 = 5 % slower) and ``message`` (the explanation the
         command prints).
 
@@ -155,7 +171,7 @@ def gate(
         threshold = float(max_regression)
     else:
         raise InvalidArgument(f"max_regression must be a non-negative fraction or a percentage, got {max_regression!r}")
-    results = gate_check(Store(Path(_path(store, "store"))), baseline, threshold, job)
+    results = gate_check(Store(Path(_path(store, "store"))), reference, threshold, job)
     return pl.DataFrame(
         [(r.job, r.passed, r.latest, r.baseline, r.change, r.message) for r in results],
         schema={"job": pl.String, "passed": pl.Boolean, "latest": pl.String, "baseline": pl.String, "change": pl.Float64,

@@ -8,14 +8,25 @@ from typing import Literal
 
 import polars as pl
 
+from traceanalyzer.api._arguments import checked
 from traceanalyzer.api._common import Source, _choice
 from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
 from traceanalyzer.api.loading import analyze
 from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import InvalidArgument
 
+#: the communication summary an analysis holds (one row per rank, step, ``by`` and key): what
+#: :func:`comm` starts from when an analysis has none
+COMM_SUMMARY_SCHEMA = {
+    "rank": pl.Int32, "step": pl.Int64, "key": pl.String, "count": pl.UInt32, "bytes": pl.Int64, "time_ns": pl.Int64,
+    "wait_ns": pl.Int64, "transfer_ns": pl.Int64, "transfer_estimated": pl.Boolean, "pg_desc": pl.String,
+    "group_size": pl.Int64, "pg_ranks": pl.String, "dim": pl.String, "by": pl.String, "exposed_ns": pl.Int64,
+    "overlapped_ns": pl.Int64,
+}
+
 
 @renamed_parameter("by", "per", version=RENAMED_IN)
+@checked
 def breakdown(source: Source, step_range: str | None = DEFAULT_STEP, *, per: Literal["step", "rank"] = "step") -> pl.DataFrame:
     """The exact partition of GPU time: per (rank, step), or per rank summed over its steps.
 
@@ -54,6 +65,7 @@ def breakdown(source: Source, step_range: str | None = DEFAULT_STEP, *, per: Lit
     return a.steps if per == "step" else a.totals()
 
 
+@checked
 def rank_summary(source: Source, *, top: int = 3) -> pl.DataFrame:
     """Many ranks at a glance: each bucket's distribution over the ranks, not one row per rank.
 
@@ -92,6 +104,7 @@ def rank_summary(source: Source, *, top: int = 3) -> pl.DataFrame:
     return rank_spread(analyze(source).steps, top=top)
 
 
+@checked
 def comm(
     source: Source, *, by: Literal["type", "group", "dim"] = "type", per: Literal["step", "rank"] = "rank"
 ) -> pl.DataFrame:
@@ -129,9 +142,7 @@ def comm(
     _choice("by", by, ("type", "group", "dim"))
     _choice("per", per, ("step", "rank"))
     a = analyze(source)
-    c = a.comm if a.comm is not None else pl.DataFrame()
-    if not c.width:
-        return c
+    c = a.comm if a.comm is not None and a.comm.width else pl.DataFrame(schema=COMM_SUMMARY_SCHEMA)
     # an empty table goes through the same steps: the same columns and dtypes with or without collectives
     c = c.filter(pl.col("by") == by).drop("by")
     if per == "rank":
@@ -153,6 +164,7 @@ def comm(
     return c.select(order).sort(sort, descending=desc)
 
 
+@checked
 def idle(source: Source, *, per: Literal["step", "rank"] = "step") -> pl.DataFrame:
     """Why the GPU sat idle: the idle bucket split by cause.
 
@@ -193,6 +205,7 @@ def idle(source: Source, *, per: Literal["step", "rank"] = "step") -> pl.DataFra
     return df.with_columns(pct.alias("idle_pct"))
 
 
+@checked
 def stragglers(
     source: Source, *, per: Literal["rank", "rank_step", "step"] = "rank", tolerance: float = 0.05
 ) -> pl.DataFrame:
@@ -235,13 +248,14 @@ def stragglers(
         [(1, 1, 'exposed_comm'), (3, 0, 'exposed_comm'), (4, 0, 'idle_host_bound'), (5, 0, 'idle_host_bound')]
     """
     from traceanalyzer.classify import stragglers as strag
+    from traceanalyzer.classify.crossrank import CROSS_RANK_SCHEMA
 
     _choice("per", per, ("rank", "rank_step", "step"))
     if not isinstance(tolerance, (int, float)) or not tolerance >= 0:
         raise InvalidArgument(f"tolerance must be a non-negative fraction, got {tolerance!r}")
     a = analyze(source)
     if per == "step":
-        return a.cross_rank if a.cross_rank is not None else pl.DataFrame()
+        return a.cross_rank if a.cross_rank is not None else pl.DataFrame(schema=CROSS_RANK_SCHEMA)
     if per == "rank_step":
         return strag.straggler_steps(a.steps, tolerance)
     return strag.stragglers(a.steps, tolerance)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal, Unpack, cast
 
 import polars as pl
 
+from traceanalyzer.api._arguments import checked
 from traceanalyzer.api._common import (
     AnalysisOptions, EngineOptions, PathLike, Source, _check_table_args, _choice, _device, _ints, _model_flops_and_peak, _regex,
 )
@@ -20,6 +21,12 @@ if TYPE_CHECKING:
     from traceanalyzer.model import RunConfig
 
 
+def _side_meant(value: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``annotations(..., source=...)`` is the old name of ``side``: the trace is given
+    otherwise (by position, or as ``trace``, its old name)."""
+    return bool(args) or "trace" in kwargs
+
+
 def analysis_with_tables(source: Source, step_range: str | None = DEFAULT_STEP, **options: Any) -> Analysis:
     """The :class:`~traceanalyzer.classify.Analysis` of ``source`` with the per-kernel and per-op
     rows (``kernel_stats``, ``op_stats``). An analysis is given them with the options it was made
@@ -28,13 +35,16 @@ def analysis_with_tables(source: Source, step_range: str | None = DEFAULT_STEP, 
     return resolve(source, step_range, tables=("kernel_stats",), **options)
 
 
+@renamed_parameter("rank", "ranks", version=RENAMED_IN)
+@renamed_parameter("step", "steps", version=RENAMED_IN)
 @renamed_parameter("step_name", "step_range", version=RENAMED_IN)
+@checked
 def kernels(
     source: Source,
     *,
     name: str | None = None,
-    rank: int | Iterable[int] | None = None,
-    step: int | Iterable[int] | None = None,
+    ranks: int | Iterable[int] | None = None,
+    steps: int | Iterable[int] | None = None,
     sort: str = "total",
     top: int | None = None,
     precision: str | None = None,
@@ -53,7 +63,7 @@ def kernels(
         was made with; never changed).
     name:
         Regex (Python ``re`` syntax, searched anywhere in the name) the kernel name must match.
-    rank, step:
+    ranks, steps:
         Only these ranks / step numbers (``ProfilerStep#N``: ``N``; one int or several).
     sort:
         ``total`` (summed duration, default), ``bucket`` (share of the breakdown), ``calls``,
@@ -108,18 +118,21 @@ def kernels(
 
     _check_table_args(name, sort, precision, top)
     an = analysis_with_tables(source, step_range, **options)
-    ranks = _ints(rank)
-    return kernel_table(cast(pl.DataFrame, an.kernel_stats), an.steps, _device(an, ranks), name=name, rank=ranks, step=_ints(step),
+    rank_list = _ints(ranks)
+    return kernel_table(cast(pl.DataFrame, an.kernel_stats), an.steps, _device(an, rank_list), name=name, rank=rank_list, step=_ints(steps),
                         precision=precision, sort=sort, top=top)
 
 
+@renamed_parameter("rank", "ranks", version=RENAMED_IN)
+@renamed_parameter("step", "steps", version=RENAMED_IN)
 @renamed_parameter("step_name", "step_range", version=RENAMED_IN)
+@checked
 def ops(
     source: Source,
     *,
     name: str | None = None,
-    rank: int | Iterable[int] | None = None,
-    step: int | Iterable[int] | None = None,
+    ranks: int | Iterable[int] | None = None,
+    steps: int | Iterable[int] | None = None,
     sort: str = "gpu",
     top: int | None = None,
     precision: str | None = None,
@@ -138,7 +151,7 @@ def ops(
         :class:`~traceanalyzer.schema.Trace`, or an Analysis.
     name:
         Regex (Python ``re`` syntax, searched anywhere in the name) the op name must match.
-    rank, step:
+    ranks, steps:
         Only these ranks / step numbers (``ProfilerStep#N``: ``N``; one int or several).
     sort:
         ``gpu`` (the default): the GPU time of the op's kernels; or as for :func:`kernels`
@@ -190,13 +203,14 @@ def ops(
 
     _check_table_args(name, sort, precision, top)
     an = analysis_with_tables(source, step_range, **options)
-    ranks = _ints(rank)
-    return op_table(cast(pl.DataFrame, an.op_stats), an.steps, _device(an, ranks), name=name, rank=ranks, step=_ints(step),
+    rank_list = _ints(ranks)
+    return op_table(cast(pl.DataFrame, an.op_stats), an.steps, _device(an, rank_list), name=name, rank=rank_list, step=_ints(steps),
                     precision=precision, sort=sort, top=top)
 
 
 @renamed_parameter("by", "per", version=RENAMED_IN)
 @renamed_parameter("step_name", "step_range", version=RENAMED_IN)
+@checked
 def launches(
     source: Source,
     *,
@@ -272,6 +286,7 @@ def launches(
 
 
 @renamed_parameter("step_name", "step_range", version=RENAMED_IN)
+@checked
 def queue_length(
     source: Source,
     *,
@@ -319,14 +334,17 @@ def queue_length(
     return df
 
 
+@renamed_parameter("source", "side", version=RENAMED_IN, when=_side_meant)
+@renamed_parameter("trace", "source", version=RENAMED_IN)
 @renamed_parameter("by", "per", version=RENAMED_IN)
 @renamed_parameter("step_name", "step_range", version=RENAMED_IN)
+@checked
 def annotations(
-    trace: Source,
+    source: Source,
     *,
     name: str | None = None,
     level: int | None = None,
-    source: Literal["auto", "gpu", "host"] = "auto",
+    side: Literal["auto", "gpu", "host"] = "auto",
     per: Literal["step", "rank", "name"] = "step",
     config: PathLike | RunConfig | None = None,
     step_range: str | None = DEFAULT_STEP,
@@ -337,7 +355,7 @@ def annotations(
 
     Parameters
     ----------
-    trace:
+    source:
         A trace file, a directory of rank files, a list of files, a loaded
         :class:`~traceanalyzer.schema.Trace`, or an :class:`~traceanalyzer.classify.Analysis`
         (given the annotation table with the options it was made with).
@@ -345,13 +363,14 @@ def annotations(
         Regex (polars dialect, searched anywhere) the range name must match; ``None``: all.
     level:
         Only ranges at this nesting level (0: outermost on their thread or stream).
-    source:
+    side:
         ``"gpu"``: Kineto's GPU-side range copies (``gpu_user_annotation``, HTA's input);
         ``"host"``: host ranges (``record_function``, NVTX) projected onto the GPU through the
         launches made inside them; ``"auto"`` (default): ``gpu`` for ranks that have GPU-side
         ranges, else ``host``.
     per:
-        ``"step"`` (default): one row per (rank, step, source, name, level); ``"rank"``: summed
+        ``"step"`` (default): one row per (rank, step, source, name, level: ``source`` is the
+        side the range was read from); ``"rank"``: summed
         over steps (``steps`` column: how many); ``"name"``: summed over ranks and steps
         (``ranks`` column).
     config:
@@ -379,7 +398,7 @@ def annotations(
     Raises
     ------
     InvalidArgument
-        A bad ``name`` regex, ``level``, ``source`` or ``per``.
+        A bad ``name`` regex, ``level``, ``side`` or ``per``.
     ConfigError
         ``config`` is missing or invalid.
 
@@ -401,11 +420,11 @@ def annotations(
     from traceanalyzer.classify import annotation_ranges as ann
 
     _regex("name", name, polars=True)
-    _choice("source", source, ann.SOURCES)
+    _choice("side", side, ann.SOURCES)
     _choice("per", per, ("step", "rank", "name"))
     if level is not None and (not isinstance(level, int) or isinstance(level, bool) or level < 0):
         raise InvalidArgument(f"level must be a nesting level (0, 1, ...), got {level!r}")
-    a = resolve(trace, step_range, tables=("annotations",), comm_kernels=comm_kernels, **engine_kw)
+    a = resolve(source, step_range, tables=("annotations",), comm_kernels=comm_kernels, **engine_kw)
     table = a.extras.get("annotations")
     if table is None:
         table = ann.empty_table()
@@ -413,7 +432,7 @@ def annotations(
     if config is not None:
         flops, peak = _model_flops_and_peak(config, a)
         table = ann.with_mfu(table, a.steps, flops, peak)
-    out = ann.select(table, name=name, level=level, source=source, by=per)
+    out = ann.select(table, name=name, level=level, source=side, by=per)
     if peak is not None and per != "step":
         out = ann.add_mfu(out, peak)
     return out

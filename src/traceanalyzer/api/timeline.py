@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 
+from traceanalyzer.api._arguments import checked
 from traceanalyzer.api._common import PathLike, Source, _path
 from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
 from traceanalyzer.api.loading import analyze, resolve
@@ -14,18 +15,18 @@ from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from traceanalyzer.classify import Analysis
     from traceanalyzer.results import CriticalPath
 
 
+@renamed_parameter("analysis", "source", version=RENAMED_IN, old_wins=True)
 @renamed_parameter("trace", "source", version=RENAMED_IN)
 @renamed_parameter("step_name", "step_range", version=RENAMED_IN)
+@checked
 def critical_path(
     source: Source | None = None,
     step: int | None = None,
     rank: int | None = None,
     *,
-    analysis: Analysis | None = None,
     step_range: str | None = DEFAULT_STEP,
     infer_waits: bool = True,
     wait_slack_ns: int = 10_000,  # classify.critical_path.WAIT_SLACK_NS
@@ -49,18 +50,16 @@ def critical_path(
     source : path, Trace or Analysis
         A trace file or directory of rank files (one rank, or all ranks of a job), a loaded
         trace (:func:`load`), or an analysis (:func:`analyze`; one made without its events is
-        given them with the options it was made with).
+        given them with the options it was made with): its GPU labels, step windows and
+        matched collectives are reused. (``analysis=``, its older name, still works.)
     step : int, optional
         Only this step number (as in ``breakdown``); default: every step.
     rank : int, optional
         Only this rank, on its own (no cross-rank edges). Default: every rank; with several
         ranks the path of a step runs through all of them.
-    analysis : Analysis, optional
-        The trace already classified (``traceanalyzer.analyze(trace)``), to reuse its GPU
-        labels, step windows and matched collectives; computed when not given.
     step_range : str or None
         As in :func:`analyze` (``ProfilerStep``; ``None``: each rank's whole trace is one step,
-        step 0). Ignored when ``analysis`` is given.
+        step 0). Ignored for an analysis.
     infer_waits : bool
         Link an activity that started more than ``wait_slack_ns`` after both its launch call and
         its stream predecessor to the activity on another stream of its rank that ended last
@@ -122,12 +121,9 @@ def critical_path(
     from traceanalyzer.classify import Analysis
     from traceanalyzer.classify.critical_path import critical_path as solve
 
-    if isinstance(source, Analysis):
-        analysis = source
-    if analysis is None:
-        if source is None:
-            raise InvalidArgument("critical_path needs a trace (source) or an analysis")
-        analysis = analyze(source, step_range, workers=workers)
+    if source is None:
+        raise InvalidArgument("source: critical_path needs a trace or an analysis")
+    analysis = source if isinstance(source, Analysis) else analyze(source, step_range, workers=workers)
     analysis = resolve(analysis, tables=("events", "gpu"))
     try:
         return solve(analysis.trace, step, rank, analysis=analysis, infer_waits=infer_waits, wait_slack_ns=wait_slack_ns,
@@ -136,6 +132,7 @@ def critical_path(
         raise InvalidArgument(str(exc)) from None
 
 
+@checked
 def annotate(
     source: Source,
     output: PathLike,

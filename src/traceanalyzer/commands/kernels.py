@@ -51,7 +51,7 @@ def _run(what: str, paths, name, rank, step, sort, top, precision, format, outpu
     if top is None and format is TableFormat.table:
         top = DEFAULT_TOP
     verb = kernel_verb if what == "kernels" else op_verb
-    frame = verb(an, name=name, rank=rank, step=step, sort=sort, top=top, precision=precision)
+    frame = verb(an, name=name, ranks=rank, steps=step, sort=sort, top=top, precision=precision)
     if format is TableFormat.table:
         devices = sorted({str(d) for d in an.trace.meta.get_column("device_name").drop_nulls().to_list()})
         caption = ("device: " + ", ".join(devices) + "; " if devices else "") + (

@@ -65,7 +65,7 @@ def annotations(
     cfg = None if config is None else load_config(config)
     analysis = analyse_paths(paths, None if whole_trace else step_range, comm_kernels=patterns, extras=("annotations",),
                              engine=engine, workers=workers, address=address, quiet=quiet)
-    df = annotation_verb(analysis, name=name, level=level, source=source.value, per=by.value, config=cfg)
+    df = annotation_verb(analysis, name=name, level=level, side=source.value, per=by.value, config=cfg)
     if format is FrameFormat.json:
         with outputs.stream(output) as fh:
             fh.write(frames.json_bytes("annotations", {"rows": df}, source=source.value, by=by.value))
