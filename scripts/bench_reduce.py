@@ -24,10 +24,11 @@ import json
 import os
 import pickle
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from benchkit import RSS_KB, run_json
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"  # the package's source tree (src layout)
@@ -50,10 +51,7 @@ from traceanalyzer.engine.job import job_trace, reduce_job
 from traceanalyzer.engine.rank import Options
 from traceanalyzer.render import json as json_render
 
-def rss_kb():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
+""" + RSS_KB + r"""
 
 blob = open(sys.argv[1], "rb").read()
 n = int(sys.argv[2])
@@ -83,14 +81,6 @@ print(json.dumps({
     "doc_bytes": len(doc), "doc_sha256": hashlib.sha256(doc).hexdigest(),
 }))
 """
-
-
-def run_json(args: list[str]) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    out = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True, env=env, check=False)
-    if out.returncode:
-        raise SystemExit(f"benchmark process failed:\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:

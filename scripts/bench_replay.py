@@ -24,13 +24,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from benchkit import RSS_KB, run_json
+
 ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "src"  # the package's source tree (src layout)
 DLRM = ROOT / "fixtures" / "kineto" / "dlrm-v100-8rank"
 
 PREPARE = r"""
@@ -51,10 +51,7 @@ from pathlib import Path
 from traceanalyzer.engine.job import job_trace, reduce_job
 from traceanalyzer.engine.rank import Options
 
-def rss_kb():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
+""" + RSS_KB + r"""
 
 blobs = pickle.loads(open(sys.argv[1], "rb").read())
 n = int(sys.argv[2])
@@ -86,14 +83,6 @@ print(json.dumps({
     "top": [top["rank"], top["phase"], top["collective"], top["cost_ms_per_step"]], "total_ms": v.total_cost_ms_per_step,
 }))
 """
-
-
-def run_json(args: list[str]) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    out = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True, env=env, check=False)
-    if out.returncode:
-        raise SystemExit(f"benchmark process failed:\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:

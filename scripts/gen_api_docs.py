@@ -40,8 +40,9 @@ ta.breakdown(a)                      # polars DataFrame: one row per (rank, step
 Every verb takes a **source**: a path (a trace file, a directory holding the rank files of one
 job, or a list of them), a `Trace` from `ta.load`, or an `Analysis` from `ta.analyze`. A path
 or a trace is analysed on each call; to ask several questions of one trace, call `ta.analyze`
-once and pass the analysis on. `import traceanalyzer` is light: polars and the parsers load on
-the first call.
+once and pass the analysis on. An analysis saved with `a.save("run.taz")` (one file: attach it to
+a ticket) is read back by `ta.load_analysis`, and its path is a source too. `import traceanalyzer`
+is light: polars and the parsers load on the first call.
 
 Most verbs return a polars DataFrame; the others a frozen result object, typed field by field
 (see [What each verb returns](#what-each-verb-returns)). A result that is a document

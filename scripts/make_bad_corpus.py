@@ -37,6 +37,7 @@ import re
 import sqlite3
 import sys
 import zlib
+from contextlib import closing
 from pathlib import Path
 
 import orjson
@@ -435,11 +436,9 @@ def make_nsys(c: Corpus) -> None:
     def db(rel: str, ddl: list[str]) -> Path:
         p = c.out / rel
         p.parent.mkdir(parents=True, exist_ok=True)
-        con = sqlite3.connect(p)
-        for stmt in ddl:
-            con.execute(stmt)
-        con.commit()
-        con.close()
+        with closing(sqlite3.connect(p)) as con, con:
+            for stmt in ddl:
+                con.execute(stmt)
         return p
 
     db("sqlite/users.sqlite", ["CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)", "INSERT INTO users VALUES (1, 'ada')"])

@@ -130,6 +130,49 @@ def independent_steps() -> list:
     return shared_or_skip(out, arity=2)
 
 
+def interval_union(intervals: list[tuple[int, int]]) -> int:
+    """The length of the union of the ``(start, end)`` intervals (empty ones count nothing), by hand."""
+    total, end = 0, None
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue
+        if end is None or s >= end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def batch_root(root: Path, runs: int = 4) -> Path:
+    """A ``batch`` root of ``runs`` run directories, each holding the first two DLRM rank files."""
+    for i in range(runs):
+        d = root / f"run{i}"
+        d.mkdir(parents=True)
+        for f in sorted(DLRM.glob("worker*.json.gz"))[:2]:
+            (d / f.name).write_bytes(f.read_bytes())
+    return root
+
+
+def bad_corpus_module():
+    """``scripts/make_bad_corpus.py``, imported (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_bad_corpus", ROOT / "scripts" / "make_bad_corpus.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    return gen
+
+
+def write_bad_corpus(out: Path) -> dict:
+    """The bad-input corpus written into ``out``; its manifest."""
+    import orjson
+
+    assert bad_corpus_module().main([str(out)]) == 0
+    return orjson.loads((out / "manifest.json").read_bytes())
+
+
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the CLI as a user would (python -m traceanalyzer), capturing text output."""
     return subprocess.run(
@@ -144,6 +187,24 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 #: as root, the capabilities that let it read and write any file whatever its mode
 _BYPASS = "-dac_override,-dac_read_search"
+
+
+def cli_csv(out: Path, *args: str):
+    """The table the command line writes with ``-f csv -o out`` after ``args`` (exit 0 asserted)."""
+    import polars as pl
+
+    r = run_cli(*args, "-f", "csv", "-o", out)
+    assert r.returncode == 0, r.stderr
+    return pl.read_csv(out)
+
+
+def cli_json(*args: str) -> dict:
+    """The document the command line prints with ``-f json`` after ``args`` (exit 0 asserted)."""
+    import json
+
+    r = run_cli(*args, "-f", "json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
 
 
 def run_unprivileged(args: list[str]) -> subprocess.CompletedProcess:

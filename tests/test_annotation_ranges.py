@@ -17,7 +17,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tests.conftest import DEMO, TRACES, needs_shared, run_cli
+from tests.conftest import DEMO, TRACES, cli_csv, cli_json, needs_shared, run_cli
 from traceanalyzer.api import annotations
 from traceanalyzer.classify.annotation_ranges import annotation_table, with_level
 from traceanalyzer.classify.labels import label_gpu
@@ -164,16 +164,9 @@ def test_nsys_nvtx_ranges_hold_the_gpu_work_launched_inside_them():
 
 @needs_shared()
 def test_cli_annotations_json_csv_and_bad_regex(tmp_path):
-    out = tmp_path / "a.csv"
-    r = run_cli("annotations", ANNOT, "-q", "--by", "name", "-f", "csv", "-o", out)
-    assert r.returncode == 0, r.stderr
-    got = pl.read_csv(out)
+    got = cli_csv(tmp_path / "a.csv", "annotations", ANNOT, "-q", "--by", "name")
     assert dict(zip(got["name"], got["duration_ns"])) == {k: int(v * 1000) for k, v in HTA_GPU_SUM_US.items()}
-    r = run_cli("annotations", ANNOT, "-q", "--source", "host", "--name", "zero_grad", "-f", "json")
-    assert r.returncode == 0, r.stderr
-    import json
-
-    doc = json.loads(r.stdout)
+    doc = cli_json("annotations", ANNOT, "-q", "--source", "host", "--name", "zero_grad")
     assert [row["duration_ns"] for row in doc["rows"]] == [305000]
     r = run_cli("annotations", ANNOT, "-q", "--name", "(?=x)")
     assert r.returncode == 7 and r.stderr.count("\n") == 1 and "--name" in r.stderr

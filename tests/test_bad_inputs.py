@@ -10,7 +10,6 @@ duplicated, injected junk events) give exactly the original trace's breakdown.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 from traceanalyzer.cli import main
 from traceanalyzer.errors import EXIT_CODES
 
-from conftest import ROOT, run_cli, run_unprivileged
+from conftest import ROOT, run_cli, run_unprivileged, write_bad_corpus
 
 CASES = [
     "truncated", "truncated-gzip", "truncated-compact", "corrupt-gzip", "not-json", "not-a-trace",
@@ -36,12 +35,8 @@ CASES = [
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> tuple[Path, dict]:
-    spec = importlib.util.spec_from_file_location("make_bad_corpus", ROOT / "scripts" / "make_bad_corpus.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
     out = tmp_path_factory.mktemp("bad_corpus")
-    assert gen.main([str(out)]) == 0
-    return out, orjson.loads((out / "manifest.json").read_bytes())["entries"]
+    return out, write_bad_corpus(out)["entries"]
 
 
 _ORIGINALS: dict[str, dict] = {}
@@ -154,10 +149,7 @@ def test_corpus_is_big_deterministic_and_covers_every_case(corpus, tmp_path):
     assert all(os.path.lexists(root / rel) for rel, e in entries.items() if e["case"] != "long-name")
     assert {e["expect"] for e in entries.values()} == {"error", "recover", "ok"}
     # deterministic: the same seed gives the same bytes
-    spec = importlib.util.spec_from_file_location("mbc", ROOT / "scripts" / "make_bad_corpus.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    assert gen.main([str(tmp_path / "again")]) == 0
+    write_bad_corpus(tmp_path / "again")
     assert _digest(tmp_path / "again") == _digest(root)
 
 

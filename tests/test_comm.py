@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 import traceanalyzer as ta
-from traceanalyzer.classify import comm
+from traceanalyzer.classify import collkind, comm
 
 from conftest import DEMO, DLRM, TRACES, independent_steps, needs_shared
 
@@ -146,10 +146,10 @@ def test_kernel_name_fallback_covers_every_nccl_generation():
         "ncclKernel_Broadcast_RING_LL_Sum_int8_t(x)": ("broadcast", "int8_t"),
         "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)": (None, None),
     }
-    df = pl.DataFrame({"name": list(names)}).with_columns(comm._kernel_type().alias("t"), comm._kernel_dtype().alias("d"))
+    df = pl.DataFrame({"name": list(names)}).with_columns(collkind.kernel_type().alias("t"), collkind.kernel_dtype().alias("d"))
     assert [tuple(r) for r in df.select("t", "d").rows()] == list(names.values())
     coll = pl.DataFrame({"c": ["allreduce", "_allgather_base", "allgather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced", "all_to_allv", "send", "recv", "broadcast", "nccl:all_to_all", "gloo:all_gather", "barrier"]})
-    assert coll.select(comm.coll_type_expr("c")).to_series().to_list() == [
+    assert coll.select(collkind.coll_type_expr("c")).to_series().to_list() == [
         "all_reduce", "all_gather", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "send_recv", "broadcast", "all_to_all", "all_gather", "barrier",
     ]
 
@@ -163,7 +163,7 @@ def test_dimension_labels():
             "p2p_only": [False, True, False, True, False, False, False, False],
         }
     )
-    assert df.select(comm.dimension_expr(pl.lit(8))).to_series().to_list() == ["TP", "PP", "TP", "PP", "DP", "DP", "EP", "unknown"]
+    assert df.select(collkind.dimension_expr(pl.lit(8))).to_series().to_list() == ["TP", "PP", "TP", "PP", "DP", "DP", "EP", "unknown"]
 
 
 def test_seq_arg_aligns_instances_even_when_ranks_saw_different_counts():

@@ -19,12 +19,12 @@ import polars as pl
 import pytest
 
 import traceanalyzer as ta
-from traceanalyzer.classify import comm
+from traceanalyzer.classify import collkind
 from traceanalyzer.classify.labels import COMM_KERNEL, label_gpu, library_expr
 from traceanalyzer.render import json as json_render
 from traceanalyzer.schema import Trace
 
-from conftest import DLRM, FIXTURES, run_cli
+from conftest import DLRM, FIXTURES, interval_union, run_cli
 
 DLRM0 = sorted(DLRM.glob("worker0_*"))[0]
 ALEXNET = FIXTURES / "kineto" / "a100_alexnet_nosteps.json.gz"
@@ -209,15 +209,7 @@ def _sgemm_union() -> int:
     others = [(round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in raw
               if e.get("ph") == "X" and e.get("cat") == "kernel" and "sgemm" not in e["name"].lower()]
     assert sg and not any(s < e2 and s2 < e for s, e in sg for s2, e2 in others)  # one stream: no overlap
-    union, end = 0, None
-    for s, e in sg:
-        if end is None or s >= end:
-            union += e - s
-            end = e
-        elif e > end:
-            union += e - end
-            end = e
-    return union
+    return interval_union(sg)
 
 
 def test_comm_kernel_option_on_the_cli():
@@ -263,7 +255,7 @@ def test_dimension_hint_comes_after_an_explicit_group_description():
         "p2p_only": [False, False, True, False],
         "hint": ["EP", "EP", None, None],
     })
-    got = df.select(comm.dimension_expr(pl.lit(8), pl.col("hint"))).to_series().to_list()
+    got = df.select(collkind.dimension_expr(pl.lit(8), pl.col("hint"))).to_series().to_list()
     assert got == ["TP", "EP", "PP", "DP"]
 
 

@@ -15,7 +15,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import traceanalyzer as ta
-from traceanalyzer.classify import comm
+from traceanalyzer.classify import comm, rowbatches
 from traceanalyzer.reconciliation.busbw import achieved_busbw
 from traceanalyzer.classify.comm import TEXT_COLS, match_instances, summary
 from traceanalyzer.render import json as json_render
@@ -65,8 +65,8 @@ LAYOUTS = ["interleaved", "by_rank", "categorical", "one_rank_batches"]
 @pytest.fixture(params=LAYOUTS)
 def layout(request, monkeypatch):
     if request.param == "one_rank_batches":  # every rank its own batch: the partial groups add up
-        monkeypatch.setattr(comm, "_BATCH_ROWS", 1)
-        monkeypatch.setattr(comm, "_RUN_ROWS", 1)
+        monkeypatch.setattr(comm, "BATCH_ROWS", 1)
+        monkeypatch.setattr(comm, "RUN_ROWS", 1)
         return "categorical"
     return request.param
 
@@ -102,11 +102,11 @@ def _reference_match(inst: pl.DataFrame) -> list[tuple]:
 
 
 def test_rank_runs_are_each_ranks_rows_or_the_whole_frame():
-    assert comm._rank_runs(_instances("by_rank")) == [(0, 6), (6, 6)]
-    assert comm._rank_runs(_instances("interleaved")) == [(0, 12)]  # rank 0's rows in three runs
-    assert comm._batches([(0, 6), (6, 4), (10, 3)], 8) == [(0, 10), (10, 3)]
-    assert comm._chunks(_instances("by_rank")) == [(0, 6), (6, 6)]
-    assert comm._chunks(_instances("interleaved")) == [(0, 12)]
+    assert rowbatches.rank_runs(_instances("by_rank")) == [(0, 6), (6, 6)]
+    assert rowbatches.rank_runs(_instances("interleaved")) == [(0, 12)]  # rank 0's rows in three runs
+    assert rowbatches.batches([(0, 6), (6, 4), (10, 3)], 8) == [(0, 10), (10, 3)]
+    assert rowbatches.chunks(_instances("by_rank")) == [(0, 6), (6, 6)]
+    assert rowbatches.chunks(_instances("interleaved")) == [(0, 12)]
 
 
 def test_match_instances_equals_the_row_by_row_definition(layout):

@@ -53,23 +53,7 @@ def _lightning_fit(tmp_path: Path, **options):
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[callback],
                         default_root_dir=tmp_path)
     trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
-    return trainer, callback
-
-
-@needs_extra("lightning")
-def test_lightning_callback_profiles_three_steps_into_the_store(tmp_path):
-    trainer, callback = _lightning_fit(tmp_path)
-    assert trainer.global_step == 3
-    _check_store(tmp_path / "log")
-    assert [r["profiler_step"] for r in callback.results] == [1, 2, 3]
-
-
-@needs_extra("lightning")
-def test_lightning_training_goes_on_when_the_analysis_fails(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRACEANALYZER_FAULT", "loop:analysis")
-    trainer, callback = _lightning_fit(tmp_path)
-    assert trainer.global_step == 3
-    _check_store(tmp_path / "log", "InternalError")
+    return trainer.global_step, callback
 
 
 def _hf_train(tmp_path: Path, **options):
@@ -94,22 +78,29 @@ def _hf_train(tmp_path: Path, **options):
                                           disable_tqdm=True, dataloader_num_workers=0, remove_unused_columns=False)
     trainer = transformers.Trainer(model=Tiny(), args=args, train_dataset=data, callbacks=[callback])
     trainer.train()
-    return trainer, callback
+    return trainer.state.global_step, callback
 
 
-@needs_extra("hf")
-def test_hf_callback_profiles_three_steps_into_the_store(tmp_path):
-    trainer, callback = _hf_train(tmp_path)
-    assert trainer.state.global_step == 3
+
+
+#: the two trainers' integrations, each run for three steps: (global step, callback)
+TRAINERS = [pytest.param(_lightning_fit, marks=needs_extra("lightning"), id="lightning"),
+            pytest.param(_hf_train, marks=needs_extra("hf"), id="hf")]
+
+
+@pytest.mark.parametrize("train", TRAINERS)
+def test_callback_profiles_three_steps_into_the_store(tmp_path, train):
+    steps, callback = train(tmp_path)
+    assert steps == 3
     _check_store(tmp_path / "log")
     assert [r["profiler_step"] for r in callback.results] == [1, 2, 3]
 
 
-@needs_extra("hf")
-def test_hf_training_goes_on_when_the_analysis_fails(tmp_path, monkeypatch):
+@pytest.mark.parametrize("train", TRAINERS)
+def test_training_goes_on_when_the_analysis_fails(tmp_path, monkeypatch, train):
     monkeypatch.setenv("TRACEANALYZER_FAULT", "loop:analysis")
-    trainer, _ = _hf_train(tmp_path)
-    assert trainer.state.global_step == 3
+    steps, _ = train(tmp_path)
+    assert steps == 3
     _check_store(tmp_path / "log", "InternalError")
 
 

@@ -28,7 +28,7 @@ from traceanalyzer.errors import InvalidTrace
 from traceanalyzer.parsers import inflate, kineto
 from traceanalyzer.parsers.kineto_events import decode_typed, object_keys, raw_frame_from_dicts
 
-from conftest import DEMO, FIXTURES, PYTHONPATH, ROOT, run_cli
+from conftest import DEMO, FIXTURES, PYTHONPATH, ROOT, bad_corpus_module, run_cli
 
 FROZEN = json.loads((ROOT / "tests" / "data" / "kineto_frames_frozen.json").read_text())
 ROCM = FIXTURES / "kineto" / "mi250_rocm62_minitoy.json.gz"
@@ -289,10 +289,7 @@ def test_a_top_level_key_written_twice_is_refused_naming_the_file(tmp_path, case
 
 
 def _bomb(inflated: int) -> bytes:
-    spec = importlib.util.spec_from_file_location("make_bad_corpus", ROOT / "scripts" / "make_bad_corpus.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    return gen.bomb(inflated)
+    return bad_corpus_module().bomb(inflated)
 
 
 _MEASURE = """

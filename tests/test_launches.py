@@ -32,7 +32,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tests.conftest import TRACES, needs_shared, run_cli
+from tests.conftest import TRACES, cli_csv, cli_json, needs_shared, run_cli
 from traceanalyzer.api import launches, queue_length
 from traceanalyzer.classify.launches import launch_pairs, queue_series, queue_summary
 from traceanalyzer.parsers import load
@@ -164,16 +164,9 @@ def test_step_table_counts_and_engine_path(queue_trace):
 
 @needs_shared()
 def test_cli_launches_views(tmp_path):
-    out = tmp_path / "q.csv"
-    r = run_cli("launches", QUEUE, "-q", "--view", "queue", "-f", "csv", "-o", out)
-    assert r.returncode == 0, r.stderr
-    got = pl.read_csv(out)
+    got = cli_csv(tmp_path / "q.csv", "launches", QUEUE, "-q", "--view", "queue")
     assert sorted(got["stream"].to_list()) == sorted(HTA_QUEUE)
-    r = run_cli("launches", QUEUE, "-q", "-f", "json")
-    assert r.returncode == 0, r.stderr
-    import json
-
-    doc = json.loads(r.stdout)
+    doc = cli_json("launches", QUEUE, "-q")
     assert [s["step"] for s in doc["steps"]] == [550, 551, 552, 553, 554] and len(doc["queue"]) == 6
     r = run_cli("launches", QUEUE, "-q", "--threshold", "2")
     assert r.returncode == 2 and "--threshold" in r.stderr

@@ -10,7 +10,6 @@ Skipped where the extension is not built (``python setup.py build_ext --inplace`
 from __future__ import annotations
 
 import gzip
-import importlib.util
 
 import orjson
 import polars as pl
@@ -31,7 +30,7 @@ from traceanalyzer.parsers.kineto_events import (
     raw_frame_from_dicts,
 )
 
-from conftest import FIXTURES, ROOT, TRACES
+from conftest import FIXTURES, TRACES, write_bad_corpus
 
 native = decoder._compiled()
 pytestmark = pytest.mark.skipif(native is None, reason="the compiled decoder is not built (python setup.py build_ext --inplace)")
@@ -248,12 +247,8 @@ def test_byte_mutations_of_a_real_trace_give_the_same_raw_frame(edits):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    spec = importlib.util.spec_from_file_location("make_bad_corpus", ROOT / "scripts" / "make_bad_corpus.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
     out = tmp_path_factory.mktemp("bad_corpus_native")
-    assert gen.main([str(out)]) == 0
-    return out, orjson.loads((out / "manifest.json").read_bytes())["entries"]
+    return out, write_bad_corpus(out)["entries"]
 
 
 def _cli(path, which, cache, monkeypatch, capsys):

@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import polars as pl
@@ -389,22 +390,22 @@ def test_other_sqlite_is_rejected_clearly(tmp_path):
         load_nsys(bad)
 
 
+def variant(tmp_path: Path, src: Path, name: str, stmts: list[str]) -> Path:
+    """A writable copy of the SQLite file ``src``, ``tmp_path/name.sqlite``, with ``stmts`` run on it."""
+    dst = tmp_path / f"{name}.sqlite"
+    shutil.copy(src, dst)
+    dst.chmod(0o644)
+    with closing(sqlite3.connect(dst)) as con, con:
+        for stmt in stmts:
+            con.execute(stmt)
+    return dst
+
+
 def test_missing_string_table_and_no_gpu_activity(tmp_path):
-    db = tmp_path / "nostr.sqlite"
-    shutil.copy(FIX / "mock_cut.sqlite", db)
-    con = sqlite3.connect(db)
-    con.execute("DROP TABLE StringIds")
-    con.commit()
-    con.close()
+    db = variant(tmp_path, FIX / "mock_cut.sqlite", "nostr", ["DROP TABLE StringIds"])
     with pytest.raises(InvalidTrace, match="StringIds"):
         load_nsys(db)
-    cpu = tmp_path / "cpu.sqlite"
-    shutil.copy(FIX / "mock_cut.sqlite", cpu)
-    con = sqlite3.connect(cpu)
-    for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"):
-        con.execute(f"DROP TABLE {t}")
-    con.commit()
-    con.close()
+    cpu = variant(tmp_path, FIX / "mock_cut.sqlite", "cpu", [f"DROP TABLE {t}" for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY")])
     with pytest.raises(NoGpuActivity):
         load_nsys(cpu)
 

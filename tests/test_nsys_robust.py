@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -27,25 +26,13 @@ from traceanalyzer.parsers import discover
 from traceanalyzer.parsers.nsys import load_nsys
 
 from conftest import run_unprivileged
-from test_nsys import CONVERT, FIX, NSYS, REAL, needs_shared, sql, sql_breakdown
+from test_nsys import CONVERT, FIX, NSYS, REAL, needs_shared, sql, sql_breakdown, variant
 
 MFU = NSYS / "nsys-ai__mfu_2gpu_before.sqlite"
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 GPU_TABLES = (KERNEL, "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
 BUCKETS = ["rank", "step", "start_ns", "duration_ns", "compute_ns", "recompute_ns", "exposed_comm_ns", "other_ns",
            "idle_ns"]
-
-
-def variant(tmp_path: Path, src: Path, name: str, stmts: list[str]) -> Path:
-    dst = tmp_path / f"{name}.sqlite"
-    shutil.copy(src, dst)
-    dst.chmod(0o644)
-    con = sqlite3.connect(dst)
-    for s in stmts:
-        con.execute(s)
-    con.commit()
-    con.close()
-    return dst
 
 
 def columns(path: Path, table: str) -> list[str]:

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import random
 import signal
@@ -26,19 +25,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import DLRM, PYTHONPATH, ROOT, run_cli
+from conftest import DLRM, PYTHONPATH, ROOT, batch_root, run_cli, write_bad_corpus
 
 ENV = {**os.environ, "PYTHONPATH": PYTHONPATH}
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> tuple[Path, dict]:
-    spec = importlib.util.spec_from_file_location("make_bad_corpus", ROOT / "scripts" / "make_bad_corpus.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
     out = tmp_path_factory.mktemp("corpus")
-    assert gen.main([str(out)]) == 0
-    return out, orjson.loads((out / "manifest.json").read_bytes())
+    return out, write_bad_corpus(out)
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
@@ -63,31 +58,22 @@ def one_error_line(r: subprocess.CompletedProcess, names: str) -> str:
     return lines[0]
 
 
-def test_output_naming_an_input_is_refused_in_every_command(corpus):
+@pytest.mark.parametrize("case", ["output-is-input", "output-problem"])
+def test_an_output_problem_is_refused_in_every_command_naming_the_path(corpus, case):
+    """An output naming an input (nothing on stdout either), or one that cannot be written (exit
+    3): one error line naming the output, and the outputs' directory unchanged (bytes, inodes,
+    links; no directory created, no temporary left)."""
     root, manifest = corpus
-    cmds = {k: v for k, v in manifest["commands"].items() if v["case"] == "output-is-input"}
+    cmds = {k: v for k, v in manifest["commands"].items() if v["case"] == case}
     assert {v["args"][0] for v in cmds.values()} == {"breakdown", "report", "annotate", "predict", "reconcile", "compare"}
     before = snapshot(root / "outputs")
     for name, c in sorted(cmds.items()):
         r = run_cli(*c["args"], cwd=root)
-        assert r.returncode == c["exit"], (name, r.stderr)
+        assert r.returncode == (3 if case == "output-problem" else c["exit"]), (name, r.stderr)
         line = one_error_line(r, c["output"])
         assert c["message"] in line, (name, line)
-        assert r.stdout == "", name
-        assert snapshot(root / "outputs") == before, name  # bytes, inodes, links: all unchanged
-
-
-def test_every_output_problem_is_exit_3_naming_the_path(corpus):
-    root, manifest = corpus
-    cmds = {k: v for k, v in manifest["commands"].items() if v["case"] == "output-problem"}
-    assert {v["args"][0] for v in cmds.values()} == {"breakdown", "report", "annotate", "predict", "reconcile", "compare"}
-    before = snapshot(root / "outputs")
-    for name, c in sorted(cmds.items()):
-        r = run_cli(*c["args"], cwd=root)
-        assert r.returncode == 3, (name, r.stderr)
-        line = one_error_line(r, c["output"])
-        assert c["message"] in line, (name, line)
-        assert snapshot(root / "outputs") == before, name  # nothing created: no directory, no temporary
+        assert case == "output-problem" or r.stdout == "", name
+        assert snapshot(root / "outputs") == before, name
 
 
 def test_trend_and_batch_never_write_over_the_store(corpus, tmp_path):
@@ -209,12 +195,7 @@ def test_signals_at_random_moments_leave_no_partial_output(tmp_path, command):
 def test_ctrl_c_during_batch_stops_every_worker(tmp_path):
     """Ctrl-C in a terminal reaches the whole process group: exit 130, one line, no worker
     traceback, no worker process left."""
-    root = tmp_path / "root"
-    for i in range(4):
-        d = root / f"run{i}"
-        d.mkdir(parents=True)
-        for f in sorted(DLRM.glob("worker*.json.gz"))[:2]:
-            (d / f.name).write_bytes(f.read_bytes())
+    root = batch_root(tmp_path / "root")
     rng = random.Random(7)
     for i in range(3):
         p = subprocess.Popen([sys.executable, "-m", "traceanalyzer", "batch", str(root), "--store", str(tmp_path / f"s{i}"),

@@ -12,7 +12,7 @@ from traceanalyzer.errors import NoGpuActivity
 from traceanalyzer.render import json as json_render
 from traceanalyzer.schema import GPU_WORK_KINDS, Trace
 
-from conftest import DEMO, TRACES, needs_shared
+from conftest import DEMO, TRACES, interval_union, needs_shared
 
 
 def _shared_traces():
@@ -20,20 +20,6 @@ def _shared_traces():
         return []
     kineto = sorted(p for d in ("hta", "kineto-public", "torch-cpu") for p in (TRACES / d).rglob("*.json.gz"))
     return kineto + sorted((TRACES / "nsys").glob("*.sqlite"))
-
-
-def _union(intervals: list[tuple[int, int]]) -> int:
-    total, end = 0, None
-    for s, e in sorted(intervals):
-        if e <= s:
-            continue
-        if end is None or s >= end:
-            total += e - s
-            end = e
-        elif e > end:
-            total += e - end
-            end = e
-    return total
 
 
 def _check(a) -> dict[int, int]:
@@ -45,13 +31,13 @@ def _check(a) -> dict[int, int]:
         iv = gpu.filter(pl.col("rank") == rank).select("start_ns", "end_ns").rows()
         outside, before, after = out[rank]
         assert outside == before + after >= 0
-        assert busy.get(rank, 0) + outside == _union(iv), rank
+        assert busy.get(rank, 0) + outside == interval_union(iv), rank
     return {r: o[0] for r, o in out.items()}
 
 
 @needs_shared()
 @pytest.mark.parametrize("path", _shared_traces(), ids=lambda p: f"{p.parent.name}/{p.name[:40]}")
-def test_steps_plus_outside_equal_the_gpu_busy_union(path):
+def test_steps_plus_outside_equal_the_gpu_busyinterval_union(path):
     try:
         trace = ta.load(path)
         a = ta.analyze(trace)
@@ -89,9 +75,9 @@ def test_warm_up_launched_before_the_profile_is_outside_not_in_a_step():
     assert w == [(s0, s1) for _, s0, s1 in host]
     iv = gpu.select("start_ns", "end_ns").rows()
     first, last = host[0][1], host[-1][2]
-    before = _union([(s, min(e, first)) for s, e in iv])
-    after = _union([(max(s, last), e) for s, e in iv])
-    gaps = sum(_union([(max(s, a1), min(e, b0)) for s, e in iv]) for (_, _, a1), (_, b0, _) in zip(host, host[1:]))
+    before = interval_union([(s, min(e, first)) for s, e in iv])
+    after = interval_union([(max(s, last), e) for s, e in iv])
+    gaps = sum(interval_union([(max(s, a1), min(e, b0)) for s, e in iv]) for (_, _, a1), (_, b0, _) in zip(host, host[1:]))
     o = a.outside_steps.row(0, named=True)
     assert o["before_ns"] == before and o["after_ns"] == after + gaps and o["outside_ns"] == before + after + gaps
     assert early["end_ns"].max() > first  # some warm-up work runs on into the first step: counted there

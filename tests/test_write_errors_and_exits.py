@@ -24,7 +24,7 @@ import polars as pl
 import pytest
 import typer
 
-from conftest import DEMO, DLRM, FIXTURES, PYTHONPATH, ROOT
+from conftest import DEMO, DLRM, FIXTURES, PYTHONPATH, ROOT, batch_root
 from test_fresh_install import COMMANDS
 from traceanalyzer.cli import app, main
 from traceanalyzer.commands.common import param_kind
@@ -268,12 +268,7 @@ print(json.dumps({"rc": p.returncode, "stderr": err, "workers": seen, "left": le
 
 
 def test_ctrl_c_during_batch_leaves_no_process_not_even_a_zombie(tmp_path):
-    root = tmp_path / "root"
-    for i in range(4):
-        d = root / f"run{i}"
-        d.mkdir(parents=True)
-        for f in sorted(DLRM.glob("worker*.json.gz"))[:2]:
-            (d / f.name).write_bytes(f.read_bytes())
+    root = batch_root(tmp_path / "root")
     r = subprocess.run([sys.executable, "-c", _SUBREAPER, sys.executable, "-m", "traceanalyzer", "batch", str(root), "--store",
                         str(tmp_path / "s"), "--workers", "2", "--no-cache", "--quiet"], capture_output=True, text=True, env=ENV, cwd=ROOT,
                        timeout=300)

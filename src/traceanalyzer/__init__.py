@@ -30,6 +30,7 @@ _API: dict[str, str] = {
     "load": "traceanalyzer.api:load",
     "scan": "traceanalyzer.api:scan",
     "analyze": "traceanalyzer.api:analyze",
+    "load_analysis": "traceanalyzer.api:load_analysis",
     "select": "traceanalyzer.api:select",
     "breakdown": "traceanalyzer.api:breakdown",
     "rank_summary": "traceanalyzer.api:rank_summary",

@@ -18,6 +18,7 @@ from traceanalyzer.api import (
     kernels as kernels,
     launches as launches,
     load as load,
+    load_analysis as load_analysis,
     memory as memory,
     ops as ops,
     plan as plan,

@@ -26,7 +26,15 @@ EXIT_CODES = {
 
 
 class TraceAnalyzerError(Exception):
-    exit_code = 1
+    """An error reported as one line, with its exit code (``exit_code``, given in the class
+    statement of each subclass: ``class InvalidTrace(TraceAnalyzerError, exit_code=4)``)."""
+
+    exit_code: int = 1
+
+    def __init_subclass__(cls, exit_code: int | None = None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if exit_code is not None:
+            cls.exit_code = exit_code
 
     def __init__(self, message: str, path: object | None = None):
         self.path = str(path) if path is not None else None
@@ -37,76 +45,59 @@ class TraceAnalyzerError(Exception):
         return (type(self), (self.message, self.path))
 
 
-class InternalFailure(TraceAnalyzerError):
+class InternalFailure(TraceAnalyzerError, exit_code=1):
     """An unexpected failure (a bug, or a panic in a native library) while analysing one rank
     file in a worker: carried back as that file's error, so that a batch fails that run only."""
 
-    exit_code = 1
+
+class InputNotFound(TraceAnalyzerError, exit_code=3): ...
 
 
-class InputNotFound(TraceAnalyzerError):
-    exit_code = 3
-
-
-class OutputError(TraceAnalyzerError):
+class OutputError(TraceAnalyzerError, exit_code=3):
     """An output cannot be written (or would overwrite an input): exit 3, naming the output path."""
 
-    exit_code = 3
+
+class InvalidTrace(TraceAnalyzerError, exit_code=4): ...
 
 
-class InvalidTrace(TraceAnalyzerError):
-    exit_code = 4
+class InvalidAnalysisFile(InvalidTrace):
+    """A file given as a saved analysis (``.taz``) that is not one, is damaged, or was written
+    in a newer format version than this traceanalyzer reads: exit 4, naming the file."""
 
 
-class NoGpuActivity(TraceAnalyzerError):
-    exit_code = 5
+class NoGpuActivity(TraceAnalyzerError, exit_code=5): ...
 
 
-class InvariantViolation(TraceAnalyzerError):
-    exit_code = 6
+class InvariantViolation(TraceAnalyzerError, exit_code=6): ...
 
 
-class IntegrityFailed(TraceAnalyzerError):
+class IntegrityFailed(TraceAnalyzerError, exit_code=6):
     """``--strict``: a trace-integrity check failed (the result was printed first); exit 6, as a
     failed consistency check of the trace."""
 
-    exit_code = 6
+
+class ConfigError(TraceAnalyzerError, exit_code=7): ...
 
 
-class ConfigError(TraceAnalyzerError):
-    exit_code = 7
+class GateFailed(TraceAnalyzerError, exit_code=8): ...
 
 
-class GateFailed(TraceAnalyzerError):
-    exit_code = 8
-
-
-class OutOfMemory(TraceAnalyzerError):
+class OutOfMemory(TraceAnalyzerError, exit_code=10):
     """Memory ran out (an allocation failed: the machine's memory, ``ulimit -v``, a job's memory
     limit): not a bad input. The message says how much the input needs where it can be estimated."""
 
-    exit_code = 10
 
-
-class BadSetting(TraceAnalyzerError):
+class BadSetting(TraceAnalyzerError, exit_code=2):
     """An environment variable of ours holds a value that does not parse: a usage error."""
 
-    exit_code = 2
 
-
-class InvalidArgument(TraceAnalyzerError, ValueError):
+class InvalidArgument(TraceAnalyzerError, ValueError, exit_code=2):
     """A Python API call with a bad argument value (an unknown choice, a negative count): the
     API's counterpart of a command-line usage error (exit 2). Also a :class:`ValueError`."""
 
-    exit_code = 2
-class RunsFailed(TraceAnalyzerError):
+
+class RunsFailed(TraceAnalyzerError, exit_code=9):
     """``batch``: at least one run failed; every other run was analysed and stored."""
-
-    exit_code = 9
-
-
-#: the longest message an error or warning line carries (a list of names in it is cut to fit)
-MAX_MESSAGE = 300
 
 
 def few(names, budget: int = 120) -> str:

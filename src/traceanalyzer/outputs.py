@@ -167,12 +167,7 @@ class Outputs:
                     raise
                 raise OutputError(f"cannot write: {_why(exc)}", p) from None
         finally:
-            with held_signals():
-                try:
-                    os.unlink(tmp)
-                except FileNotFoundError:  # renamed into place
-                    pass
-                _TEMPORARIES.discard(tmp)
+            _discard_temporary(tmp)
 
     def write_bytes(self, path: str | Path, data: bytes) -> Path:
         with self.open(path, "wb") as fh:
@@ -217,12 +212,18 @@ def replace_atomically(target: str | Path, write, *, fsync: bool = False, before
             before_replace()
         os.replace(tmp, target)
     finally:
-        with held_signals():
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:  # renamed into place
-                pass
-            _TEMPORARIES.discard(tmp)
+        _discard_temporary(tmp)
+
+
+def _discard_temporary(tmp: str) -> None:
+    """Remove a temporary file of an output (already gone once renamed into place) and forget it,
+    signals held so that an interrupt cannot leave it behind."""
+    with held_signals():
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:  # renamed into place
+            pass
+        _TEMPORARIES.discard(tmp)
 
 
 def _special(path: str | Path) -> bool:

@@ -79,6 +79,23 @@ class Analysis:
             self._cross_rank_view = cost.job_view(self, tolerance)
         return cast("dict[str, Any]", self._cross_rank_view)
 
+    def save(self, path: str | Any) -> Any:
+        """Write this analysis to one file (``.taz``: a ZIP of Parquet frames and a JSON header
+        with the options it was made with and its trace files' fingerprints), whole or not at
+        all and never over one of its trace files; ``traceanalyzer.load_analysis(path)`` reads
+        it back, and every verb and command that takes a trace takes that file. Returns the
+        path written (a :class:`~pathlib.Path`).
+
+        Raises:
+            OutputError: ``path`` is a trace file of the analysis, a directory, or cannot be
+                written.
+        """
+        # the writer is in a layer above (it fingerprints the inputs with the parse cache): this
+        # ground module names it only by string, as straggler_view does the classifiers
+        import importlib
+
+        return importlib.import_module("traceanalyzer.analysisfile").write(self, path)
+
     def _fields(self) -> list[str]:
         return [f for f in [*FIELDS, *IDLE_FIELDS, *HOST_FIELDS, *COMM_DIM_FIELDS] if f"{f}_ns" in self.steps.columns]
 

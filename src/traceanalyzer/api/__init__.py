@@ -23,7 +23,7 @@ command line turns into its documented exit codes.
 from traceanalyzer.api.crossrank import comm_bytes, replay, straggler_costs, straggler_view, wait_matrix
 from traceanalyzer.api.documents import compare, kernel_diff, report
 from traceanalyzer.api.layouts import plan, search_layouts
-from traceanalyzer.api.loading import analyze, load, scan, select
+from traceanalyzer.api.loading import analyze, load, load_analysis, scan, select
 from traceanalyzer.api.modelling import baseline, memory, predict, reconcile, whatif
 from traceanalyzer.api.nightly import batch, gate, trend
 from traceanalyzer.api.partition import breakdown, comm, idle, rank_summary, stragglers
@@ -31,7 +31,7 @@ from traceanalyzer.api.tables import annotations, kernels, launches, ops, queue_
 from traceanalyzer.api.timeline import annotate, critical_path
 
 __all__ = [
-    "load", "scan", "analyze", "select", "breakdown", "rank_summary", "comm", "idle", "stragglers", "compare", "report",
+    "load", "scan", "analyze", "load_analysis", "select", "breakdown", "rank_summary", "comm", "idle", "stragglers", "compare", "report",
     "kernels", "ops", "kernel_diff", "annotations", "launches", "queue_length", "critical_path", "reconcile", "memory", "whatif",
     "search_layouts", "predict", "plan", "annotate", "baseline", "batch", "trend", "gate",
     "straggler_view", "straggler_costs", "replay", "wait_matrix", "comm_bytes",

@@ -14,6 +14,7 @@ import polars as pl
 
 from traceanalyzer.api._common import PathLike, _baseline
 from traceanalyzer.api.layouts import search_parts
+from traceanalyzer.api.loading import _saved, saved_with_tables
 from traceanalyzer.api.modelling import _baseline_tables, collective_busbw, waterfall_of
 from traceanalyzer.api.tables import launches, queue_length
 from traceanalyzer.classify.steps import DEFAULT_STEP
@@ -80,9 +81,15 @@ def analyse_files(
     console, or a function that makes one where progress is shown).
     ``keep``: what the caller needs beyond the compact tables (a name of
     :data:`traceanalyzer.engine.KEEP`); ``extras``: more optional per-rank tables (names of
-    :data:`traceanalyzer.engine.TABLES`)."""
+    :data:`traceanalyzer.engine.TABLES`). A saved analysis (``.taz``, given alone) is read
+    instead, with the options it was saved with, and given the tables ``keep`` and ``extras``
+    name."""
     from traceanalyzer.engine import KEEP, Options, analyse
 
+    paths = list(paths)
+    saved = _saved(paths)
+    if saved is not None:
+        return saved_with_tables(saved, *KEEP[keep], *extras)
     opts = Options(step_name=step_name, recompute_pattern=recompute_pattern, cache=cache,
                    comm_kernels=tuple(comm_kernels or ()), tables=frozenset({*KEEP[keep], *extras}))
     if bus_bw_gbps is not None:

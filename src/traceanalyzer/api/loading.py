@@ -64,6 +64,9 @@ def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False,
 
     from traceanalyzer.engine import check_workers
 
+    saved = _saved(path)
+    if saved is not None:
+        return load_analysis(saved).trace
     paths = [Path(_path(path, "path"))] if isinstance(path, (str, os.PathLike)) else [Path(_path(p, "path")) for p in _paths(path, "path")]
     check_workers(workers)
     cache_arg = _cache_arg(cache)
@@ -220,6 +223,9 @@ def analyze(
 
     if isinstance(source, Analysis):
         return source
+    saved = _saved(source)
+    if saved is not None:
+        return load_analysis(saved)
     _check_patterns(recompute_range, comm_kernels)
     if not (isinstance(bus_bw_gbps, (int, float)) and 0 < bus_bw_gbps < float("inf")):
         raise InvalidArgument(f"bus_bw_gbps must be a finite positive number (GB/s), got {bus_bw_gbps!r}")
@@ -303,6 +309,95 @@ def select(source: Source, *, ranks: int | Iterable[int] | None = None, steps: i
     )
 
 
+def load_analysis(path: PathLike) -> Analysis:
+    """Read an analysis saved by :meth:`Analysis.save <traceanalyzer.classify.Analysis.save>`.
+
+    A saved analysis is one file (``.taz``: a ZIP of Parquet frames and a JSON header holding the
+    options it was made with and each trace file's fingerprint: path, size, mtime and SHA-256).
+    The analysis read back holds the same frames, warnings and options as the one saved, so every
+    verb gives the same answer from it as from the traces, which it never reads again (unless a
+    verb needs a table the analysis did not keep: then, as for any analysis, from its trace files
+    where they still exist). Every verb also takes the saved file's path where it takes a trace.
+
+    Parameters:
+        path: the saved file. It is recognised by its content (the archive's ``mimetype``
+            member), whatever its name.
+
+    Returns:
+        An :class:`~traceanalyzer.classify.Analysis`.
+
+    Raises:
+        InputNotFound: ``path`` does not exist or cannot be read.
+        InvalidAnalysisFile: ``path`` is not a saved analysis, is damaged (cut short, a member
+            that does not parse), or was written in a newer format version than this
+            traceanalyzer reads (exit 4, naming the file).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> import traceanalyzer as ta
+        >>> a = ta.analyze("fixtures/kineto/dlrm-v100-8rank")
+        >>> saved = a.save(pathlib.Path(tempfile.mkdtemp()) / "dlrm.taz")
+        >>> b = ta.load_analysis(saved)
+        >>> b.steps.equals(a.steps), b.options == a.options
+        (True, True)
+        >>> ta.breakdown(saved).equals(ta.breakdown(a))
+        True
+    """
+    from traceanalyzer.analysisfile import read
+
+    return read(Path(_path(path, "path")), _options)
+
+
+def _options(doc: dict[str, Any]) -> Any:
+    """The engine's Options of a saved analysis' header (sets and tuples as the fields have them;
+    a field this version lacks is left out)."""
+    from traceanalyzer.engine import Options
+
+    known = {f.name: f for f in dataclasses.fields(Options)}
+    values: dict[str, Any] = {}
+    for name, value in doc.items():
+        f = known.get(name)
+        if f is None:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else None
+        values[name] = frozenset(value) if isinstance(default, (set, frozenset)) else tuple(value) if isinstance(default, tuple) else value
+    return Options(**values)
+
+
+def saved_with_tables(path: Path, *tables: str) -> Analysis:
+    """The saved analysis at ``path`` holding the optional ``tables`` (computed from its events,
+    or from its trace files where they still exist); InvalidAnalysisFile naming the file when it
+    can have neither."""
+    from traceanalyzer.engine import with_tables
+    from traceanalyzer.errors import InvalidAnalysisFile
+
+    a = load_analysis(path)
+    try:
+        held: Analysis = with_tables(a, *tables)
+        return held
+    except InvalidArgument:
+        from traceanalyzer.engine import has_table
+
+        missing = sorted(t for t in set(tables) if not has_table(a, t))
+        raise InvalidAnalysisFile(f"this saved analysis holds no {', '.join(missing)} table(s), nor the events to compute them "
+                                  "from, and its trace files are not here: give the trace files instead", path) from None
+
+
+def _saved(source: object) -> Path | None:
+    """The saved analysis ``source`` names (a path, or a list of one path), or None. A saved
+    analysis among other files: InvalidArgument."""
+    from traceanalyzer.analysisfile import is_saved
+
+    if isinstance(source, (str, os.PathLike)):
+        return Path(source) if is_saved(source) else None
+    if isinstance(source, (list, tuple)) and source and all(isinstance(p, (str, os.PathLike)) for p in source):
+        found = [Path(p) for p in source if is_saved(p)]
+        if found and len(source) > 1:
+            raise InvalidArgument(f"{found[0]}: a saved analysis is given alone, not with other trace files")
+        return found[0] if found else None
+    return None
+
+
 _RUN_KW = ("cache", "workers", "engine", "address", "quiet", "console")
 _OPT_KW = {"recompute_range": "recompute_pattern", "comm_kernels": "comm_kernels", "bus_bw_gbps": "bus_bw_gbps"}
 
@@ -324,6 +419,10 @@ def resolve(source: Source, step_range: str | None = DEFAULT_STEP, *, tables: It
     if unknown:
         raise InvalidArgument(f"unexpected argument {unknown[0]!r}")
     result: Analysis
+    saved = _saved(source)
+    if saved is not None:
+        result = saved_with_tables(saved, *tables)
+        return result
     if isinstance(source, Analysis):
         result = with_tables(source, *tables)
         return result

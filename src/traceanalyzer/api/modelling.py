@@ -106,6 +106,7 @@ def memory(
     With a trace recorded with ``profile_memory=True``, ``r.measured`` holds the peaks and
     ``r.fit`` the largest measured peak beside the predicted total.
     """
+    from traceanalyzer.api.loading import _saved, load_analysis
     from traceanalyzer.classify import Analysis
     from traceanalyzer.reconciliation.footprint import memory as footprint
     from traceanalyzer.schema import Trace
@@ -115,6 +116,9 @@ def memory(
         raise InvalidArgument(f"reserve_gib must be a finite number of GiB, zero or more, got {reserve!r}")
     if source is None and config is None and megatron_args is None:
         raise InvalidArgument("nothing to do: give a trace (source), a run configuration (config) or both")
+    saved = _saved(source)
+    if saved is not None:  # a saved analysis: its trace (the events it kept, else its files)
+        source = load_analysis(saved)
     if isinstance(source, Analysis):
         source = source.trace if source.trace.events.height else [Path(s) for s in source.trace.sources]
     elif source is not None and not isinstance(source, Trace):

@@ -79,6 +79,43 @@ def _base(spec: RunSpec, step_range: str) -> dict:
     }
 
 
+def store_rows(analysis, run_id: str, job: str) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
+    """What the store keeps of an :class:`~traceanalyzer.results.Analysis` (a fresh one or one
+    read back from a saved file alike): (its ``steps`` rows, STEP_SCHEMA; its ``ranks`` rows,
+    RANK_SCHEMA, the training-loop fields null; the ``runs`` row's fields it gives: the means
+    over every (rank, step), ranks, world size, devices, warnings, status ``ok``)."""
+    trace = analysis.trace
+    steps = analysis.steps
+    ident = [pl.lit(run_id).alias("run_id"), pl.lit(job).alias("job")]
+    absent = [pl.lit(None, dtype=pl.Float64).alias(f) for f in PROFILER_STEP_FIELDS if f not in steps.columns]
+    step_rows = steps.select(*ident, pl.all(), *absent).cast(STEP_SCHEMA).select(list(STEP_SCHEMA))
+    meta = trace.meta.select("rank", "file", "device_name")
+    rank_rows = (
+        analysis.totals()
+        .select("rank", "steps", *[f"{f}_ns" for f in FIELDS])
+        .join(meta, on="rank", how="left")
+        .with_columns(*ident, (pl.col("duration_ns") / pl.col("steps") / 1000).alias("step_time_us"),
+                      *[pl.lit(None, dtype=t).alias(c) for c, t in LOOP_RANK_FIELDS.items()])
+        .cast(RANK_SCHEMA)
+        .select(list(RANK_SCHEMA))
+    )
+    means = steps.select(
+        pl.len().alias("n_steps"),
+        pl.col("rank").n_unique().alias("n_ranks"),
+        *[pl.col(f"{f}_us").mean().alias("step_time_us" if f == "duration" else f"{f}_us") for f in FIELDS],
+    ).row(0, named=True)
+    devices = trace.meta.get_column("device_name").drop_nulls().unique().sort()
+    world = trace.meta.get_column("world_size").drop_nulls()
+    fields = {
+        **means,
+        "status": "ok",
+        "world_size": int(world.max()) if world.len() else None,
+        "device_name": ", ".join(devices.to_list()) or None,
+        "warnings": list(analysis.warnings),
+    }
+    return step_rows, rank_rows, fields
+
+
 def run_result(spec: RunSpec, step_range: str, analyse, input_key, t0: float) -> RunResult:
     """The store rows of one run: ``analyse()`` returns (its Analysis, whether every rank came
     from the parse cache); ``input_key()`` its input key. Never raises: a failure is a row."""
@@ -86,38 +123,13 @@ def run_result(spec: RunSpec, step_range: str, analyse, input_key, t0: float) ->
     try:
         base["input_sha256"] = input_key()
         analysis, cache_hit = analyse()
-        trace = analysis.trace
-        steps = analysis.steps
-        bases = trace.meta.get_column("base_time_ns").drop_nulls()
+        bases = analysis.trace.meta.get_column("base_time_ns").drop_nulls()
         base["date"] = dt.date.fromisoformat(spec.date or fallback_date(int(bases.min()) if bases.len() else None, spec.files))
-        ident = [pl.lit(spec.run_id).alias("run_id"), pl.lit(spec.job).alias("job")]
-        absent = [pl.lit(None, dtype=pl.Float64).alias(f) for f in PROFILER_STEP_FIELDS if f not in steps.columns]
-        step_rows = steps.select(*ident, pl.all(), *absent).cast(STEP_SCHEMA).select(list(STEP_SCHEMA))
-        meta = trace.meta.select("rank", "file", "device_name")
-        rank_rows = (
-            analysis.totals()
-            .select("rank", "steps", *[f"{f}_ns" for f in FIELDS])
-            .join(meta, on="rank", how="left")
-            .with_columns(*ident, (pl.col("duration_ns") / pl.col("steps") / 1000).alias("step_time_us"),
-                          *[pl.lit(None, dtype=t).alias(c) for c, t in LOOP_RANK_FIELDS.items()])
-            .cast(RANK_SCHEMA)
-            .select(list(RANK_SCHEMA))
-        )
-        means = steps.select(
-            pl.len().alias("n_steps"),
-            pl.col("rank").n_unique().alias("n_ranks"),
-            *[pl.col(f"{f}_us").mean().alias("step_time_us" if f == "duration" else f"{f}_us") for f in FIELDS],
-        ).row(0, named=True)
-        devices = trace.meta.get_column("device_name").drop_nulls().unique().sort()
-        world = trace.meta.get_column("world_size").drop_nulls()
+        step_rows, rank_rows, fields = store_rows(analysis, spec.run_id, spec.job)
         run = {
             **base,
-            **means,
-            "status": "ok",
-            "world_size": int(world.max()) if world.len() else None,
-            "device_name": ", ".join(devices.to_list()) or None,
-            "warnings": list(analysis.warnings),
-            "mfu": mfu(spec.config, trace.meta, means["step_time_us"] / 1e6) if spec.config else None,
+            **fields,
+            "mfu": mfu(spec.config, analysis.trace.meta, fields["step_time_us"] / 1e6) if spec.config else None,
         }
         warnings = list(analysis.warnings)
     except Exception as exc:  # noqa: BLE001 - a bad run fails alone, never the batch

@@ -19,7 +19,7 @@ For every communication kernel (``cls == "comm"`` in :mod:`.labels`):
   args, completed from ``distributedInfo.pg_config``; kernels with no group info get group
   ``"default"`` sized to the world, except those of a library in the table other than NCCL
   (DeepEP, userbuffers, ...), which get a group named after the library (size unknown).
-* **dimension** (TP/DP/PP/CP/EP/unknown): see :func:`dimension_expr`.
+* **dimension** (TP/DP/PP/CP/EP/unknown): see :func:`.collkind.dimension_expr`.
 
 **Wait vs transfer.** With several ranks of a group loaded, instance *i* of the group (its
 ``Seq`` arg when present, else the *i*-th collective kernel of the group on each rank, by
@@ -42,32 +42,19 @@ from __future__ import annotations
 import orjson
 import polars as pl
 
-from traceanalyzer.buckets import COMM_CONCURRENT, COMM_DIMENSIONS
+from traceanalyzer.buckets import COMM_CONCURRENT
+from traceanalyzer.classify.collkind import coll_type_expr, dimension_expr, dims_nelems, dtype_size, kernel_dtype, kernel_type
 from traceanalyzer.classify.intervals import segments
 from traceanalyzer.classify.labels import CLASSES, library_expr
 from traceanalyzer.classify.names import name_columns
 from traceanalyzer.classify.recompute import THREAD, host_tree
+from traceanalyzer.classify.rowbatches import BATCH_ROWS, RUN_ROWS, batches, batches_of, chunks, rank_runs
 from traceanalyzer.queries import query_engine
 
 DEFAULT_BUS_BW_GBPS = 100.0
 #: how the warnings about collectives' wait/transfer split begin (a view that does not show the split leaves them out)
 TRANSFER_WARNING = "collective wait/transfer for"
-DIMENSIONS = COMM_DIMENSIONS
-CONCURRENT = COMM_CONCURRENT
 
-_TYPE_RULES = [  # (regex on a lower-cased name, type); first match wins
-    (r"reduce_?scatter|reducescatter", "reduce_scatter"),
-    (r"all_?gather|allgather", "all_gather"),
-    (r"all_?reduce|allreduce", "all_reduce"),
-    (r"all_?to_?all|alltoall", "all_to_all"),
-    (r"sendrecv|send_recv|batch_isend_irecv|(^|[^a-z])(send|recv)([^a-z]|$)|nccl:(send|recv)|isend|irecv", "send_recv"),
-    (r"broadcast|bcast", "broadcast"),
-    (r"barrier", "barrier"),
-    (r"gather", "gather"),
-    (r"scatter", "scatter"),
-    (r"reduce", "reduce"),
-    (r"(^|[^a-z])(dispatch|combine)([^a-z]|$)", "all_to_all"),  # MoE token exchange (DeepEP, Megatron)
-]
 #: host ranges that say which collective a launch belongs to: NCCL/gloo/RCCL ranges, and user
 #: annotations of a MoE token exchange (``dispatch`` / ``combine``, e.g. around DeepEP calls)
 LINK_RANGE = r"^(nccl|gloo|rccl):"
@@ -79,105 +66,13 @@ def _link_ranges(frame: pl.LazyFrame) -> pl.LazyFrame:
     tested once per distinct name (:func:`.names.name_columns`): an ``nccl:``/``gloo:``/``rccl:``
     range or op, or an annotation named for MoE dispatch/combine."""
     # the library prefixes on every row (a literal prefix: cheap), the MoE words on the
-    # annotations' distinct names only (no literal to search for: 12 ms per 100,000 names)
+    # annotations' distinct names only (no literal to search for)
     link = pl.col("name").str.contains(LINK_RANGE)
     by_link = frame.filter(pl.col("kind").is_in(["annotation", "cpu_op"]) & link)
     by_moe = name_columns(
         frame.filter(pl.col("kind") == "annotation"), __moe=pl.col("name").str.contains(MOE_RANGE).fill_null(False)
     ).filter(pl.col("__moe") & ~link.fill_null(False)).drop("__moe")
     return pl.concat([by_link, by_moe])
-
-
-_DTYPE_SIZE = {
-    "float": 4, "float32": 4, "f32": 4, "float64": 8, "double": 8, "f64": 8,
-    "half": 2, "float16": 2, "f16": 2, "__half": 2, "bfloat16": 2, "bf16": 2, "__nv_bfloat16": 2,
-    "int8": 1, "int8_t": 1, "i8": 1, "uint8": 1, "uint8_t": 1, "u8": 1, "char": 1, "byte": 1, "bool": 1,
-    "int32": 4, "int": 4, "int32_t": 4, "i32": 4, "uint32": 4, "uint32_t": 4, "u32": 4,
-    "int64": 8, "long": 8, "int64_t": 8, "i64": 8, "uint64": 8, "uint64_t": 8, "u64": 8,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8": 1,
-}
-
-
-def coll_type_expr(col: str) -> pl.Expr:
-    """Collective type from a name (collective arg, annotation or kernel name); null if none."""
-    low = pl.col(col).str.to_lowercase()
-    expr = pl.lit(None, pl.String)
-    for pat, name in reversed(_TYPE_RULES):
-        expr = pl.when(low.str.contains(pat)).then(pl.lit(name)).otherwise(expr)
-    return expr
-
-
-def _kernel_type() -> pl.Expr:
-    """Type from an NCCL kernel name: the token after ``ncclKernel_`` / ``ncclDevKernel_``."""
-    tok = pl.col("name").str.extract(r"(?i)nccl(?:Dev)?Kernel_([A-Za-z]+)", 1).str.to_lowercase()
-    return (
-        pl.when(tok.is_null() | (tok == "generic"))
-        .then(pl.lit(None, pl.String))
-        .when(tok == "sendrecv").then(pl.lit("send_recv"))
-        .when(tok.is_in(["send", "recv"])).then(pl.lit("send_recv"))
-        .when(tok == "allreduce").then(pl.lit("all_reduce"))
-        .when(tok == "allgather").then(pl.lit("all_gather"))
-        .when(tok == "reducescatter").then(pl.lit("reduce_scatter"))
-        .when(tok == "alltoall").then(pl.lit("all_to_all"))
-        .when(tok == "broadcast").then(pl.lit("broadcast"))
-        .when(tok == "reduce").then(pl.lit("reduce"))
-        .otherwise(pl.lit(None, pl.String))
-    )
-
-
-def _kernel_dtype() -> pl.Expr:
-    """Element type from an NCCL kernel name (``..._Sum_float``, ``..._Sum_bf16_RING_LL``)."""
-    types = "|".join(sorted({"float", "double", "half", "bfloat16", "int8_t", "uint8_t", "int32_t", "uint32_t", "int64_t", "uint64_t", "f16", "f32", "f64", "bf16", "i8", "u8", "i32", "u32", "i64", "u64"}, key=len, reverse=True))
-    return pl.col("name").str.extract(rf"_({types})(?:_|\(|$)", 1)
-
-
-def _dtype_size(col: str) -> pl.Expr:
-    return pl.col(col).str.to_lowercase().str.replace(r"^torch\.", "").replace_strict(_DTYPE_SIZE, default=None, return_dtype=pl.Int64)
-
-
-def _dims_nelems() -> pl.Expr:
-    """Elements of the first tensor in ``Input Dims`` text (``[[6144],[],...]`` -> 6144)."""
-    first = pl.col("rp_input_dims").str.extract(r"^\[\[([0-9, ]+)\]", 1)
-    return (
-        first.str.split(",")
-        .list.eval(pl.element().str.strip_chars().cast(pl.Int64, strict=False))
-        .list.eval(pl.element().product())
-        .list.first()
-    )
-
-
-def dimension_expr(world: pl.Expr, hint: pl.Expr | None = None) -> pl.Expr:
-    """Parallelism dimension of a group from ``pg_desc``, ``group_size``, ``stride``, ``p2p_only``.
-
-    1. the description names it (``tp``/``tensor``, ``pp``/``pipe``, ``cp``/``context``,
-       ``ep``/``expert``/``moe``, ``dp``/``data``/``fsdp``/``ddp``/``shard``/``replicate``;
-       DeviceMesh's ``mesh_tp`` style included);
-    1b. else ``hint`` when not null: what the kernel itself says (the library table: DeepEP is EP,
-       userbuffers and custom all-reduce are TP; an enclosing ``dispatch``/``combine`` annotation
-       or an all-to-all with no process-group information is EP);
-    2. a group carrying only send/recv is PP;
-    3. a group spanning the world (or ``default_pg``) is DP;
-    4. contiguous ranks (stride 1) smaller than the world are TP;
-    5. ranks strided by world/size (one per block) are DP;
-    6. else unknown.
-    """
-    d = pl.col("pg_desc").str.to_lowercase().fill_null("")
-    w = r"(^|[^a-z])"
-    e = r"([^a-z]|$)"
-    size = pl.col("group_size")
-    return (
-        pl.when(d.str.contains(f"{w}(tp|tensor|tensor_parallel){e}|tensor")).then(pl.lit("TP"))
-        .when(d.str.contains(f"{w}(pp|pipe|pipeline){e}|pipeline")).then(pl.lit("PP"))
-        .when(d.str.contains(f"{w}(cp|context){e}|context_parallel")).then(pl.lit("CP"))
-        .when(d.str.contains(f"{w}(ep|expert|moe){e}|expert")).then(pl.lit("EP"))
-        .when(d.str.contains(f"{w}(dp|data|fsdp|ddp|hsdp|shard|replicate|dp_shard|dp_replicate){e}|data_parallel")).then(pl.lit("DP"))
-        .when((hint if hint is not None else pl.lit(None, pl.String)).is_not_null()).then(hint if hint is not None else pl.lit(None, pl.String))
-        .when(pl.col("p2p_only")).then(pl.lit("PP"))
-        .when((size == world) | (d == "default_pg")).then(pl.lit("DP"))
-        .when((pl.col("stride") == 1) & (size < world)).then(pl.lit("TP"))
-        .when(pl.col("stride").is_not_null() & (pl.col("stride") * size == world)).then(pl.lit("DP"))
-        .otherwise(pl.lit("unknown"))
-    )
 
 
 def _pg_config(meta: pl.DataFrame) -> pl.DataFrame:
@@ -239,8 +134,8 @@ def collective_instances(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.Da
     ).with_row_index("__k")
     # what the kernel's name says (type, library, dimension, element type): once per distinct name
     k = name_columns(
-        k, __ktype=_kernel_type(), __lib_type=library_expr("name", 2), __lib_dim=library_expr("name", 3),
-        __lib=library_expr("name", 0), __kdtype=_kernel_dtype(),
+        k, __ktype=kernel_type(), __lib_type=library_expr("name", 2), __lib_dim=library_expr("name", 3),
+        __lib=library_expr("name", 0), __kdtype=kernel_dtype(),
     )
     # host side: the launch call and its enclosing record_param_comms / nccl:* annotation
     # (only threads that hold a record_param_comms op or an nccl:/gloo:/rccl: range can link a
@@ -303,10 +198,10 @@ def collective_instances(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.Da
     lib = pl.col("__lib")
     group = pl.coalesce("pg_name", pl.when(lib.is_not_null() & (lib != "NCCL/RCCL")).then(lib), pl.lit("default"))
     j = j.with_columns(ctype.alias("coll_type"), hint.alias("__dim_hint"))
-    nelems = pl.coalesce(pl.max_horizontal("in_nelems", "out_nelems"), _dims_nelems())
+    nelems = pl.coalesce(pl.max_horizontal("in_nelems", "out_nelems"), dims_nelems())
     esize = pl.coalesce(
-        _dtype_size("dtype"),
-        pl.when(pl.col("__ktype").fill_null("") != "send_recv").then(_dtype_size("__kdtype")),
+        dtype_size("dtype"),
+        pl.when(pl.col("__ktype").fill_null("") != "send_recv").then(dtype_size("__kdtype")),
     )
     cfg = _pg_config(meta).lazy()
     world = meta.lazy().select("rank", pl.col("world_size").cast(pl.Int64).alias("world"))
@@ -369,7 +264,7 @@ def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS
     a batch of ranks at a time: per group and instance the last arrival and how many ranks hold
     it, per group whether its ranks agree on the number of instances. The kernels are then
     matched against that small table a few of the instances' chunks (one per rank in a job) at a
-    time (:func:`_chunks`), and the four result columns, cut like the instances, are put beside
+    time (:func:`.rowbatches.chunks`), and the four result columns, cut like the instances, are put beside
     them: a job of many ranks never holds a temporary as long as all its kernels, nor copies the
     instances' columns (rows stay in load order).
     """
@@ -382,12 +277,12 @@ def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS
     )
     est = (pl.col("bytes").cast(pl.Float64) * factor.fill_null(1.0) / bw * 1e9).round(0).cast(pl.Int64)
     group = pl.col("pg_name").to_physical().alias("__g")  # a categorical's code: one per group name
-    runs = _rank_runs(inst)
+    runs = rank_runs(inst)
     # per group and instance: the last arrival and how many ranks hold it; per group and rank:
     # the number of instances. Grouped a batch of ranks at a time (ranks are disjoint between
     # batches, so the batches' rank counts add up), then the batches' groups.
     counts, partial = [], []
-    for at, length in _batches(runs, _BATCH_ROWS):
+    for at, length in batches(runs, BATCH_ROWS):
         narrow = inst.slice(at, length).select(group, "rank", "instance", "start_ns")
         counts.append(narrow.group_by("__g", "rank").agg(pl.len().alias("__n")))
         partial.append(narrow.group_by("__g", "instance").agg(pl.col("start_ns").max().alias("__last"), pl.col("rank").n_unique().alias("__ranks")))
@@ -402,7 +297,7 @@ def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS
     # with a Seq arg the instance is exact; without, only groups whose ranks agree on the count
     aligned = (pl.col("__agree") | pl.col("__seq")) & (pl.col("__ranks") >= 2)
     parts = []
-    for batch in _batches_of(_chunks(inst), _RUN_ROWS):
+    for batch in batches_of(chunks(inst), RUN_ROWS):
         at, length = batch[0][0], sum(n for _, n in batch)
         part = (
             inst.slice(at, length)
@@ -437,64 +332,6 @@ def match_instances(inst: pl.DataFrame, bus_bw_gbps: float = DEFAULT_BUS_BW_GBPS
     return kept.hstack(pl.concat(parts, rechunk=False).get_columns())
 
 
-#: rows of a job's collective kernels that :func:`match_instances` and :func:`summary` take at
-#: once (whole ranks: a batch ends at the first rank boundary past this many rows), so that a
-#: job of many ranks never holds temporaries as long as all its kernels
-_BATCH_ROWS = 1 << 15
-#: the same for the per-row matching (whole chunks) and the summary's group-by (whole ranks):
-#: shorter, their temporaries are wider; a job of small ranks still takes a few queries, not one
-#: per rank
-_RUN_ROWS = 1 << 12
-
-
-def _batches_of(runs: list[tuple[int, int]], rows: int) -> list[list[tuple[int, int]]]:
-    """Consecutive ``(offset, length)`` runs in batches of whole runs, a batch ending at the
-    first run that takes it to ``rows`` rows."""
-    out: list[list[tuple[int, int]]] = []
-    size = rows
-    for run in runs:
-        if size < rows:
-            out[-1].append(run)
-            size += run[1]
-        else:
-            out.append([run])
-            size = run[1]
-    return out
-
-
-def _batches(runs: list[tuple[int, int]], rows: int) -> list[tuple[int, int]]:
-    """Consecutive runs joined into batches of about ``rows`` rows (whole runs)."""
-    return [(b[0][0], sum(n for _, n in b)) for b in _batches_of(runs, rows)]
-
-
-def _chunks(df: pl.DataFrame) -> list[tuple[int, int]]:
-    """``(offset, length)`` of the frame's chunks when all its columns are cut alike (a job's
-    table: one chunk per rank), else of the whole frame. Columns computed chunk by chunk and
-    cut the same way sit beside the frame's without a copy (a frame whose columns are cut
-    differently is copied whole by the next group-by)."""
-    cuts = {tuple(s.chunk_lengths()) for s in df.get_columns()}
-    if len(cuts) != 1 or df.height == 0:
-        return [(0, df.height)]
-    (lengths,) = cuts
-    offsets = [0]
-    for n in lengths[:-1]:
-        offsets.append(offsets[-1] + n)
-    return list(zip(offsets, lengths))
-
-
-def _rank_runs(df: pl.DataFrame) -> list[tuple[int, int]]:
-    """``(offset, length)`` of each rank's rows when every rank's rows are contiguous (a job's
-    table: the ranks' tables one after another), else of the whole frame. A per-rank query on
-    each run (a zero-copy slice) gives what one query on the frame gives for anything computed
-    per row or per group of one rank, with temporaries the size of one rank's rows."""
-    if df.height == 0:
-        return [(0, 0)]
-    rank = pl.col("rank")
-    starts = df.select(pl.arg_where(rank.ne_missing(rank.shift())).alias("at")).get_column("at").to_list()
-    if len(starts) != df.get_column("rank").n_unique():  # a rank in several runs
-        return [(0, df.height)]
-    ends = [*starts[1:], df.height]
-    return [(a, b - a) for a, b in zip(starts, ends)]
 
 
 def _keyed_classes(coll: pl.DataFrame) -> dict[str, list[str]]:
@@ -520,14 +357,12 @@ def exposure(gpu: pl.DataFrame, coll: pl.DataFrame, windows: pl.DataFrame) -> pl
     for by, vals in keys.items():
         for i, v in enumerate(vals):
             names[f"{by}{i}"] = (by, v)
-    comm = gpu.lazy().filter(pl.col("cls") == "comm").select("rank", "start_ns", "end_ns")
     coll_l = coll.lazy()
     extra = []
     for cname, (by, v) in names.items():
         col = {"type": "coll_type", "group": "pg_name", "dim": "dim"}[by]
         extra.append(coll_l.filter(pl.col(col) == v).select("rank", "start_ns", "end_ns", pl.lit(cname).alias("cls")))
     base = gpu.lazy().select("rank", "start_ns", "end_ns", "cls")
-    del comm
     iv = pl.concat([base, *extra])
     classes = [*CLASSES, *names]
     seg = segments(iv, windows.lazy(), classes).with_columns((pl.col("t1") - pl.col("t0")).alias("len_ns"))
@@ -540,7 +375,7 @@ def exposure(gpu: pl.DataFrame, coll: pl.DataFrame, windows: pl.DataFrame) -> pl
     for by in keys:
         cols = [c for c, (b, _) in names.items() if b == by]
         active = pl.sum_horizontal([(pl.col(f"n_{c}") > 0).cast(pl.Int32) for c in cols])
-        key = pl.lit(CONCURRENT)
+        key = pl.lit(COMM_CONCURRENT)
         for c in cols:
             key = pl.when((active == 1) & (pl.col(f"n_{c}") > 0)).then(pl.lit(names[c][1])).otherwise(key)
         key = pl.when(active == 0).then(pl.lit("unattributed")).otherwise(key)
@@ -561,7 +396,7 @@ def summary(coll: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, step, by, key): count, bytes, time, wait, transfer, exposed, overlapped.
 
     The kernels are grouped once by (rank, step, type, group, dimension), one rank at a time
-    (:func:`_rank_runs`), a few rows per rank and step, and the three views are sums over those
+    (:func:`.rowbatches.rank_runs`), a few rows per rank and step, and the three views are sums over those
     groups (a job of many ranks has a row per collective kernel: one pass over it, not three).
     ``first`` values come from the group holding the earliest kernel, as a group-by over the
     kernels gives them. Its text columns are strings (those of ``coll`` may be categorical)."""
@@ -585,7 +420,7 @@ def summary(coll: pl.DataFrame, expo: pl.DataFrame) -> pl.DataFrame:
                 pl.col("group_size").first(),
                 pl.col("pg_ranks").first(),
             )
-            for at, length in _batches(_rank_runs(coll), _RUN_ROWS)
+            for at, length in batches(rank_runs(coll), RUN_ROWS)
         ])
         .filter(pl.col("step").is_not_null())
         .sort("__k")

@@ -38,7 +38,7 @@ import polars as pl
 
 from traceanalyzer.buckets import HOST_CAUSES  # noqa: F401 - the vocabulary, re-exported
 from traceanalyzer.buckets import IDLE_CAUSES as CAUSES
-from traceanalyzer.classify.intervals import segments
+from traceanalyzer.classify.intervals import first_active, segments
 from traceanalyzer.queries import query_engine
 DATALOADER_RANGE = r"^enumerate\(DataLoader\)#.*__next__"
 OPTIMIZER_RANGE = r"^Optimizer\.(step|zero_grad)#"
@@ -151,15 +151,7 @@ def idle_split(
         parts.append(pp)
     # materialised: the sweep reads its intervals twice (starts and ends)
     seg = segments(pl.concat(parts, how="vertical_relaxed").collect(engine=query_engine()).lazy(), win, ["busy", "starve", "sync", "bubble"])
-    cause = (
-        pl.when(pl.col("n_bubble") > 0)
-        .then(pl.lit("bubble"))
-        .when(pl.col("n_sync") > 0)
-        .then(pl.lit("sync"))
-        .when(pl.col("n_starve") > 0)
-        .then(pl.lit("host_bound"))
-        .otherwise(pl.lit("other"))
-    )
+    cause = first_active([("bubble", "bubble"), ("sync", "sync"), ("starve", "host_bound")], "other")
     idle_seg = (
         seg.filter(pl.col("n_busy") == 0)
         .with_columns(cause.alias("cause"), (pl.col("t1") - pl.col("t0")).alias("len_ns"))

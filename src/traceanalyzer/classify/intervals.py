@@ -5,6 +5,9 @@ boundaries and counts, for each segment, how many intervals of each class are ac
 later aggregation (the partition, overlap, causes) is a group-by over these segments, so they
 all agree on the same exact integer-nanosecond cut.
 
+:func:`first_active` labels a segment by the first of its active classes in an order of
+precedence.
+
 :func:`contained_in` marks the intervals that lie inside an interval of another set on the same
 key (thread): the nesting test behind "this op runs under that op".
 """
@@ -54,8 +57,8 @@ def segments(
     ).with_columns(*[pl.lit(0, pl.Int8).alias(f"n_{c}") for c in classes])
     counts = [f"n_{c}" for c in classes]
     # sorted by (key, t) as two single-column sorts (a stable one on ``key`` after one on ``t``),
-    # materialised in between: polars would fuse them into one multi-column sort, 3x the CPU of
-    # both together. Coincident boundaries stay separate rows; the running sum at the last row of
+    # materialised in between: polars would fuse them into one multi-column sort, which costs more
+    # CPU than both together. Coincident boundaries stay separate rows; the running sum at the last row of
     # each (key, t) run is the sum through that point, so only those rows are kept.
     both = pl.concat([points, edges]).sort("t").collect(engine=query_engine())
     # one key (a rank analysed alone, as the workers do): already in (key, t) order
@@ -80,6 +83,16 @@ def segments(
         .filter(pl.col("step").is_not_null() & (pl.col("t0") < pl.col("wend_ns")))
         .select(key, "step", "t0", "t1", pl.col(counts).cast(pl.Int64))
     )
+
+
+def first_active(order: Sequence[tuple[str, str]], otherwise: str) -> pl.Expr:
+    """A segment's label by precedence: of ``order``'s ``(class, label)`` pairs, the label of the
+    first class active on the segment (``n_<class> > 0``, :func:`segments`), else ``otherwise``."""
+    (cls, label), *rest = order
+    expr = pl.when(pl.col(f"n_{cls}") > 0).then(pl.lit(label))
+    for cls, label in rest:
+        expr = expr.when(pl.col(f"n_{cls}") > 0).then(pl.lit(label))
+    return expr.otherwise(pl.lit(otherwise))
 
 
 def contained_in(

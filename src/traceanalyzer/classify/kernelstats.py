@@ -180,6 +180,28 @@ def nearest_rank(d: pl.Expr, pct: int) -> pl.Expr:
     return d.list.get(((n * pct + 99) // 100 - 1).clip(0, None), null_on_oob=True)
 
 
+def call_time_stats() -> list[pl.Expr]:
+    """``mean_ns`` (Float64; ``total_ns`` over ``calls``), ``p50_ns``, ``p99_ns``, ``min_ns`` and
+    ``max_ns`` of the sorted durations list ``__d``."""
+    return [
+        pl.when(pl.col("calls") > 0).then(pl.col("total_ns") / pl.col("calls")).alias("mean_ns"),
+        nearest_rank(pl.col("__d"), 50).alias("p50_ns"),
+        nearest_rank(pl.col("__d"), 99).alias("p99_ns"),
+        pl.col("__d").list.first().alias("min_ns"),
+        pl.col("__d").list.last().alias("max_ns"),
+    ]
+
+
+def finish_table(t: pl.DataFrame, device: str | None, sort: str, top: int | None, columns: tuple[str, ...]) -> pl.DataFrame:
+    """A kernel or op table from its aggregated rows: the roofline columns for ``device``, the
+    ``columns`` in that order, sorted by ``sort`` (:func:`sort_table`), the first ``top`` rows."""
+    from traceanalyzer.classify.roofline import device_roof, with_roofline
+
+    _key, peaks, hbm = device_roof(device)
+    t = sort_table(with_roofline(t, peaks, hbm).select(columns), sort)
+    return t.head(top) if top else t
+
+
 def select_rows(rows: pl.DataFrame, *, name: str | None = None, rank: list[int] | None = None,
                 step: list[int] | None = None) -> pl.DataFrame:
     """The rows of the given ranks and steps whose name matches the regex ``name``."""
@@ -219,18 +241,9 @@ def sort_table(table: pl.DataFrame, sort: str, time_col: str = "total_ns") -> pl
     return table.sort([col, *keys], descending=[True] + [False] * len(keys), nulls_last=True)
 
 
-def kernel_table(
-    rows: pl.DataFrame,
-    steps: pl.DataFrame,
-    device: str | None = None,
-    *,
-    name: str | None = None,
-    rank: list[int] | None = None,
-    step: list[int] | None = None,
-    precision: str | None = None,
-    sort: str = "total",
-    top: int | None = None,
-) -> pl.DataFrame:
+def kernel_table(rows: pl.DataFrame, steps: pl.DataFrame, device: str | None = None, *, name: str | None = None,
+                 rank: list[int] | None = None, step: list[int] | None = None, precision: str | None = None,
+                 sort: str = "total", top: int | None = None) -> pl.DataFrame:
     """The kernel table from the workers' rows (:func:`kernel_stat_rows`) of the selected ranks
     and steps: one row per kernel name and class. Columns (times in integer ns unless said):
 
@@ -246,7 +259,7 @@ def kernel_table(
     ``precision``: the precision of kernels whose name states none and whose launching op
     recorded no input types (e.g. ``"bf16"``); without it such kernels get no bytes and no
     roofline."""
-    from traceanalyzer.classify.roofline import ELEMENT_BYTES, device_roof, precision_of, with_roofline
+    from traceanalyzer.classify.roofline import ELEMENT_BYTES, precision_of
 
     sel = select_rows(rows, name=name, rank=rank, step=step)
     wall = selected_wall_ns(steps, rank, step)
@@ -269,11 +282,7 @@ def kernel_table(
         )
         .with_columns(
             pl.col("cls").alias("bucket"),
-            pl.when(pl.col("calls") > 0).then(pl.col("total_ns") / pl.col("calls")).alias("mean_ns"),
-            nearest_rank(pl.col("__d"), 50).alias("p50_ns"),
-            nearest_rank(pl.col("__d"), 99).alias("p99_ns"),
-            pl.col("__d").list.first().alias("min_ns"),
-            pl.col("__d").list.last().alias("max_ns"),
+            *call_time_stats(),
             (100 * pl.col("bucket_ns") / wall if wall else pl.lit(None, pl.Float64)).alias("share_pct"),
             pl.coalesce(precision_of(pl.col("name")), "input_precision", pl.lit(precision, pl.String)).alias("precision"),
         )
@@ -285,11 +294,7 @@ def kernel_table(
         pl.when(has).then(pl.col("elements") * size).alias("bytes"),
         pl.when(has).then(pl.col("flops_ns")).alias("time_ns"),
     )
-    _key, peaks, hbm = device_roof(device)
-    t = with_roofline(t, peaks, hbm)
-    t = t.select(
+    return finish_table(t, device, sort, top, (
         "name", "bucket", "kind", "streams", "ranks", "calls", "total_ns", "mean_ns", "p50_ns", "p99_ns", "min_ns", "max_ns",
         "bucket_ns", "share_pct", "precision", "flops_calls", "flops", "bytes", "tflops", "gbps", "peak_tflops", "roofline_pct",
-    )
-    t = sort_table(t, sort)
-    return t.head(top) if top else t
+    ))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.classify.kernelstats import nearest_rank, select_rows, selected_wall_ns, sort_table, step_of
+from traceanalyzer.classify.kernelstats import call_time_stats, finish_table, select_rows, selected_wall_ns, step_of
 from traceanalyzer.classify.shapes import cost_frame
 from traceanalyzer.queries import query_engine
 
@@ -147,18 +147,9 @@ def op_stat_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame)
     return out.select([pl.col(c).cast(t) for c, t in ROW_SCHEMA.items()]).sort("rank", "step", "name", "input_dims", nulls_last=True)
 
 
-def op_table(
-    rows: pl.DataFrame,
-    steps: pl.DataFrame,
-    device: str | None = None,
-    *,
-    name: str | None = None,
-    rank: list[int] | None = None,
-    step: list[int] | None = None,
-    precision: str | None = None,
-    sort: str = "total",
-    top: int | None = None,
-) -> pl.DataFrame:
+def op_table(rows: pl.DataFrame, steps: pl.DataFrame, device: str | None = None, *, name: str | None = None,
+             rank: list[int] | None = None, step: list[int] | None = None, precision: str | None = None,
+             sort: str = "total", top: int | None = None) -> pl.DataFrame:
     """One row per op name and input shapes over the selected ranks and steps (times in integer
     ns unless said): ``name, input_dims, bucket`` (the class with most of its kernels' GPU time:
     compute / recompute / comm / other; null when it launched none), ``ranks, calls, total_ns``
@@ -172,7 +163,7 @@ def op_table(
     recorded input types (``Input type``), else ``precision`` (e.g. ``"bf16"``). FLOPs are
     counted once, for the calls that launched kernels themselves (``aten::linear`` over
     ``aten::addmm``, SDPA over its cuDNN / flash op get none)."""
-    from traceanalyzer.classify.roofline import ELEMENT_BYTES, device_roof, with_roofline
+    from traceanalyzer.classify.roofline import ELEMENT_BYTES
 
     sel = select_rows(rows, name=name, rank=rank, step=step)
     wall = selected_wall_ns(steps, rank, step)
@@ -196,11 +187,7 @@ def op_table(
             pl.when(pl.col("gpu_ns") > 0)
             .then(pl.concat_list([pl.col(f"{c}_ns") for c in cls]).list.arg_max().replace_strict(dict(enumerate(cls)), return_dtype=pl.String))
             .alias("bucket"),
-            pl.when(pl.col("calls") > 0).then(pl.col("total_ns") / pl.col("calls")).alias("mean_ns"),
-            nearest_rank(pl.col("__d"), 50).alias("p50_ns"),
-            nearest_rank(pl.col("__d"), 99).alias("p99_ns"),
-            pl.col("__d").list.first().alias("min_ns"),
-            pl.col("__d").list.last().alias("max_ns"),
+            *call_time_stats(),
             (100 * pl.col("gpu_ns") / wall if wall else pl.lit(None, pl.Float64)).alias("gpu_share_pct"),
             pl.coalesce("gpu_precision", "input_precision", pl.lit(precision, pl.String)).alias("precision"),
         )
@@ -219,11 +206,7 @@ def op_table(
         (pl.col("elements") * counted * size).alias("bytes"),
         pl.when(pl.col("gpu_ns") > 0).then(pl.col("gpu_ns")).alias("time_ns"),
     )
-    _key, peaks, hbm = device_roof(device)
-    t = with_roofline(t, peaks, hbm)
-    t = t.select(
+    return finish_table(t, device, sort, top, (
         "name", "input_dims", "bucket", "ranks", "calls", "total_ns", "mean_ns", "p50_ns", "p99_ns", "min_ns", "max_ns",
         "kernels", "gpu_ns", "gpu_share_pct", "op_kind", "precision", "flops", "bytes", "tflops", "gbps", "peak_tflops", "roofline_pct",
-    )
-    t = sort_table(t, sort)
-    return t.head(top) if top else t
+    ))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.buckets import BUCKET_LABELS, BUCKETS, FIELDS  # noqa: F401 - the vocabulary, re-exported
-from traceanalyzer.classify.intervals import segments
+from traceanalyzer.classify.intervals import first_active, segments
 from traceanalyzer.classify.labels import CLASSES
 from traceanalyzer.errors import InvariantViolation
 from traceanalyzer.queries import query_engine
@@ -27,17 +27,7 @@ def segment_frame(labelled: pl.DataFrame, windows: pl.DataFrame) -> pl.LazyFrame
     """Segments of every step window with the bucket each one falls in."""
     seg = segments(labelled.lazy().select("rank", "start_ns", "end_ns", "cls"), windows.lazy(), CLASSES)
     busy_rc = (pl.col("n_compute") > 0) | (pl.col("n_recompute") > 0)
-    bucket = (
-        pl.when(pl.col("n_compute") > 0)
-        .then(pl.lit("compute"))
-        .when(pl.col("n_recompute") > 0)
-        .then(pl.lit("recompute"))
-        .when(pl.col("n_comm") > 0)
-        .then(pl.lit("exposed_comm"))
-        .when(pl.col("n_other") > 0)
-        .then(pl.lit("other"))
-        .otherwise(pl.lit("idle"))
-    )
+    bucket = first_active([("compute", "compute"), ("recompute", "recompute"), ("comm", "exposed_comm"), ("other", "other")], "idle")
     return seg.with_columns(
         bucket.alias("bucket"),
         ((pl.col("n_comm") > 0) & busy_rc).alias("overlapped"),

@@ -143,7 +143,7 @@ def _with_causes(steps: pl.DataFrame, idle_parts: pl.DataFrame, expo: pl.DataFra
         .pivot(on="col", index=["rank", "step"], values="exposed_ns", aggregate_function="sum")
     ) if expo.height else pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64})
     extra = [c for c in dims.columns if c not in ("rank", "step") and c.removesuffix("_ns") not in COMM_DIM_FIELDS]
-    if extra:  # a dimension outside DIMENSIONS would break the sum: never silently
+    if extra:  # a dimension outside COMM_DIMENSIONS would break the sum: never silently
         raise AssertionError(f"unexpected exposed-comm dimension columns {extra}")
     steps = (
         steps.join(idle_parts, on=["rank", "step"], how="left")

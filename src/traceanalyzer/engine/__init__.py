@@ -26,11 +26,11 @@ from traceanalyzer.engine.job import base_shifts, job_trace, reduce_job
 from traceanalyzer.engine.pool import ENGINES, WorkerDied, run_tasks
 from traceanalyzer.engine.progress import JobProgress, json_bytes
 from traceanalyzer.engine.rank import KEEP, TABLES, Options, RankResult, RankTask, check_tables, classify_ranks, default_workers
-from traceanalyzer.errors import ConfigError, InputNotFound, InvalidArgument
+from traceanalyzer.errors import ConfigError, InvalidArgument
 from traceanalyzer.queries import query_engine
 
 #: below this much JSON in all (inflated), the default is one process (starting worker
-#: processes, ~1 s each, would cost more than they save)
+#: processes would cost more than they save)
 POOL_BYTES = 32 * 2**20
 
 __all__ = ["analyse", "load", "check_workers", "check_engine", "analyse_trace", "with_tables",
@@ -91,20 +91,12 @@ def analyse_trace(trace, opts: Options):
     return reduce_job(results, trace, opts, source)
 
 
-
 def kineto_files(paths: Iterable[Path], skipped: list[str] | None = None) -> tuple[list[Path], list[Path]]:
     """(Kineto files, Nsight Systems inputs) the paths stand for; ``skipped``: where the warning
     lines of the directories' files that are not traces go (see :func:`~traceanalyzer.parsers.discover`)."""
-    from traceanalyzer.parsers import _nsys_sniff, discover, one_profiler
+    from traceanalyzer.parsers import profiler_files
 
-    files = [f for p in paths for f in discover(Path(p), skipped)]
-    if not files:
-        raise InputNotFound("no trace files given")
-    kin, nsys = [], []
-    for f in files:
-        (nsys if f.is_dir() or _nsys_sniff(f) else kin).append(f)
-    one_profiler(kin, nsys)
-    return kin, nsys
+    return profiler_files(paths, skipped)
 
 
 def analyse(
@@ -172,7 +164,7 @@ def _map(paths: list[Path], opts: Options, engine: str, workers: int | None, add
     small = sum(json_bytes(f) for f in kin) < POOL_BYTES
     if nsys or (engine == "local" and workers in (None, 1) and small):
         # several ranks per file (Nsight), or a small job: one process, all ranks in one frame
-        # (the same per-rank steps, without a pass per rank: ~0.1 s saved per small rank file)
+        # (the same per-rank steps, without a pass per rank)
         from traceanalyzer.parsers import load as load_files
 
         files = kin + nsys

@@ -49,8 +49,6 @@ from typing import Any
 from traceanalyzer.errors import ConfigError, InputNotFound
 from traceanalyzer.model.conventions import CONVENTIONS as CONVENTIONS  # re-exported
 
-PRECISIONS = ("bf16", "fp16", "fp8", "tf32", "fp32")
-
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -166,8 +164,6 @@ RECIPES: dict[str, dict[str, Any]] = {
     "fsdp2-mixed": dict(param_dtype="fp32", grad_dtype="fp32", optimizer="adamw", optimizer_state_dtype="fp32",
                         master_weights=False),
 }
-OPTIMIZERS = ("adamw", "adam", "sgd", "adafactor")
-DTYPES = ("fp32", "bf16", "fp16", "fp8")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
@@ -260,21 +256,17 @@ class RunConfig:
 
     @property
     def num_gpus(self) -> int | None:
-        if self.hardware.num_gpus is not None:
-            return self.hardware.num_gpus
+        """The GPUs of the run: as given, else the product of the parallel sizes when DP is given."""
         p = self.parallel
-        if p.dp is not None:
+        if self.hardware.num_gpus is None and p.dp is not None:
             return p.tp * p.pp * p.cp * p.dp
-        return None
+        return self.hardware.num_gpus
 
     @property
     def dp(self) -> int | None:
+        """The data-parallel size: as given, else what the GPUs leave over TP, PP and CP."""
         p = self.parallel
-        if p.dp is not None:
-            return p.dp
-        if self.hardware.num_gpus is not None:
-            return self.hardware.num_gpus // (p.tp * p.pp * p.cp)
-        return None
+        return p.dp if p.dp is not None or self.hardware.num_gpus is None else self.hardware.num_gpus // (p.tp * p.pp * p.cp)
 
     @property
     def ffn(self) -> int | None:

@@ -129,6 +129,21 @@ def one_profiler(kineto_files: list[Path], nsys_files: list[Path]) -> None:
         )
 
 
+def profiler_files(paths: Iterable[str | Path], skipped: list[str] | None = None) -> tuple[list[Path], list[Path]]:
+    """(Kineto files, Nsight Systems inputs) the paths stand for, of one profiler
+    (:func:`one_profiler`); ``skipped``: where the warning lines of the directories' files that
+    are not traces go (see :func:`discover`)."""
+    files = [f for p in paths for f in discover(Path(p), skipped)]
+    if not files:
+        raise InputNotFound("no trace files given")
+    kineto_files: list[Path] = []
+    nsys_files: list[Path] = []
+    for f in files:
+        (nsys_files if f.is_dir() or _nsys_sniff(f) else kineto_files).append(f)
+    one_profiler(kineto_files, nsys_files)
+    return kineto_files, nsys_files
+
+
 def load(
     path: str | Path | Iterable[str | Path], progress: ProgressFn | None = None, cache: bool | str | Path = False
 ) -> Trace:
@@ -139,16 +154,7 @@ def load(
     before is read back from Parquet instead of being decoded.
     """
     skipped: list[str] = []
-    if isinstance(path, (str, Path)):
-        files = discover(Path(path), skipped)
-    else:
-        files = [f for p in path for f in discover(Path(p), skipped)]
-    if not files:
-        raise InputNotFound("no trace files given")
-    kineto_files, nsys_files = [], []
-    for f in files:
-        (nsys_files if f.is_dir() or _nsys_sniff(f) else kineto_files).append(f)
-    one_profiler(kineto_files, nsys_files)
+    kineto_files, nsys_files = profiler_files([path] if isinstance(path, (str, Path)) else path, skipped)
     traces: list[Trace] = []
     if kineto_files:
         traces.append(_load_kineto(kineto_files, progress, cache))

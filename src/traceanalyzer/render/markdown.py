@@ -12,25 +12,11 @@ from typing import Any
 
 from traceanalyzer.buckets import BUCKET_LABELS, BUCKETS
 from traceanalyzer.render import plots
-from traceanalyzer.render.sections import findings_table, integrity_table, host_verdict_table, rank_summary_table, stragglers_table
-from traceanalyzer.render.sections import straggler_costs_table
 from traceanalyzer.render.sections import (
-    Cell,
-    Table,
-    collectives_table,
-    command_text,
-    comm_dims_table,
-    efficiency_table,
-    idle_causes_table,
-    kernel_section_table,
-    recomputed_table,
-    step_stragglers_table,
-    headline_cells,
-    inputs_table,
-    kernels_table,
-    ranks_table,
-    timeline_table,
-    waterfall_table,
+    Cell, Table, collectives_table, comm_dims_table, command_text, efficiency_table, findings_table, headline_cells,
+    host_verdict_table, idle_causes_table, inputs_table, integrity_table, kernel_section_table,
+    kernels_table, rank_summary_table, ranks_table, recomputed_table, step_stragglers_table, straggler_costs_table,
+    stragglers_table, timeline_table, waterfall_table,
 )
 
 MAX_RANKS = 16
@@ -97,12 +83,14 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
         if stem in image_refs:
             out.extend([f"![{alt}]({image_refs[stem]})", ""])
 
-    checks = integrity_table(model)
-    if checks is not None:
-        out += ["### Trace integrity", ""] + _table(checks)
-    found = findings_table(model)
-    if found is not None:
-        out += ["### Findings", ""] + _table(found)
+    def section(title: str, table: Table | None) -> bool:
+        """The table under its heading, when the report has it."""
+        if table is not None:
+            out.extend([f"### {title}", "", *_table(table)])
+        return table is not None
+
+    section("Trace integrity", integrity_table(model))
+    section("Findings", findings_table(model))
     out += ["### Partition per rank", ""]
     img("partition", "partition per rank")
     summary = rank_summary_table(model)
@@ -118,24 +106,17 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
         out += _table(waterfall_table(model))
     out += ["### Cross-rank heatmap (% of step)", ""]
     img("heatmap", "heatmap")
-    strag = stragglers_table(model)
-    if strag is not None:
-        out += ["### Stragglers", ""] + _table(strag)
-    costs = straggler_costs_table(model)
-    if costs is not None:
-        out += ["### What each straggler costs, and who waited on whom", ""] + _table(costs)
+    section("Stragglers", stragglers_table(model))
+    if section("What each straggler costs, and who waited on whom", straggler_costs_table(model)):
         img("waits", "who waited on whom")
     out += ["### Top kernels", ""] + _table(kernel_section_table(model) or kernels_table(model))
     for title, t in (("Idle by cause", idle_causes_table(model)),
                      ("Host and launches", host_verdict_table(model)),
                      ("Communication by dimension", comm_dims_table(model)),
                      ("Recomputed ops", recomputed_table(model)), ("Slowest rank per step", step_stragglers_table(model))):
-        if t is not None:
-            out += [f"### {title}", ""] + _table(t)
+        section(title, t)
     out += ["### Top exposed collectives", ""] + _table(collectives_table(model))
-    eff = efficiency_table(model)
-    if eff is not None:
-        out += ["### Collective efficiency", ""] + _table(eff)
+    section("Collective efficiency", efficiency_table(model))
     out += ["### Warnings", ""]
     out += [f"- {_esc(w)}" for w in model["warnings"]] or ["None."]
     out += ["", "<details><summary>Reproduce</summary>", "", "```sh", command_text(model), "```", ""]

@@ -249,43 +249,57 @@ def waterfall_sections(wf: dict[str, Any], all_rows: bool = True) -> list[Sectio
     return out
 
 
-def trace_comparison_sections(cmp: dict[str, Any], all_rows: bool = True) -> list[Section]:
-    """The gap split into waterfall terms; without ``all_rows`` the terms zero in both runs are
-    left out (a note names them)."""
-    s = Section(f"Gap in achieved TFLOP/s/GPU: A = {cmp['a']}, B = {cmp['b']} [{cmp['convention']}]",
-                ["term", "A", "B", "A − B (contribution to the gap)"])
-    s.rows.append(["achieved", num(cmp["achieved_a"], 2), num(cmp["achieved_b"], 2), f"{cmp['gap']:+,.2f}"])
+#: the two ways ``compare`` splits a gap: title (formatted with the comparison's fields),
+#: columns, the total row's (label, A, B, gap) fields, the terms' (A, B, contribution) fields,
+#: the field of the contributions' sum, decimals, the note under the table
+_GAPS = {
+    "tflops": (
+        "Gap in achieved TFLOP/s/GPU: A = {a}, B = {b} [{convention}]",
+        ["term", "A", "B", "A − B (contribution to the gap)"],
+        ("achieved", "achieved_a", "achieved_b", "gap"), ("a", "b", "contribution"), "sum_contributions", 2,
+        "achieved = peak − Σ losses, so a loss contributes (loss in B − loss in A) and the peak (peak A − peak B);"
+        " the contributions sum to the gap exactly.",
+    ),
+    "time": (
+        "Step time, B − A: A = {a}, B = {b} ({unit})",
+        ["term", "A ms", "B ms", "B − A ms (contribution to the gap)"],
+        ("step time", "step_ms_a", "step_ms_b", "gap_ms"), ("a_ms", "b_ms", "contribution_ms"), "sum_contributions_ms", 3,
+        "No run configuration given, so the comparison is in time: each step is an exact partition, "
+        "so the bucket differences sum to the step-time gap exactly. Pass --config (or --config-a/-b) "
+        "for the same split in TFLOP/s/GPU.",
+    ),
+}
+
+
+def _gap_section(cmp: dict[str, Any], how: str, all_rows: bool) -> Section:
+    """A comparison's gap split into terms (:data:`_GAPS`): the total row, a row per term (its
+    label, A, B and signed contribution), the sum of the contributions; without ``all_rows`` the
+    terms zero in both runs are left out (a note names them)."""
+    title, columns, (total, total_a, total_b, gap), (a, b, contribution), sum_key, digits, note = _GAPS[how]
+    s = Section(title.format(**cmp), columns)
+    s.rows.append([total, num(cmp[total_a], digits), num(cmp[total_b], digits), f"{cmp[gap]:+,.{digits}f}"])
     hidden = []
     for t in cmp["terms"]:
-        if not all_rows and _zero(t["a"], t["b"], t["contribution"]):
+        if not all_rows and _zero(t[a], t[b], t[contribution]):
             hidden.append(label(t["term"]))
             continue
-        s.rows.append([label(t["term"]), num(t["a"], 2), num(t["b"], 2), f"{t['contribution']:+,.2f}"])
-    s.rows.append(["= gap (sum of contributions)", "", "", f"{cmp['sum_contributions']:+,.2f}"])
-    s.notes.append("achieved = peak − Σ losses, so a loss contributes (loss in B − loss in A) and the peak (peak A − peak B);"
-                   " the contributions sum to the gap exactly.")
+        s.rows.append([label(t["term"]), num(t[a], digits), num(t[b], digits), f"{t[contribution]:+,.{digits}f}"])
+    s.rows.append(["= gap (sum of contributions)", "", "", f"{cmp[sum_key]:+,.{digits}f}"])
+    s.notes.append(note)
     _hidden(s, hidden)
-    return [s]
+    return s
+
+
+def trace_comparison_sections(cmp: dict[str, Any], all_rows: bool = True) -> list[Section]:
+    """The gap in achieved TFLOP/s/GPU split into waterfall terms; without ``all_rows`` the terms
+    zero in both runs are left out (a note names them)."""
+    return [_gap_section(cmp, "tflops", all_rows)]
 
 
 def time_comparison_sections(cmp: dict[str, Any], all_rows: bool = True) -> list[Section]:
     """The step-time gap split into the time buckets; without ``all_rows`` the buckets zero in
     both runs are left out (a note names them)."""
-    s = Section(f"Step time, B − A: A = {cmp['a']}, B = {cmp['b']} ({cmp['unit']})",
-                ["term", "A ms", "B ms", "B − A ms (contribution to the gap)"])
-    s.rows.append(["step time", num(cmp["step_ms_a"], 3), num(cmp["step_ms_b"], 3), f"{cmp['gap_ms']:+,.3f}"])
-    hidden = []
-    for t in cmp["terms"]:
-        if not all_rows and _zero(t["a_ms"], t["b_ms"], t["contribution_ms"]):
-            hidden.append(label(t["term"]))
-            continue
-        s.rows.append([label(t["term"]), num(t["a_ms"], 3), num(t["b_ms"], 3), f"{t['contribution_ms']:+,.3f}"])
-    s.rows.append(["= gap (sum of contributions)", "", "", f"{cmp['sum_contributions_ms']:+,.3f}"])
-    s.notes.append("No run configuration given, so the comparison is in time: each step is an exact partition, "
-                   "so the bucket differences sum to the step-time gap exactly. Pass --config (or --config-a/-b) "
-                   "for the same split in TFLOP/s/GPU.")
-    _hidden(s, hidden)
-    return [s]
+    return [_gap_section(cmp, "time", all_rows)]
 
 
 # ------------------------------------------------------------------------------------ output

@@ -72,11 +72,6 @@ DISPATCH_GAP_NS = 10_000
 # point types, in the order points at the same instant are walked on one chain
 END, READY, START = 0, 1, 2
 
-#: what each weighted piece of the path is, and the bucket it counts in
-WHATS = ["kernel", "transfer", "comm_wait", "kernel_gap", "launch_delay", "wait_gap", "host_op", "host_dispatch", "host_gap", "host_wait", "sync",
-         "collective", "thread"]
-
-
 def _windows(windows: pl.DataFrame) -> pl.DataFrame:
     """Per rank and step: the host window (the step range; the whole trace for a rank without
     step markers, whose one step is the whole trace) and the GPU window."""
@@ -321,20 +316,20 @@ def build(
     end_node = node_of.filter(pl.col("ptype") == END).select("eid", pl.col("node").alias("n"), pl.col("t").alias("tn"))
     ready_node = node_of.filter(pl.col("ptype") == READY).select("eid", pl.col("node").alias("n"), pl.col("t").alias("tn"))
     g = bind.join(start_node, on="eid")  # the activity's start: destination of launch and wait edges
-    launch = (
-        g.filter(pl.col("launch_eid").is_not_null())
-        .join(start_node.rename({"eid": "launch_eid", "n": "src", "tn": "ts"}), on="launch_eid")
-        .select("src", pl.col("n").alias("dst"),
-                pl.when(pl.col("binding") == "launch").then(pl.col("tn") - pl.col("ts")).otherwise(0).alias("w"),
-                pl.lit("launch_delay").alias("what"), pl.col("eid").alias("about"))
-    )
-    wait = (
-        g.filter(pl.col("wait_eid").is_not_null())
-        .join(end_node.rename({"eid": "wait_eid", "n": "src", "tn": "ts"}), on="wait_eid")
-        .select("src", pl.col("n").alias("dst"),
-                pl.when(pl.col("binding") == "wait").then(pl.col("tn") - pl.col("ts")).otherwise(0).alias("w"),
-                pl.lit("wait_gap").alias("what"), pl.col("eid").alias("about"))
-    )
+
+    def bound_by(kind: str, source: pl.DataFrame, what: str) -> pl.DataFrame:
+        """Edges from ``source``'s node of the activity named by ``{kind}_eid`` to each activity's
+        start, weighted by the gap when ``kind`` is what binds the activity (else 0)."""
+        return (
+            g.filter(pl.col(f"{kind}_eid").is_not_null())
+            .join(source.rename({"eid": f"{kind}_eid", "n": "src", "tn": "ts"}), on=f"{kind}_eid")
+            .select("src", pl.col("n").alias("dst"),
+                    pl.when(pl.col("binding") == kind).then(pl.col("tn") - pl.col("ts")).otherwise(0).alias("w"),
+                    pl.lit(what).alias("what"), pl.col("eid").alias("about"))
+        )
+
+    launch = bound_by("launch", start_node, "launch_delay")
+    wait = bound_by("wait", end_node, "wait_gap")
     # host sync: per blocking call and stream of its rank, the last activity ending during it
     calls = ev.filter(pl.col("blocking")).select("eid", "step", "rank", "start_ns", "end_ns")
     acts = ev.filter(~pl.col("host")).select(pl.col("eid").alias("g_eid"), "step", "rank", pl.col("chain").alias("gchain"), pl.col("end_ns").alias("g_end"))
