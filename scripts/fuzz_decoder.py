@@ -42,9 +42,9 @@ from pathlib import Path
 # ---- where things are (one place: the package layout may move) -------------------------------
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"  # the package's source tree (src layout)
-DECODER_C = SRC / "traceanalyzer" / "_kineto.c"  # the compiled decoder's source
-NATIVE_MODULE = "traceanalyzer._kineto"  # its import name
-CHOOSER_MODULE = "traceanalyzer.decoder"  # which decoder runs (native / python)
+DECODER_C = SRC / "traceanalyzer" / "parsers" / "_kineto.c"  # the compiled decoder's source
+NATIVE_MODULE = "traceanalyzer.parsers._kineto"  # its import name
+CHOOSER_MODULE = "traceanalyzer.parsers.decoder"  # which decoder runs (native / python)
 EVENTS_MODULE = "traceanalyzer.parsers.kineto_events"  # the Python decoders of a piece
 PARSER_MODULE = "traceanalyzer.parsers.kineto"  # the whole-file (streaming) reader
 REGRESSION_SEEDS = ROOT / "tests" / "data" / "fuzz"
@@ -85,7 +85,7 @@ _state: dict = {}
 
 def use_module(module) -> None:
     """Make ``module`` (an instrumented build, or None for the in-place one) the compiled
-    decoder that ``traceanalyzer.decoder`` hands out."""
+    decoder that ``traceanalyzer.parsers.decoder`` hands out."""
     import importlib
 
     chooser = importlib.import_module(CHOOSER_MODULE)

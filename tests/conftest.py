@@ -46,7 +46,7 @@ def _decoder_choice() -> None:
     import os
 
     if not os.environ.get("TRACEANALYZER_DECODER", "").strip():
-        from traceanalyzer import decoder
+        from traceanalyzer.parsers import decoder
 
         os.environ["TRACEANALYZER_DECODER"] = "native" if decoder._compiled() is not None else "python"
 

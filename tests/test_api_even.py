@@ -165,6 +165,7 @@ REQUIRED = {
     "comm_bytes": {"source": DLRM, "config": CONFIG}, "whatif": {"config": CONFIG, "sets": ["pp=2"]},
     "search_layouts": {"config": CONFIG}, "plan": {"tokens": "1T"}, "batch": {"roots": DLRM, "store": "store"},
     "trend": {"store": "store"}, "gate": {"store": "store"}, "load": {"path": DLRM}, "scan": {"path": DLRM},
+    "load_analysis": {"path": DLRM},
     "annotate": {"source": DLRM, "output": "out.json"}, "predict": {"config": CONFIG},
 }
 
@@ -219,7 +220,7 @@ def test_every_verb_is_in_the_tables():
     the vocabulary is some verb's argument: the table above covers the whole API."""
     from traceanalyzer.api._arguments import VOCABULARY
 
-    assert len(_verbs()) == 34 and len(PARAMETERS) > 150
+    assert len(_verbs()) == 35 and len(PARAMETERS) > 150
     assert {p for _, p in PARAMETERS} == set(VOCABULARY) == set(WRONG)
 
 
@@ -292,7 +293,7 @@ def test_a_kernel_name_of_another_json_type_is_named_by_both_decoders(decoder, v
     import json
 
     from conftest import DEMO
-    from traceanalyzer import decoder as decoders
+    from traceanalyzer.parsers import decoder as decoders
 
     if decoder == "native" and decoders._compiled() is None:
         pytest.skip("the compiled decoder is not built")

@@ -6,7 +6,7 @@ import polars as pl
 
 import traceanalyzer as ta
 from traceanalyzer.errors import TraceAnalyzerError
-from traceanalyzer import decoder
+from traceanalyzer.parsers import decoder
 from traceanalyzer.render.json import steps_frame
 
 from conftest import DEMO, DLRM, FIXTURES, run_cli

@@ -14,7 +14,7 @@ from conftest import DEMO, PYTHONPATH, run_cli
 from traceanalyzer import __version__
 from traceanalyzer.cli import app, main
 from traceanalyzer.commands.common import param_kind
-from traceanalyzer import decoder
+from traceanalyzer.parsers import decoder
 
 GROUP = typer.main.get_command(app)
 COMMANDS = sorted(GROUP.commands)

@@ -316,8 +316,8 @@ def test_a_comm_kernel_pattern_polars_cannot_use_is_refused_with_the_regex_engin
                      ("(", "unclosed group"), ("\\1", "backreferences are not supported")]:
         with pytest.raises(ConfigError) as e:
             check_comm_pattern(bad)
-        assert e.value.message == f"--comm-kernel {bad!r} is not a valid regex ({why})"
+        assert e.value.message == f"`comm_kernels` {bad!r} is not a valid regex ({why})"
     # a regex beyond the compiled-size limit fails without a parser message
     with pytest.raises(ConfigError) as e:
         check_comm_pattern("a{100000}{100000}")
-    assert e.value.message == "--comm-kernel 'a{100000}{100000}' is not a valid regex (parse error)"
+    assert e.value.message == "`comm_kernels` 'a{100000}{100000}' is not a valid regex (parse error)"

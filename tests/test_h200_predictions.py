@@ -245,7 +245,7 @@ def test_memory_prediction_against_the_allocator(run):
 
 @pytest.mark.parametrize("run", ["base", "recompute"])
 def test_memory_command_compares_with_the_trace(run):
-    from traceanalyzer.reconciliation.footprint import memory  # noqa: PLC0415
+    from traceanalyzer.api import memory  # noqa: PLC0415
 
     r = memory(trace_of(run), CONFIGS / f"h200_{run}.toml", workers=1)
     measured = r.fit.item(0, "measured_peak_allocated")

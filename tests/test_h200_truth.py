@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 import traceanalyzer as ta
-from traceanalyzer.reconciliation.footprint import memory
+from traceanalyzer.api import memory
 
 from conftest import TRACES, shared_or_skip
 

@@ -20,7 +20,7 @@ from traceanalyzer.classify.allocations import REBUILT, RECORDED, allocation_tim
 from traceanalyzer.model.memory import COMPONENTS, GIB
 from traceanalyzer.parsers import load
 from traceanalyzer.parsers.kineto_memory import read_memory_events
-from traceanalyzer.reconciliation.footprint import memory
+from traceanalyzer.api import memory  # the verb: it reads the trace and its memory events
 
 LEGACY = FIXTURES / "kineto" / "v100_resnet50_legacy2021.json.gz"
 HTA_MEMORY = TRACES / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
@@ -232,6 +232,7 @@ def test_memory_kept_free_is_checked_before_anything_is_read():
     # the reserve is refused by the reconciler itself too (the verb's checks aside): a negative
     # or infinite reserve is a ConfigError naming it, and so is a call with nothing to do
     from traceanalyzer.errors import ConfigError
+    from traceanalyzer.reconciliation.footprint import memory
 
     for bad in (-1, float("inf"), float("nan")):
         with pytest.raises(ConfigError, match="must be a finite number of GiB, zero or more"):

@@ -1,4 +1,4 @@
-"""The compiled Kineto decoder (``traceanalyzer._kineto``) against the Python decoders, the
+"""The compiled Kineto decoder (``traceanalyzer.parsers._kineto``) against the Python decoders, the
 reference: the same frames (exactly: every value, dtype and row) on every fixture and every real
 trace under ``../shared/traces``, the same exit code and stderr on every entry of the bad-input
 corpus, and, on generated events and byte mutations of real traces, the same raw frame or a
@@ -20,7 +20,7 @@ from polars.testing import assert_frame_equal
 
 from traceanalyzer.cli import main
 from traceanalyzer.errors import TraceAnalyzerError
-from traceanalyzer import decoder
+from traceanalyzer.parsers import decoder
 from traceanalyzer.parsers import kineto
 from traceanalyzer.parsers.kineto_events import (
     ARG_SCHEMA,

@@ -245,13 +245,13 @@ def test_a_closed_stdout_pipe_exits_0_quietly(args):
 def test_an_escaping_base_exception_is_exit_1_in_one_line(monkeypatch, capsys):
     from polars.exceptions import PanicException
 
+    from traceanalyzer.api import commandline
     from traceanalyzer.cli import main
-    from traceanalyzer.commands import breakdown
 
     def boom(*_a, **_k):
         raise PanicException("called `Option::unwrap()` on a `None` value\nnote: run with RUST_BACKTRACE=1")
 
-    monkeypatch.setattr(breakdown, "analyse_paths", boom)
+    monkeypatch.setattr(commandline, "analyse_files", boom)
     assert issubclass(PanicException, BaseException) and not issubclass(PanicException, Exception)
     assert main(["breakdown", str(DLRM), "-f", "json"]) == 1
     err = capsys.readouterr().err
@@ -262,13 +262,13 @@ def test_permission_denied_anywhere_is_exit_3_in_one_line(monkeypatch, capsys, t
     """(chmod cannot deny root, so the OS error is raised where the OS would raise it.)"""
     import tempfile
 
+    from traceanalyzer.api import commandline
     from traceanalyzer.cli import main
-    from traceanalyzer.commands import breakdown
 
     def denied(*_a, **_k):
         raise PermissionError(13, "Permission denied", str(tmp_path / "locked.json"))
 
-    monkeypatch.setattr(breakdown, "analyse_paths", denied)
+    monkeypatch.setattr(commandline, "analyse_files", denied)
     assert main(["breakdown", str(DLRM)]) == 3
     assert capsys.readouterr().err == f"traceanalyzer: error: {tmp_path / 'locked.json'}: Permission denied\n"
     monkeypatch.undo()

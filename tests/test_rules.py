@@ -208,4 +208,4 @@ def test_rule_comm_kernel_names_and_user_patterns():
     check_comm_pattern("my_.*reduce")  # a valid regex: no error
     with pytest.raises(ConfigError) as e:
         check_comm_pattern("(?=x)")
-    assert str(e.value).startswith("--comm-kernel '(?=x)' is not a valid regex (") and "\n" not in str(e.value)
+    assert str(e.value).startswith("`comm_kernels` '(?=x)' is not a valid regex (") and "\n" not in str(e.value)

@@ -125,5 +125,6 @@ def test_step_range_skip_counts_and_no_contradictory_warning():
 
     with pytest.raises(InvalidTrace) as err:
         ta.analyze(t, "no_such_range")
-    assert str(err.value) == ("--step-range 'no_such_range' matches no range of rank 0 (its ranges: ProfilerStep, "
-                              "Optimizer.step#SGD.step); or give --whole-trace")
+    # the API names its argument (the command line says --step-range / --whole-trace)
+    assert str(err.value) == ("`step_range` 'no_such_range' matches no range of rank 0 (its ranges: ProfilerStep, "
+                              "Optimizer.step#SGD.step); or give `step_range=None`")

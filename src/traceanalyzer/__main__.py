@@ -46,7 +46,8 @@ def entry() -> None:
     _arenas()
     args = sys.argv[1:]
     if args in (["--version"], ["-V"]):  # without loading the command line's libraries
-        from traceanalyzer import __version__, decoder
+        from traceanalyzer import __version__
+        from traceanalyzer.parsers import decoder
 
         try:
             sys.stdout.write(f"traceanalyzer {__version__} (Kineto decoder: {decoder.name()})\n")

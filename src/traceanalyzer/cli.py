@@ -14,7 +14,8 @@ import typer
 
 from traceanalyzer._version import __version__
 import traceanalyzer as _ta
-from traceanalyzer.commands.common import Group, NoColorOpt, VersionOpt
+from traceanalyzer.commands.common import NoColorOpt, VersionOpt
+from traceanalyzer.commands.parsing import Group
 from traceanalyzer.errors import EXIT_CODES, TraceAnalyzerError
 from traceanalyzer.interrupts import Interrupted, catch_signals, ignore_signals, reap_helpers
 from traceanalyzer.outputs import remove_temporaries
@@ -25,11 +26,11 @@ _EPILOG = "Exit codes: " + "; ".join(f"{k} {v.split(':')[0]}" for k, v in EXIT_C
 
 class _App(typer.Typer):
     """The app: every command registered on it gets the common options (``-h``, ``-V``,
-    ``--no-color``) and readable metavars (:class:`traceanalyzer.commands.common.Command`),
+    ``--no-color``) and readable metavars (:class:`traceanalyzer.commands.parsing.Command`),
     however it is registered."""
 
     def command(self, *args, **kwargs):
-        from traceanalyzer.commands.common import Command
+        from traceanalyzer.commands.parsing import Command
 
         kwargs["cls"] = kwargs.get("cls") or Command
         return super().command(*args, **kwargs)
@@ -47,12 +48,13 @@ app = _App(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-#: the modules of traceanalyzer.commands, in the order of the help, with the commands each registers
+#: the modules of traceanalyzer.commands, each named after its command (``-`` as ``_``) or its
+#: family's first, in the order of the help, with the commands each registers
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "breakdown": ("breakdown",), "report": ("report",), "kernels": ("kernels", "ops"), "reconcile": ("reconcile", "compare"),
     "predict": ("predict",), "whatif": ("whatif",), "memory": ("memory",), "annotate": ("annotate",), "batch": ("batch",),
-    "trend": ("trend",), "gate": ("gate",), "baseline": ("baseline",), "plan": ("plan",), "launch_stats": ("launches",),
-    "user_annotations": ("annotations",), "critpath": ("critical-path",), "stragglers": ("stragglers",),
+    "trend": ("trend",), "gate": ("gate",), "baseline": ("baseline",), "plan": ("plan",), "launches": ("launches",),
+    "annotations": ("annotations",), "critical_path": ("critical-path",), "stragglers": ("stragglers",),
 }
 
 
@@ -78,9 +80,9 @@ def _root(
     no_color: NoColorOpt = False,
 ) -> None:
     """Where did my MFU go? Measured, explained breakdowns of training traces."""
-    from traceanalyzer import decoder
+    from traceanalyzer.api.commandline import announce_decoder
 
-    decoder.announce()  # before any worker process starts: they inherit that it was said
+    announce_decoder()  # before any worker process starts: they inherit that it was said
 
 
 def _one_line(text: object) -> str:
@@ -175,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _interrupted(130)
     except TraceAnalyzerError as exc:
-        print(f"traceanalyzer: error: {_one_line(exc)}", file=sys.stderr)
+        from traceanalyzer.commands.flags import as_flags
+
+        print(f"traceanalyzer: error: {_one_line(as_flags(str(exc)))}", file=sys.stderr)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

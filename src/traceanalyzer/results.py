@@ -44,6 +44,7 @@ class Analysis:
     kernel_stats: pl.DataFrame | None = None  # per rank, step, kernel (classify.kernelstats.kernel_stat_rows)
     op_stats: pl.DataFrame | None = None  # per rank, step, host op and shapes (classify.opstats.op_stat_rows)
     extras: dict[str, pl.DataFrame] = field(default_factory=dict)  # optional tables asked for (engine.rank.TABLES)
+    profiler_options: dict[str, list[str]] | None = None  # per file of the job (trace.meta's ``file``): the profiler options its header lists (the engine reads them); None: not known
     options: Any = None  # the options it was made with (step range, patterns, optional tables): a verb that needs another table builds it with these
     _cross_rank_view: Any = field(default=None, init=False, repr=False, compare=False)  # straggler_view's, computed on first use
 

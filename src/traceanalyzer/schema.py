@@ -90,6 +90,11 @@ GPU_WORK_KINDS = ["kernel", "memcpy", "memset", "gpu_other"]
 MAX_GAP_NS = 10 * 60 * 1_000_000_000
 #: ranks recorded further apart than this are different runs, not one job
 SAME_JOB_NS = 3600 * 1_000_000_000
+#: the words every warning of a parser that says the profiler lost activity records contains
+#: (the parsers write them, the integrity check finds those warnings by them)
+LOST_RECORDS = "the profiler's log says it lost activity records"
+#: the profiler options that add host work to every op (a Kineto file's header lists those that were on)
+COSTLY_PROFILER_OPTIONS = ("record_shapes", "profile_memory", "with_stack")
 
 EVENT_SCHEMA: dict[str, PolarsDataType] = {
     "rank": pl.Int32,

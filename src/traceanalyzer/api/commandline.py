@@ -5,7 +5,7 @@ to a renderer. Errors are worded with the command's options (``--config``, ``--r
 module, the verbs, the renderers and the ground (an import contract keeps it so).
 """
 
-from __future__ import annotations
+from __future__ import annotations as _postponed  # postponed annotations; the name ``annotations`` is the verb's
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, cast
@@ -16,8 +16,9 @@ from traceanalyzer.api._common import PathLike, _baseline
 from traceanalyzer.api.layouts import search_parts
 from traceanalyzer.api.loading import _saved, saved_with_tables
 from traceanalyzer.api.modelling import _baseline_tables, collective_busbw, waterfall_of
-from traceanalyzer.api.tables import launches, queue_length
+from traceanalyzer.api.tables import analysis_with_tables, annotations, kernels, launches, ops, queue_length
 from traceanalyzer.classify.steps import DEFAULT_STEP
+from traceanalyzer.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
@@ -121,7 +122,7 @@ def comm_patterns(patterns: Iterable[str] | None, config: PathLike | None = None
             try:
                 check_comm_pattern(p)
             except ConfigError as exc:
-                raise ConfigError(exc.message.replace("--comm-kernel", "[trace] comm_kernels", 1), cfg.source) from None
+                raise ConfigError(exc.message.replace("`comm_kernels`", "[trace] comm_kernels", 1), cfg.source) from None
             if p not in out:
                 out.append(p)
     return out
@@ -163,6 +164,71 @@ def breakdown_view(analysis: Analysis, config: PathLike | None = None, *, ranks:
     return view
 
 
+def breakdown_of(paths: Iterable[PathLike], step_range: str | None = DEFAULT_STEP, *, views: bool = True,
+                 config: PathLike | None = None, ranks: str = "auto", detail: bool = False, table: bool = True,
+                 **options: Any) -> tuple[Analysis, dict[str, Any]]:
+    """(the analysis, :func:`breakdown_view` of it) of ``breakdown``: the trace files analysed
+    (``options``: as :func:`analyse_files`'), with what the views need when ``views`` (else the
+    view holds no findings and no integrity checks)."""
+    analysis = analyse_files(paths, step_range, extras=("launches", "trace_facts") if views else (), **options)
+    if not views:
+        return analysis, {"findings": None, "integrity": None}
+    return analysis, breakdown_view(analysis, config, ranks=ranks, detail=detail, table=table)
+
+
+def report_of(paths: Iterable[PathLike], *, rank: int | None = None, config: PathLike | None = None, step_range: str = DEFAULT_STEP,
+              step_name: str | None = DEFAULT_STEP, comm_kernels: Iterable[str] = (), top: int = 10,
+              baseline: Iterable[PathLike] | None = None, command: list[str] | None = None, ranks: str = "auto",
+              **options: Any) -> tuple[dict[str, Any], Analysis]:
+    """(the report model, the analysis) of ``report``: the files analysed for a report
+    (``options``: as :func:`analyse_files`'), then :func:`report_document`; a ``rank`` the trace
+    does not have is a :class:`BadValue`."""
+    base = read_baseline(baseline)
+    analysis = analyse_files(paths, step_name, keep="report", comm_kernels=comm_kernels, extras=("launches", "trace_facts"), **options)
+    trace = analysis.trace
+    if rank is not None and rank not in trace.ranks:
+        raise BadValue(f"no rank {rank} in the trace (it has {len(trace.ranks)}: {trace.ranks[:16]})", "rank")
+    return report_document(analysis, rank=rank, config=config, step_range=step_range, step_name=step_name,
+                           comm_kernels=comm_kernels, top=top, baseline=base, command=command, ranks=ranks)
+
+
+def stragglers_of(paths: Iterable[PathLike], step_range: str | None = DEFAULT_STEP, *, tolerance: float = 0.05,
+                  **options: Any) -> tuple[dict[str, Any], Analysis]:
+    """(:func:`~traceanalyzer.api.straggler_view`, the analysis) of trace files (``options``: as
+    :func:`analyse_files`')."""
+    from traceanalyzer.api.crossrank import straggler_view
+
+    analysis = analyse_files(paths, step_range, **options)
+    return straggler_view(analysis, tolerance=tolerance).to_dict(), analysis  # the document the renderers take
+
+
+def critical_path_of(paths: Iterable[PathLike], step_range: str | None = DEFAULT_STEP, *, step: int | None = None,
+                     rank: int | None = None, host_gaps: bool = True, infer_waits: bool = True, **options: Any) -> Any:
+    """:func:`~traceanalyzer.api.critical_path` of trace files (each rank file parsed and
+    classified by a worker, its events kept: the graph needs them all); a ``step`` or ``rank``
+    the trace does not have is a :class:`BadValue`."""
+    from traceanalyzer.api.timeline import critical_path
+
+    analysis = analyse_files(paths, step_range, keep="events", **options)
+    try:
+        return critical_path(analysis, step, rank, host_gaps=host_gaps, infer_waits=infer_waits)
+    except ValueError as exc:
+        raise BadValue(str(exc), "step" if "step" in str(exc).split(" in ")[0] else "rank") from None
+
+
+def annotate_files(paths: list[PathLike], output: Path, outputs: Any, *, merge: bool = False, step_range: str | None = DEFAULT_STEP,
+                   **options: Any) -> tuple[list[Path], list[str]]:
+    """(the files written, the analysis' warnings) of ``annotate``: the output checked against
+    the inputs first, the traces analysed with their events, the annotated traces written
+    (``options``: as :func:`analyse_files`')."""
+    from traceanalyzer.parsers import discover
+    from traceanalyzer.report.annotate import check_output
+
+    check_output(outputs, output, sum(len(discover(Path(p))) for p in paths), merge)  # one file: one rank file or merge, else a directory
+    analysis = analyse_files(paths, step_range, keep="events", **options)
+    return write_annotated(analysis, output, outputs, merge), analysis.warnings
+
+
 def check_table_filters(name: str | None, sort: str, precision: str | None, top: int | None) -> None:
     """ConfigError for a bad ``--name`` regex, ``--sort`` key, ``--precision`` or ``--top``."""
     from traceanalyzer.classify.tables import check_filters
@@ -175,6 +241,45 @@ def check_range_regex(pattern: str | None) -> None:
     from traceanalyzer.classify.annotation_ranges import check_regex
 
     check_regex(pattern)
+
+
+class BadValue(InvalidArgument):
+    """A value of an argument (``param``, its Python name) that the input does not have (a rank,
+    a step): the command line's usage error naming the argument's flag (exit 2)."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+def _check_selection(an: Analysis, rank: list[int] | None, step: list[int] | None) -> None:
+    """BadValue for a ``rank`` or ``step`` that is not in the trace, naming what there is."""
+    def listing(xs: list[int]) -> str:
+        return ", ".join(map(str, xs[:16])) + (", ..." if len(xs) > 16 else "")
+
+    ranks = sorted(set(an.steps.get_column("rank").to_list()))
+    steps = sorted(set(an.steps.get_column("step").to_list()))
+    bad = [r for r in rank or [] if r not in ranks]
+    if bad:
+        raise BadValue(f"no rank {bad[0]} with GPU work in the trace (ranks: {listing(ranks)})", "rank")
+    bad = [x for x in step or [] if x not in steps]
+    if bad:
+        raise BadValue(f"no step {bad[0]} in the trace (steps: {listing(steps)})", "step")
+
+
+def table_view(what: str, paths: Iterable[PathLike], *, name: str | None = None, rank: list[int] | None = None,
+               step: list[int] | None = None, sort: str = "total", top: int | None = None, precision: str | None = None,
+               step_range: str | None = DEFAULT_STEP, recompute_range: str | None = None, comm_kernels: Iterable[str] = (),
+               cache: bool = False, workers: int | None = None, engine: str = "local", address: str | None = None,
+               quiet: bool = False) -> tuple[pl.DataFrame, Analysis]:
+    """(the rows, the analysis they were made from) of ``kernels`` or ``ops`` (``what``) of trace
+    files: :func:`~traceanalyzer.api.kernels` / :func:`~traceanalyzer.api.ops` of the files
+    analysed once; a ``rank`` or ``step`` the trace does not have is a :class:`BadValue`."""
+    an = analysis_with_tables(list(paths), step_range, recompute_range=recompute_range, cache=cache, comm_kernels=tuple(comm_kernels),
+                              workers=workers, engine=engine, address=address, quiet=quiet)
+    _check_selection(an, rank, step)
+    verb = kernels if what == "kernels" else ops
+    return verb(an, name=name, ranks=rank, steps=step, sort=sort, top=top, precision=precision), an
 
 
 #: the optional tables each view of ``launches`` needs
@@ -203,20 +308,34 @@ def launch_views(analysis: Analysis, view: str, threshold: float = 0.10, *, queu
     return shown, notes
 
 
-def check_annotate_output(outputs: Any, output: Path, paths: Iterable[PathLike], merge: bool) -> None:
-    """OutputError unless ``output`` can take the annotated traces of ``paths`` (one file: one
-    rank file or ``merge``; else a directory)."""
-    from traceanalyzer.parsers import discover
-    from traceanalyzer.report.annotate import check_output
-
-    check_output(outputs, output, sum(len(discover(Path(p))) for p in paths), merge)
+def launch_view(paths: Iterable[PathLike], view: str = "steps", threshold: float = 0.10, *, queue: bool = True,
+                step_range: str | None = DEFAULT_STEP, comm_kernels: Iterable[str] = (), workers: int | None = None,
+                engine: str = "local", address: str | None = None, quiet: bool = False, console: Any = None
+                ) -> tuple[tuple[dict[str, pl.DataFrame], list[dict[str, Any]]], Analysis]:
+    """((the frames of the view, the profiler's notes): :func:`launch_views`, the analysis) of
+    trace files analysed with the tables the view needs."""
+    an = analyse_files(paths, step_range, comm_kernels=comm_kernels, extras=LAUNCH_EXTRAS[view], engine=engine, workers=workers,
+                       address=address, quiet=quiet, console=console)
+    return launch_views(an, view, threshold, queue=queue), an
 
 
 def write_annotated(analysis: Analysis, output: Path, outputs: Any, merge: bool) -> list[Path]:
     """Write the annotated traces of an analysis holding its events; the files written."""
-    from traceanalyzer.report.annotate import annotate as write
+    from traceanalyzer.api.timeline import _write_annotated as write
 
     return write(analysis, output, outputs, merge)
+
+
+def annotation_view(paths: Iterable[PathLike], *, name: str | None = None, level: int | None = None, source: str = "auto",
+                    per: str = "step", config: PathLike | None = None, step_range: str | None = DEFAULT_STEP,
+                    comm_kernels: Iterable[str] = (), workers: int | None = None, engine: str = "local",
+                    address: str | None = None, quiet: bool = False, console: Any = None) -> tuple[pl.DataFrame, Analysis]:
+    """(:func:`~traceanalyzer.api.annotations` of trace files, the analysis), priced with the
+    run configuration ``config`` when given."""
+    cfg = None if config is None else load_config(config)
+    an = analyse_files(paths, step_range, comm_kernels=comm_kernels, extras=("annotations",), engine=engine, workers=workers,
+                       address=address, quiet=quiet, console=console)
+    return annotations(an, name=name, level=level, side=source, per=per, config=cfg), an  # type: ignore[arg-type]  # the command line checked side and per
 
 
 def reconcile_parts(trace: PathLike, config: PathLike | None, megatron_args: PathLike | None = None, *, convention: str | None = None,
@@ -259,6 +378,45 @@ def compare_waterfalls(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return compare(a, b)
 
 
+def compare_of(trace_a: PathLike, trace_b: PathLike, config_a: PathLike | None = None, config_b: PathLike | None = None, *,
+               convention: str | None = None, step_range: str = DEFAULT_STEP, whole_trace: bool = False,
+               comm_kernels: list[str] | None = None, cache: bool = False, workers: int | None = None, quiet: bool = False,
+               all_rows: bool = False, console: Any = None) -> tuple[list[Any], dict[str, Any], list[str]]:
+    """(the sections, the document, the warnings) of ``compare``: the gap in mean step time split
+    into the time buckets, or with run configurations the gap in TFLOP/s/GPU split into waterfall
+    terms; the advice of A checked against B either way."""
+    from traceanalyzer.api._common import public
+    from traceanalyzer.api.documents import time_comparison
+    from traceanalyzer.render.predictions import (
+        advice_check_sections, time_comparison_sections, trace_comparison_sections, waterfall_sections,
+    )
+
+    doc: dict[str, Any] = {"schema": "traceanalyzer.compare", "schema_version": 1}
+    if config_a is None:
+        from traceanalyzer.render.kerneltable import kernel_diff_sections
+
+        opts = {"cache": cache, "workers": workers, "quiet": quiet, "comm_kernels": tuple(comm_patterns(comm_kernels))}
+        steps = None if whole_trace else step_range
+        an_a, an_b = analysis_with_tables([trace_a], steps, **opts), analysis_with_tables([trace_b], steps, **opts)
+        cmp_t, diff = time_comparison(an_a, an_b)
+        advice = advice_check(an_a, an_b)
+        doc.update(mode="time", comparison={**public(cmp_t), "kernels": public(diff)}, advice=advice)
+        sections = time_comparison_sections(cmp_t, all_rows) + kernel_diff_sections(diff) + advice_check_sections(advice)
+        return sections, doc, [*an_a.warnings, *an_b.warnings]
+    if whole_trace:
+        raise BadValue("the waterfall (with run configurations) needs the step markers", "whole_trace")
+    kw = {"convention": convention, "step_range": step_range, "workers": workers, "quiet": quiet, "comm_kernels": comm_kernels,
+          "cache": cache, "console": console}
+    wa, warn_a, an_a = reconcile_with_analysis(trace_a, config_a, None, **kw)
+    wb, warn_b, an_b = reconcile_with_analysis(trace_b, config_b, None, **kw)
+    cmp = compare_waterfalls(wa, wb)
+    advice = advice_check(an_a, an_b, config_a)
+    doc.update(mode="waterfall", a=public(wa), b=public(wb), comparison=public(cmp), advice=advice)
+    sections = (waterfall_sections(wa, all_rows) + waterfall_sections(wb, all_rows) + trace_comparison_sections(cmp, all_rows)
+                + advice_check_sections(advice))
+    return sections, doc, list(dict.fromkeys([*warn_a, *warn_b]))
+
+
 def plan_parts(tokens: float | str, config: PathLike | None = None, megatron_args: PathLike | None = None, *,
              trace: Iterable[PathLike] | None = None, convention: str = "6nt", hardware_flops: bool = False,
              params: float | str | None = None, store: PathLike | None = None, job: str | None = None,
@@ -277,14 +435,14 @@ def plan_parts(tokens: float | str, config: PathLike | None = None, megatron_arg
     for m in margin or []:
         name, sep, val = m.partition("=")
         if not sep or not val:
-            raise ConfigError(f"--margin {m!r}: expected NAME=LOW-HIGH, e.g. jitter=5-10%")
+            raise ConfigError(f"`margin` {m!r}: expected NAME=LOW-HIGH, e.g. jitter=5-10%")
         margins[name.strip()] = val.strip()
     flops = "hardware" if hardware_flops else "model"
     measured = None
     trace = list(trace or [])
     if trace:
         if cfg is None:
-            raise ConfigError("--trace needs the run configuration (-c) for the FLOPs of one step")
+            raise ConfigError("`trace` needs the run configuration (`config`) for the FLOPs of one step")
         an = analyse_files(trace, step_range, cache=cache, workers=workers, quiet=quiet, console=console)
         measured = trace_measurement(cfg, an.steps, convention, flops, params)
     run_steps = None
@@ -301,9 +459,9 @@ def check_plan_mfu(text: str) -> None:
     from traceanalyzer.errors import ConfigError
     from traceanalyzer.model.runplan import parse_range
 
-    _lo, hi = cast("tuple[float, float]", parse_range(text, "--mfu", percent_ok=True))  # None only for None
+    _lo, hi = cast("tuple[float, float]", parse_range(text, "`mfu`", percent_ok=True))  # None only for None
     if hi > 1:
-        raise ConfigError(f"--mfu {text!r}: a fraction of the peak (≤ 1, or a percentage)")
+        raise ConfigError(f"`mfu` {text!r}: a fraction of the peak (≤ 1, or a percentage)")
 
 
 def baseline_parts(files: Iterable[PathLike] | None = None, *, topo: PathLike | None = None, trace: Iterable[PathLike] | None = None,
@@ -354,10 +512,10 @@ def check_whatif_options(convention: str | None, capacity_gb: float | None, rese
     from traceanalyzer.model.validate import check_positive
 
     if convention is not None and convention not in CONVENTIONS:
-        raise ConfigError(f"--convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
-    check_positive("--capacity-gb", capacity_gb)
+        raise ConfigError(f"`convention` {convention!r} is not one of {', '.join(CONVENTIONS)}")
+    check_positive("`capacity_gb`", capacity_gb)
     if reserve_gb is not None and reserve_gb < 0:
-        raise ConfigError(f"--reserve-gb {reserve_gb} must not be negative")
+        raise ConfigError(f"`reserve_gb` {reserve_gb} must not be negative")
 
 
 def whatif_parts(trace: PathLike | None, config: PathLike | None, megatron_args: PathLike | None = None, *,
@@ -460,3 +618,19 @@ def run_batch(roots: list[Path], store: Path, **options: Any) -> Any:
     from traceanalyzer.batch import run_batch as run
 
     return run(roots, store, **options)
+
+
+def decoder_name() -> str:
+    """The Kineto decoder in use, as ``traceanalyzer --version`` names it
+    (:func:`traceanalyzer.parsers.decoder.name`)."""
+    from traceanalyzer.parsers import decoder
+
+    return decoder.name()
+
+
+def announce_decoder() -> None:
+    """The one-line notice when the compiled decoder is missing and no choice was made
+    (:func:`traceanalyzer.parsers.decoder.announce`), before any worker process starts."""
+    from traceanalyzer.parsers import decoder
+
+    decoder.announce()

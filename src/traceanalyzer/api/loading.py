@@ -309,6 +309,7 @@ def select(source: Source, *, ranks: int | Iterable[int] | None = None, steps: i
     )
 
 
+@checked
 def load_analysis(path: PathLike) -> Analysis:
     """Read an analysis saved by :meth:`Analysis.save <traceanalyzer.classify.Analysis.save>`.
 

@@ -126,9 +126,54 @@ def memory(
     from traceanalyzer.engine import check_workers
 
     check_workers(workers)
-    return footprint(source, _config(config) if config is not None and megatron_args is None else config,
-                     megatron_args=megatron_args, reserve_gb=reserve, step_range=step_range, gpu_only=gpu_only,
-                     cache=_cache_arg(cache), workers=workers, quiet=quiet)
+    cfg = _config(config) if config is not None and megatron_args is None else config
+    cache = _cache_arg(cache)
+    estimate = None
+    if cfg is not None or megatron_args is not None:
+        from traceanalyzer.model import RunConfig
+        from traceanalyzer.model.loader import load_config
+        from traceanalyzer.model.memory import estimate_memory
+
+        if not isinstance(cfg, RunConfig):
+            cfg = load_config(cfg, megatron_args)
+        estimate = estimate_memory(cfg)  # a configuration the model refuses: said before the trace is read
+    memory_events = driver_memory = None
+    if source is not None:
+        source, memory_events, driver_memory = _memory_inputs(source, cache, workers, quiet)
+    return footprint(source, cfg, reserve_gb=reserve, step_range=step_range, gpu_only=gpu_only,
+                     memory_events=memory_events, driver_memory=driver_memory, estimate=estimate)
+
+
+def _memory_inputs(source: Any, cache: bool | Path, workers: int | None, quiet: bool) -> tuple[Any, pl.DataFrame, dict[str, pl.DataFrame]]:
+    """What :func:`memory` measures, read: (the loaded trace, its Kineto files' allocator events
+    with ``rank``, per Nsight Systems SQLite export its driver's device allocations)."""
+    from traceanalyzer.parsers.kineto_memory import MEMORY_SCHEMA, read_memory_events
+    from traceanalyzer.parsers.nsys_memory import read_nsys_memory
+
+    mem = None
+    if hasattr(source, "events") and hasattr(source, "meta"):
+        loaded = source
+    elif isinstance(cache, (str, Path)):  # a cache directory of its own: this process
+        from traceanalyzer.parsers import load
+
+        loaded = load(source, cache=cache)
+    else:
+        from traceanalyzer.engine import load as load_job
+
+        paths = [source] if isinstance(source, (str, Path)) else list(source)
+        # the rank workers read the allocator events while they parse (one pass per file)
+        loaded, mem = load_job([Path(p) for p in paths], workers=workers, quiet=quiet, cache=bool(cache), memory=True)
+    frames = []
+    if mem is not None:
+        frames.append(mem.select(*MEMORY_SCHEMA, "rank"))
+    else:
+        kineto = loaded.meta.filter(pl.col("format") == "kineto")
+        for row in kineto.select("rank", "file", "base_time_ns").iter_rows(named=True):  # one per rank file
+            events = read_memory_events(row["file"], row["base_time_ns"] or 0)
+            frames.append(events.with_columns(pl.lit(row["rank"], dtype=pl.Int32).alias("rank")))
+    events = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema={**MEMORY_SCHEMA, "rank": pl.Int32})
+    sqlite_files = loaded.meta.filter(pl.col("format") == "nsys-sqlite").get_column("file").unique().to_list()
+    return loaded, events, {f: read_nsys_memory(f) for f in sqlite_files}
 
 
 @renamed_parameter("analysis", "source", version=RENAMED_IN)
@@ -497,7 +542,7 @@ def _baseline_tables(paths: list[Any] | None, topo: PathLike | None, config: Pat
     elif config is not None:
         from traceanalyzer.errors import ConfigError
 
-        raise ConfigError("--config flags TP groups against a topology: give --topo FILE too")
+        raise ConfigError("`config` flags TP groups against a topology: give `topo` FILE too")
     return out, base, t
 
 

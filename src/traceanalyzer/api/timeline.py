@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 
 from traceanalyzer.api._arguments import checked
@@ -175,10 +175,46 @@ def annotate(
     """
     from traceanalyzer.outputs import Outputs
     from traceanalyzer.parsers import discover
-    from traceanalyzer.report.annotate import annotate as write_annotated, check_output
+    from traceanalyzer.report.annotate import check_output
 
     a = resolve(source, step_range, tables=("events", "gpu"), comm_kernels=comm_kernels, cache=cache, workers=workers)
     out = Path(_path(output, "output"))
     outputs = Outputs([Path(s) for s in a.trace.sources])
     check_output(outputs, out, sum(len(discover(Path(s))) for s in a.trace.sources) or a.trace.meta.height, merge)
-    return write_annotated(a, out, outputs, merge)
+    return _write_annotated(a, out, outputs, merge)
+
+
+def _write_annotated(analysis: Any, output: Path, outputs: Any, merge: bool) -> list[Path]:
+    """Write the annotated traces of an analysis holding its events; the files written.
+
+    The report model (:func:`traceanalyzer.report.annotate.annotate`) writes the rebuilt traces
+    and names the Kineto rank files to annotate; each of those is read here, one at a time
+    (its whole document: the file's own events are kept as written), given its tracks
+    (:func:`~traceanalyzer.report.annotate.add_tracks`) and written whole."""
+    import gzip
+
+    import orjson
+
+    from traceanalyzer.parsers import kineto
+    from traceanalyzer.report.annotate import add_tracks, annotate as plan, track_runs
+
+    written, todo = plan(analysis, output, outputs, merge)
+    if not todo:
+        return written
+    runs = track_runs(analysis)
+    for rank, path, base, target in todo:
+        raw, cut = kineto.read_bytes(path)
+        size = len(raw)
+        try:
+            doc, _kept = kineto.decode_document(raw, path, cut)
+            del raw
+            add_tracks(doc, analysis, runs, rank, base)
+            data = orjson.dumps(doc)
+            del doc
+            if target.name.endswith(".gz"):
+                data = gzip.compress(data, compresslevel=6, mtime=0)
+        except MemoryError:  # the whole document, rewritten: what it needs, not a bad input
+            raise kineto.out_of_memory(path, size) from None
+        outputs.write_bytes(target, data)
+        written.append(target)
+    return written

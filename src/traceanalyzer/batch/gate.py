@@ -48,9 +48,9 @@ def parse_threshold(text: str) -> float:
     try:
         value = float(raw) / 100
     except ValueError as exc:
-        raise ConfigError(f"--max-regression {text!r} is not a percentage (e.g. 3%)") from exc
+        raise ConfigError(f"`max_regression` {text!r} is not a percentage (e.g. 3%)") from exc
     if not 0 <= value < 10:
-        raise ConfigError(f"--max-regression {text!r} is out of range (0% to 1000%)")
+        raise ConfigError(f"`max_regression` {text!r} is out of range (0% to 1000%)")
     return value
 
 

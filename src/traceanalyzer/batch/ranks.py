@@ -37,7 +37,7 @@ def rank_scores(store: str | Path | Store, last: int = DEFAULT_LAST, job: str | 
     ``late_arriver`` and ``either`` how many of them it was that, ``mean_step_time_ms`` its mean
     step over them. Sorted by job, then ``either`` (most first), then rank."""
     if isinstance(last, bool) or not isinstance(last, int) or last < 1:
-        raise ConfigError(f"--last {last!r} must be a whole number of runs, at least 1")
+        raise ConfigError(f"`last` {last!r} must be a whole number of runs, at least 1")
     st = store if isinstance(store, Store) else Store(store)
     runs = st.require_runs().filter((pl.col("status") == "ok") & (pl.col("n_ranks") >= 2))
     if job is not None:

@@ -42,7 +42,7 @@ def trend_frame(store: str | os.PathLike[str] | Store, metric: str = "step_time"
         try:
             day = since if isinstance(since, dt.date) else dt.date.fromisoformat(str(since))
         except ValueError as exc:
-            raise ConfigError(f"--since {since!r} is not a date (YYYY-MM-DD)") from exc
+            raise ConfigError(f"`since` {since!r} is not a date (YYYY-MM-DD)") from exc
         runs = runs.filter(pl.col("date") >= day)
         if not runs.height:
             raise InputNotFound(f"no successful run on or after {day.isoformat()} in the store", st.root)

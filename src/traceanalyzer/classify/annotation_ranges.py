@@ -266,7 +266,7 @@ def rank_table(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, s
 # the Python verb
 
 
-def check_regex(pattern: str | None, what: str = "--name") -> None:
+def check_regex(pattern: str | None, what: str = "`name`") -> None:
     """Raise :class:`~traceanalyzer.errors.ConfigError` unless ``pattern`` is a regex polars can
     use (no look-around, no back-references)."""
     if pattern is None:

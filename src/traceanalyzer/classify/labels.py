@@ -88,7 +88,7 @@ def check_comm_pattern(pattern: str) -> None:
         pl.Series([""]).str.contains(user_pattern([pattern]))
     except Exception as exc:  # polars raises ComputeError on a bad pattern
         why = [ln[len("error: "):] for ln in str(exc).splitlines() if ln.startswith("error: ")]
-        raise ConfigError(f"--comm-kernel {pattern!r} is not a valid regex ({why[0] if why else 'parse error'})") from None
+        raise ConfigError(f"`comm_kernels` {pattern!r} is not a valid regex ({why[0] if why else 'parse error'})") from None
 
 
 def user_pattern(patterns: list[str]) -> str:

@@ -266,7 +266,7 @@ def no_such_range(events: pl.DataFrame, name: str, ranks: list[int]) -> InvalidT
     who, its = (f"rank {ranks[0]}", "its") if len(ranks) == 1 else (f"ranks {few(ranks, 30)}", "their")
     budget = max(40, 200 - len(name) - len(hint) - len(who))
     present = f"{its} ranges: {few(names, budget)}" if names else f"{its} trace has no named ranges"
-    return InvalidTrace(f"--step-range {name!r} matches no range of {who} ({present}{hint}); or give --whole-trace")
+    return InvalidTrace(f"`step_range` {name!r} matches no range of {who} ({present}{hint}); or give `step_range=None`")
 
 
 def outside_steps(gpu: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:

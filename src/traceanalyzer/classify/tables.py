@@ -23,13 +23,13 @@ def check_filters(name: str | None, sort: str, precision: str | None, top: int |
         try:
             re.compile(name)
         except re.error as exc:
-            raise ConfigError(f"--name is not a valid regex: {exc}") from None
+            raise ConfigError(f"`name` is not a valid regex: {exc}") from None
     if sort not in SORT_KEYS:
-        raise ConfigError(f"--sort {sort!r} is not one of {', '.join(SORT_KEYS)}")
+        raise ConfigError(f"`sort` {sort!r} is not one of {', '.join(SORT_KEYS)}")
     if precision is not None and precision not in ELEMENT_BYTES:
-        raise ConfigError(f"--precision {precision!r} is not one of {', '.join(ELEMENT_BYTES)}")
+        raise ConfigError(f"`precision` {precision!r} is not one of {', '.join(ELEMENT_BYTES)}")
     if top is not None and top < 1:
-        raise ConfigError(f"--top must be at least 1, got {top}")
+        raise ConfigError(f"`top` must be at least 1, got {top}")
 
 
 def table_rows(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from traceanalyzer.commands.common import (
-    CacheOpt, CommKernelOpt, QuietOpt, StepRangeOpt, WholeTraceOpt, WorkersOpt, analyse_paths, comm_patterns, err_console, output_opt,
+    CacheOpt, CommKernelOpt, QuietOpt, StepRangeOpt, WholeTraceOpt, WorkersOpt, comm_patterns, stderr_console, err_console, output_opt,
     print_warnings, step_name, traces_arg,
 )
 from traceanalyzer.outputs import Outputs
@@ -28,14 +28,13 @@ def annotate(
     """Write the trace with tracks per rank showing compute / recompute / exposed comm / other / idle (open it in Perfetto UI).
 
     Kineto input keeps its own events; Nsight Systems input (and --merge) is rebuilt from the parsed events."""
-    from traceanalyzer.api.commandline import check_annotate_output, write_annotated
+    from traceanalyzer.api.commandline import annotate_files
 
     patterns = comm_patterns(comm_kernel)
     outputs = Outputs(paths)
-    check_annotate_output(outputs, output, paths, merge)
-    analysis = analyse_paths(paths, step_name(step_range, whole_trace), keep="events", cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
-    written = write_annotated(analysis, output, outputs, merge)
-    print_warnings(analysis.warnings)
+    written, warnings = annotate_files(paths, output, outputs, merge=merge, step_range=step_name(step_range, whole_trace), cache=cache,
+                                       workers=workers, quiet=quiet, comm_kernels=patterns, console=stderr_console)
+    print_warnings(warnings)
     for f in written:
         err_console.print(f"wrote {f}", highlight=False, soft_wrap=True)
 

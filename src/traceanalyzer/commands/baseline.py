@@ -14,7 +14,8 @@ from traceanalyzer.commands.common import (
     CacheOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, choices, err_console, config_opt, format_opt, positive_number,
     print_warnings, trace_opt,
 )
-from traceanalyzer.render.predictions import Format, emit
+from traceanalyzer.commands.common import DocumentFormat
+from traceanalyzer.render.predictions import emit
 
 
 Collective = choices("Collective", dict.fromkeys(BINARIES.values()))
@@ -37,7 +38,7 @@ def baseline(
     nranks: Annotated[Optional[int], typer.Option("--nranks", min=1, metavar="N", help="Rank count of files that do not list their ranks.")] = None,
     scope: Annotated[Optional[Scope], typer.Option("--scope", help="intra or inter (node), for files that do not list their hosts.")] = None,
     all_sizes: Annotated[bool, typer.Option("--all-sizes", help="Show messages below 1 MiB too.")] = False,
-    format: Annotated[Format, format_opt()] = Format.table,
+    format: Annotated[DocumentFormat, format_opt()] = DocumentFormat.table,  # type: ignore[valid-type]
     output: OutputOpt = None,
     step_range: StepRangeOpt = "ProfilerStep",
     cache: CacheOpt = False,

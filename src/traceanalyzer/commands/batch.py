@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,16 +11,15 @@ import typer
 from traceanalyzer.api.nightly import batch_summary
 from traceanalyzer.api.commandline import run_batch
 from traceanalyzer.commands.common import (
-    AddressOpt, CacheOpt, Engine, EngineOpt, OutputOpt, StepRangeOpt, config_opt, err_console, format_opt, out_console, store_opt,
+    AddressOpt, CacheOpt, Engine, EngineOpt, OutputOpt, StepRangeOpt, config_opt, err_console, format_opt, store_opt,
     warning_line,
 )
 
 
-class BatchFormat(str, Enum):
-    text = "text"
-    json = "json"
-
 from traceanalyzer.outputs import Outputs
+from traceanalyzer.render.formats import subset, write
+
+BatchFormat = subset("text", "json")
 
 
 def batch(
@@ -90,11 +88,11 @@ def batch(
     if format is BatchFormat.json:
         from traceanalyzer.render.json import dumps
 
-        with outputs.stream(output) as fh:
-            fh.write(dumps(summary_document(summary, store, force)))
+        write(dumps(summary_document(summary, store, force)), output, outputs)
     else:
-        with outputs.stream(output, "w") as fh:
-            out = out_console(None if output is None else fh, 160)
+        from traceanalyzer.commands.flags import as_flags
+
+        def text(out) -> None:
             out.print(
                 f"batch: {total} run(s): {len(summary.analysed)} analysed"
                 f"{f' ({len(summary.reanalysed)} again: input changed)' if summary.reanalysed else ''}"
@@ -103,7 +101,9 @@ def batch(
                 soft_wrap=True,
             )
             for f in summary.failed:
-                out.print(f"  failed: {f['run_id']}: {f['error']} (exit code {f['exit_code']}, {f['error_class']})", soft_wrap=True)
+                out.print(f"  failed: {f['run_id']}: {as_flags(f['error'])} (exit code {f['exit_code']}, {f['error_class']})", soft_wrap=True)
+
+        write(text, output, outputs, width=160)
     for run_id, warns in summary.warnings.items():
         for w in warns:
             err_console.print(warning_line(f"{run_id}: {w}"), soft_wrap=True)
@@ -123,8 +123,17 @@ def summary_document(summary, store: Path, force: bool) -> dict:
         "schema_version": 1,
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "store": str(store),
-        **batch_summary(summary, force),
+        **_flags_in_errors(batch_summary(summary, force)),
     }
+
+
+def _flags_in_errors(doc: dict) -> dict:
+    """The failed runs' errors with the command line's flags for the arguments they name."""
+    from traceanalyzer.commands.flags import as_flags
+
+    if "failed" in doc:
+        doc["failed"] = [{**f, "error": as_flags(f["error"])} if isinstance(f.get("error"), str) else f for f in doc["failed"]]
+    return doc
 
 
 def register(app: typer.Typer) -> None:

@@ -9,11 +9,12 @@ import typer
 
 from traceanalyzer.commands.common import (
     AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, OutputOpt, QuietOpt, StepRangeOpt, TableFormat, WholeTraceOpt, WorkersOpt,
-    analyse_paths, binary_output_check, comm_patterns, config_opt, format_opt, positive_number, print_warnings, regex,
+    comm_patterns, stderr_console, config_opt, format_opt, positive_number, print_warnings, regex,
     step_name, traces_arg,
 )
 from traceanalyzer.commands.common import RanksOpt, RankView, StrictOpt, strict_check
-from traceanalyzer.render.frames import write_frame
+from traceanalyzer.render.formats import write
+from traceanalyzer.render.frames import frame_bytes
 from traceanalyzer.render import json as json_render
 from traceanalyzer.api.commandline import DEFAULT_BUS_BW_GBPS
 from traceanalyzer.outputs import Outputs
@@ -41,35 +42,30 @@ def breakdown(
     strict: StrictOpt = False,
 ) -> None:
     """Split every rank's GPU time, per step, into compute / recompute / exposed comm / other / idle."""
-    binary_output_check(format, output)
     patterns = comm_patterns(comm_kernel, config)
     outputs = Outputs([*paths, config])
     if output is not None:
         outputs.check(output)
-    analysis = analyse_paths(paths, step_name(step_range, whole_trace), recompute_pattern=recompute_range, bus_bw_gbps=bus_bw,
-                             cache=cache, workers=workers, engine=engine, address=address, quiet=quiet, comm_kernels=patterns,
-                             extras=("launches", "trace_facts") if format in (TableFormat.json, TableFormat.table) or strict else ())
-    view: dict = {"findings": None, "integrity": None}
-    if format in (TableFormat.json, TableFormat.table) or strict:
-        from traceanalyzer.api.commandline import breakdown_view
+    from traceanalyzer.api.commandline import breakdown_of
 
-        view = breakdown_view(analysis, config, ranks=ranks.value, detail=detail, table=format is TableFormat.table)
+    analysis, view = breakdown_of(paths, step_name(step_range, whole_trace), views=format in (TableFormat.json, TableFormat.table) or strict,
+                                  config=config, ranks=ranks.value, detail=detail, table=format is TableFormat.table,
+                                  recompute_pattern=recompute_range, bus_bw_gbps=bus_bw, cache=cache, workers=workers,
+                                  engine=Engine(engine).value, address=address, quiet=quiet, comm_kernels=patterns, console=stderr_console)
     if format is TableFormat.json:
-        with outputs.stream(output) as fh:
-            fh.write(json_render.dumps(json_render.document(analysis, view["findings"], view["integrity"])))
+        write(json_render.dumps(json_render.document(analysis, view["findings"], view["integrity"])), output, outputs)
     elif format is not TableFormat.table:
-        with outputs.stream(output) as fh:
-            write_frame(json_render.steps_table(analysis), format.value, fh)
+        write(frame_bytes(json_render.steps_table(analysis), format.value), output, outputs)
     else:
-        from traceanalyzer.render.console import out_console  # rich: only for the table
         from traceanalyzer.render.table import print_breakdown, print_detail
 
-        with outputs.stream(output, "w") as fh:
-            console = out_console(None if output is None else fh, 120 if output is None else 160)
+        def table(console) -> None:
             print_breakdown(analysis, console, view["summary"], view["findings"], view["integrity"])
             if detail:
                 print_detail(analysis, console, view["summary"], view["stragglers"], view["comm"], view["host_verdict"],
                              view.get("world_only", frozenset()))
+
+        write(table, output, outputs, width=120, file_width=160)
     print_warnings(analysis.warnings, shows_transfer=detail or format is TableFormat.json)
     if strict:
         strict_check(view["integrity"])

@@ -2,7 +2,8 @@
 
 * the shared options, one name / short form / metavar per idea (stable names): ``traces_arg``,
   ``trace_arg``, ``ConfigOpt`` / ``config_opt`` (``-c/--config``), ``OutputOpt`` / ``output_opt``
-  (``-o/--output``), ``format_opt`` (``-f/--format``; with :class:`Format` or :class:`TableFormat`),
+  (``-o/--output``), ``format_opt`` (``-f/--format``; with :data:`DocumentFormat`, :data:`TableFormat` or
+  :data:`FrameFormat`, choices of the one :class:`~traceanalyzer.render.formats.Format`),
   ``StepRangeOpt``, ``WholeTraceOpt`` (with :func:`step_name`), ``CacheOpt``, ``WorkersOpt``,
   ``QuietOpt``, ``EngineOpt``, ``AddressOpt``, ``CommKernelOpt``, ``StoreOpt``, ``JobOpt``,
   ``trace_opt``, ``AllRowsOpt`` (``--all``); :func:`choices` for an enumerated value; every ``-o``
@@ -10,16 +11,17 @@
 * validators for values a type cannot check (a bad value is a usage error, exit 2):
   :func:`positive_number`, :func:`finite_number`, :func:`non_negative_number`, :func:`fraction`,
   :func:`regex`, :func:`parsed_by`;
-* :class:`Command`, the class of every command of the app (``-V``, ``--no-color``, readable
-  metavars, values converted without pydantic: :mod:`traceanalyzer.commands.coercion`), set by
-  ``cli.app`` for every command registered on it, and :class:`Group`, the app's own;
-* analysing with progress (:func:`analyse_paths`), writing output (:func:`out_console`, from
-  :mod:`traceanalyzer.render.console`), warnings.
+* :class:`Command`, :class:`Group`, :func:`param_kind`: from :mod:`traceanalyzer.commands.parsing`
+  (the command line's parsing, the format rule, flags for Python names);
+* :func:`table_command`: the table commands (kernels, ops, launches, annotations) as declarations
+  of their own options, their verb and their renderer, the options they share declared once
+  (:data:`TABLE_OPTIONS`); warnings on stderr.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import sys
 from enum import Enum
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands import coercion
+from traceanalyzer.render import formats
 from traceanalyzer.outputs import Outputs
 
 if TYPE_CHECKING:
@@ -41,6 +43,9 @@ _LAZY = {
     "err_console": None,  # stderr_console()
     "NoTrailingSpaces": "traceanalyzer.render.console", "out_console": "traceanalyzer.render.console",
     "terminal_width": "traceanalyzer.render.console",
+    # the command line's parsing (they import this module's options)
+    "Command": "traceanalyzer.commands.parsing", "Group": "traceanalyzer.commands.parsing",
+    "param_kind": "traceanalyzer.commands.parsing",
 }
 
 
@@ -70,20 +75,13 @@ class Engine(str, Enum):
     ray = "ray"
 
 
-class Format(str, Enum):
-    """Output of a command that prints a report-like document (sections of tables)."""
-
-    table = "table"
-    json = "json"
-
-
-class TableFormat(str, Enum):
-    """Output of a command that prints one table: the terminal table, or the rows for machines."""
-
-    table = "table"
-    json = "json"
-    csv = "csv"
-    parquet = "parquet"
+#: ``-f`` of a command that prints a document of sections (tables): the terminal tables, Markdown
+#: or the JSON document (each a :class:`~traceanalyzer.render.formats.Format`, as every ``-f``)
+DocumentFormat = formats.subset("table", "json", "markdown")
+#: ``-f`` of a command that prints one table: the terminal table, or the rows for machines
+TableFormat = formats.subset("table", "json", "csv", "parquet")
+#: ``-f`` of a command that prints tables of a verb's frames, without Parquet
+FrameFormat = formats.subset("table", "json", "csv")
 
 
 def choices(name: str, values) -> type[Enum]:
@@ -177,10 +175,10 @@ JobOpt = Annotated[Optional[str], job_opt()]
 
 def _version(value: bool) -> None:
     if value:
-        from traceanalyzer import decoder
         from traceanalyzer._version import __version__
+        from traceanalyzer.api.commandline import decoder_name
 
-        typer.echo(f"traceanalyzer {__version__} (Kineto decoder: {decoder.name()})")
+        typer.echo(f"traceanalyzer {__version__} (Kineto decoder: {decoder_name()})")
         raise typer.Exit()
 
 
@@ -200,172 +198,6 @@ def _no_color(value: bool) -> None:
 
 VersionOpt = Annotated[Optional[bool], typer.Option("--version", "-V", callback=_version, is_eager=True, help="Show the version and exit.")]
 NoColorOpt = Annotated[bool, typer.Option("--no-color", callback=_no_color, is_eager=True, help="No colour in the output (also: the NO_COLOR environment variable).")]
-
-#: metavar of an option whose command did not name one, by its kind (:func:`param_kind`)
-_METAVARS = {"path": "PATH", "file": "FILE", "text": "TEXT", "integer": "INTEGER", "float": "NUMBER"}
-
-
-def param_kind(p) -> tuple[str, tuple[str, ...]]:
-    """(kind, choices) of a click parameter of the app, whichever typer built it: kind is one of
-    choice, integer, float, path, file, text, bool (typer >= 0.20 describes the type with a
-    ``type_descriptor``, older ones with a click ``ParamType``)."""
-    import typing
-
-    desc = getattr(p, "type_descriptor", None)
-    if desc is None:
-        t = p.type
-        name = getattr(t, "name", "")
-        if name == "choice":
-            return "choice", tuple(map(str, t.choices))
-        return {"integer range": "integer", "float range": "float", "filename": "file", "boolean": "bool"}.get(name, name), ()
-    if desc.is_choice:
-        return "choice", tuple(str(getattr(c, "value", c)) for c in desc.choices)
-    ann = desc.annotation
-    while typing.get_origin(ann) in (list, tuple, typing.Union) or str(typing.get_origin(ann)) == "types.UnionType":
-        args = [a for a in typing.get_args(ann) if a is not type(None)]
-        ann = args[0] if args else str
-    if desc.is_file:
-        return "file", ()
-    if desc.is_path or ann is Path:
-        return "path", ()
-    return {int: "integer", float: "float", bool: "bool", str: "text"}.get(ann, "text"), ()
-
-
-@functools.lru_cache(maxsize=1)
-def _common_params() -> tuple:
-    """``-V/--version`` and ``--no-color`` as click parameters of the running typer (built by
-    typer itself, so they look like every other option of its version)."""
-    probe = typer.Typer(add_completion=False)
-
-    @probe.command("probe")
-    def _probe(version: VersionOpt = None, no_color: NoColorOpt = False) -> None:  # pragma: no cover - never run
-        pass
-
-    @probe.command("other")
-    def _other() -> None:  # pragma: no cover - a second command keeps the probe a group
-        pass
-
-    group = typer.main.get_command(probe)
-    params = list(group.commands["probe"].params)
-    for p in params:
-        p.expose_value = False
-    return tuple(params)
-
-
-class Command(typer.core.TyperCommand):
-    """Every command of the app: the common options (``-V/--version``, ``--no-color``) besides
-    ``-h/--help``, and a readable metavar for any option or argument that did not name one
-    (``PATH``, ``TEXT``, ``INTEGER``..., never typer's ``<list[Path]>`` or ``{paths}``)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        names = {n for p in self.params for n in getattr(p, "opts", [])}
-        self.params += [p for p in _common_params() if not names & set(p.opts)]
-        for p in self.params:
-            _no_readable_check(p)
-            if p.param_type_name == "argument":
-                _argument_metavar(p)
-                continue
-            if p.metavar is not None or getattr(p, "is_flag", False) or getattr(p, "count", False):
-                continue
-            kind, _ = param_kind(p)
-            if kind != "choice":  # the choices are the metavar
-                p.metavar = _METAVARS.get(kind, "VALUE")
-
-    def parse_args(self, ctx, args):
-        coercion.install(self.get_params(ctx))  # -h/--help included (made on first use)
-        return super().parse_args(ctx, args)
-
-    def invoke(self, ctx):
-        format_from_output(self, ctx)
-        return super().invoke(ctx)
-
-
-class Group(typer.core.TyperGroup):
-    """The app itself: its options' values (typer's completion options, added after the group
-    is made, and -h/--help included) converted as every command's (:mod:`.coercion`)."""
-
-    def parse_args(self, ctx, args):
-        coercion.install(self.get_params(ctx))  # -h/--help included (made on first use)
-        return super().parse_args(ctx, args)
-
-
-#: the formats a known extension of ``-o`` names (a name without an extension leaves the format
-#: to ``-f``; another extension is refused, see :func:`format_from_output`)
-OUTPUT_EXTENSIONS = {".md": "markdown", ".markdown": "markdown", ".json": "json", ".html": "html", ".htm": "html",
-                     ".csv": "csv", ".parquet": "parquet", ".txt": "text", ".text": "text"}
-#: the plain-text formats, by name: ``.txt`` selects whichever of them the command has
-TEXT_FORMATS = ("table", "text")
-#: extensions a command writes itself, outside its ``-f`` formats (``trend -o trend.png``: the plot)
-OWN_EXTENSIONS = {"trend": {".png"}}
-#: what looks like a file extension (``.png``, ``.xlsx``): a name ending otherwise (``run.2026-11-20``) has none
-_EXTENSION = re.compile(r"^\.[A-Za-z][A-Za-z0-9]{0,7}$")
-
-
-def format_from_output(command, ctx) -> None:
-    """The one rule of every command with ``-o`` and ``-f``: a known extension of the output's
-    name (:data:`OUTPUT_EXTENSIONS`) selects the format; ``-f`` naming another format is a usage
-    error (exit 2) naming the file, and so is an extension the command cannot write."""
-    output, fmt = ctx.params.get("output"), ctx.params.get("format")
-    if output is None or fmt is None or "format" not in {p.name for p in command.params}:
-        return
-    suffix = Path(str(output)).suffix
-    if not _EXTENSION.match(suffix):
-        return
-    param = next(p for p in command.params if p.name == "output")
-    _, formats = param_kind(next(p for p in command.params if p.name == "format"))
-    if suffix.lower() in OWN_EXTENSIONS.get(ctx.info_name, ()):
-        given = str(getattr(fmt, "value", fmt))
-        if given not in TEXT_FORMATS:
-            raise typer.BadParameter(f"{output}: the name says a {suffix} plot, written with the table format, but -f {given} "
-                                     "was given; drop -f, or give another name", ctx=ctx, param=param)
-        return
-    wanted = OUTPUT_EXTENSIONS.get(suffix.lower())
-    if wanted == "text":  # .txt: the command's plain-text format, whatever its name
-        wanted = next((f for f in formats if f in TEXT_FORMATS), "text")
-    if wanted is None:  # .png, .xlsx, .gz...: never written as something else
-        _check_not_an_input(ctx, output)
-        raise typer.BadParameter(f"{output}: {ctx.info_name} cannot write {suffix} files (formats: {', '.join(formats)}); "
-                                 "give a name with one of their extensions, or none", ctx=ctx, param=param)
-    given = str(getattr(fmt, "value", fmt))
-    source = ctx.get_parameter_source("format")
-    explicit = source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
-    if wanted not in formats or (explicit and given != wanted):
-        _check_not_an_input(ctx, output)  # an output naming an input is exit 3 first, whatever its name
-    if wanted not in formats:
-        raise typer.BadParameter(f"{output}: {ctx.info_name} cannot write {suffix} files (formats: {', '.join(formats)}); "
-                                 "give a name with another extension", ctx=ctx, param=param)
-    if explicit and given != wanted:
-        raise typer.BadParameter(f"{output}: the name says {wanted} ({suffix}) but -f {given} was given; "
-                                 f"drop -f, or give -f {wanted}", ctx=ctx, param=param)
-    if given != wanted:
-        ctx.params["format"] = type(fmt)(wanted) if isinstance(fmt, Enum) else wanted
-
-
-def _no_readable_check(p) -> None:
-    """typer checks that a path is readable and calls an unreadable one a usage error (exit 2):
-    a file that cannot be read is the loader's to report, naming it, with exit 3 (old typer keeps
-    the check on a click ``Path`` type, newer typer on the parameter's ``type_descriptor``)."""
-    t = getattr(p, "type", None)
-    if hasattr(t, "readable"):
-        t.readable = False
-    info = getattr(getattr(p, "type_descriptor", None), "parameter_info", None)
-    if hasattr(info, "readable"):
-        info.readable = False
-
-
-def _argument_metavar(p) -> None:
-    """``TRACE...`` (one or more), ``[FILE]...`` (any number), ``TRACE`` (one): the same in the
-    usage line and the help of every typer version (newer ones add ``{paths}`` / ``<list[Path]>``)."""
-    base = (p.metavar or p.name or "ARG").upper().strip(".[]")
-    shown = base + ("..." if p.nargs != 1 else "")
-    if not p.required:
-        shown = f"[{base}]" + ("..." if p.nargs != 1 else "")
-    p.metavar = shown
-    if hasattr(p, "_usage_display_name"):  # typer >= 0.20 builds these itself
-        p._usage_display_name = lambda: shown
-        p.display_type_rich = lambda ctx: None
-
 
 def step_name(step_range: str, whole_trace: bool) -> str | None:
     """The step marker to analyse with: none with ``--whole-trace``."""
@@ -433,7 +265,9 @@ def parsed_by(parse):
             try:
                 parse(v)
             except (TraceAnalyzerError, ValueError) as exc:
-                raise typer.BadParameter(getattr(exc, "message", None) or str(exc)) from None
+                from traceanalyzer.commands.flags import as_flags
+
+                raise typer.BadParameter(as_flags(getattr(exc, "message", None) or str(exc))) from None
         return value
 
     return callback
@@ -451,23 +285,6 @@ def regex(ctx, param, value):
     return value
 
 
-def binary_output_check(format, output) -> None:
-    """Parquet is binary: to a file (-o) or a pipe, never to a terminal."""
-    if getattr(format, "value", format) == "parquet" and output is None and sys.stdout.isatty():
-        raise typer.BadParameter("parquet is binary: give -o FILE (or pipe the output)", param_hint="'-f'")
-
-
-def _check_not_an_input(ctx, output) -> None:
-    """Refuse (exit 3) an output that is one of the command's inputs: every path given to it."""
-    paths = {p.name for p in ctx.command.params if p.name != "output" and param_kind(p)[0] in ("path", "file")}
-    inputs = []
-    for name, value in ctx.params.items():  # str or Path, as the typer version converts them
-        for v in value if isinstance(value, (list, tuple)) else [value]:
-            if name in paths and isinstance(v, (str, Path)):
-                inputs.append(v)
-    Outputs(inputs).check(output)
-
-
 def require_config(config, megatron_args) -> None:
     """The run configuration is required (``-c`` and/or ``--megatron-args``): without it, a
     usage error (exit 2) like any missing option, before any work."""
@@ -483,30 +300,6 @@ def iso_date(text: str):
         return dt.date.fromisoformat(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a date (YYYY-MM-DD)") from None
-
-
-def analyse_paths(
-    paths: list[Path],
-    step_name: str | None = "ProfilerStep",
-    *,
-    recompute_pattern: str | None = None,
-    bus_bw_gbps: float | None = None,
-    cache: bool = False,
-    keep: str = "compact",
-    workers: int | None = None,
-    engine: Engine | str = "local",
-    address: str | None = None,
-    quiet: bool = False,
-    comm_kernels: list[str] | None = None,
-    extras: tuple[str, ...] = (),
-):
-    """:func:`traceanalyzer.api.commandline.analyse_files` with its progress on stderr (a bar on a terminal, a
-    line per rank file otherwise, nothing with ``quiet``)."""
-    from traceanalyzer.api.commandline import analyse_files
-
-    return analyse_files(paths, step_name, recompute_pattern=recompute_pattern, bus_bw_gbps=bus_bw_gbps, cache=cache, keep=keep,
-                         workers=workers, engine=Engine(engine).value, address=address, quiet=quiet, comm_kernels=comm_kernels,
-                         extras=extras, console=stderr_console)
 
 
 #: the option every command that classifies kernels takes
@@ -577,3 +370,56 @@ def strict_check(checks: list[dict] | None) -> None:
     if bad:
         raise IntegrityFailed(f"--strict: {len(bad)} trace-integrity check{'s' if len(bad) != 1 else ''} failed: "
                               + "; ".join(f"{c['check']} ({c['detail']})" for c in bad))
+
+
+# ---------------------------------------------------------------------------------------------
+# The table commands (kernels, ops, launches, annotations): each prints the frames of one view
+# of the trace files; a command is a declaration of its own options, its verb and its renderer.
+
+#: the options of the table commands, declared once: name -> (annotation, default)
+TABLE_OPTIONS: dict[str, tuple] = {
+    "paths": (Annotated[list[Path], traces_arg()], inspect.Parameter.empty),
+    "output": (OutputOpt, None),
+    "step_range": (StepRangeOpt, "ProfilerStep"),
+    "whole_trace": (WholeTraceOpt, False),
+    "comm_kernel": (CommKernelOpt, None),
+    "config": (Annotated[Optional[Path], config_opt("Run configuration (TOML): its [trace] section (comm_kernels) is applied.")], None),
+    "cache": (CacheOpt, False),
+    "workers": (WorkersOpt, None),
+    "engine": (EngineOpt, Engine.local),
+    "address": (AddressOpt, None),
+    "quiet": (QuietOpt, False),
+}
+
+
+def table_command(name: str, doc: str, params: list, view, render, *, check=None, width: int = 160, file_width: int = 200):
+    """A table command: its parameters in the order of its help (a name of :data:`TABLE_OPTIONS`,
+    or ``(name, annotation, default)`` for one of its own), and what it runs: ``check(options)``
+    (the values' checks, before any file is looked at), ``view(options) -> (result, analysis)``
+    (one verb of :mod:`traceanalyzer.api.commandline`), ``render(result, analysis, format, options)``
+    (what :func:`traceanalyzer.render.formats.write` writes). ``options``: the parsed values by
+    name, with ``comm_kernels`` (``--comm-kernel`` and the configuration's) and ``steps`` (the step
+    marker: none with ``--whole-trace``). The warnings of the analysis go to stderr after it."""
+    signature = []
+    for p in params:
+        pname, annotation, default = (p, *TABLE_OPTIONS[p]) if isinstance(p, str) else p
+        signature.append(inspect.Parameter(pname, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation))
+
+    def command(**options) -> None:
+        if check is not None:
+            check(options)
+        options["comm_kernels"] = comm_patterns(options["comm_kernel"], options.get("config"))
+        options["steps"] = step_name(options["step_range"], options["whole_trace"])
+        outputs = Outputs([*options["paths"], options.get("config")])
+        if options["output"] is not None:
+            outputs.check(options["output"])
+        result, analysis = view(options)
+        fmt = formats.Format(options["format"])
+        formats.write(render(result, analysis, fmt, options), options["output"], outputs, width=width, file_width=file_width)
+        print_warnings(analysis.warnings, shows_transfer=False)
+
+    command.__name__ = command.__qualname__ = name.replace("-", "_")
+    command.__doc__ = doc
+    command.__signature__ = inspect.Signature(signature)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in signature}
+    return command

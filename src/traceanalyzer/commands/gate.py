@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,11 +11,9 @@ from traceanalyzer.api.commandline import LAST_GOOD, gate_of, parse_threshold, r
 from traceanalyzer.commands.common import StoreOpt, format_opt, output_opt, parsed_by, print_store_warnings
 from traceanalyzer.errors import GateFailed
 from traceanalyzer.outputs import Outputs
+from traceanalyzer.render.formats import subset, write
 
-
-class GateFormat(str, Enum):
-    text = "text"
-    json = "json"
+GateFormat = subset("text", "json")
 
 
 def gate(
@@ -43,17 +40,13 @@ def gate(
     from traceanalyzer.render import gate as render
 
     if format is GateFormat.json:
-        with outputs.stream(output) as fh:
-            fh.write(render.json_bytes(results, baseline, threshold, job))
+        write(render.json_bytes(results, baseline, threshold, job), output, outputs)
+    elif results and all(r.passed and r.baseline is None for r in results):
+        # a store too short to compare anything: one line, not one per job
+        write(f"gate: no job has a baseline yet ({len(results)} job(s), each with one successful run): nothing to compare, passed.\n",
+              output, outputs)
     else:
-        with outputs.stream(output, "w") as fh:
-            if results and all(r.passed and r.baseline is None for r in results):
-                # a store too short to compare anything: one line, not one per job
-                fh.write(f"gate: no job has a baseline yet ({len(results)} job(s), each with one successful run): "
-                         "nothing to compare, passed.\n")
-            else:
-                for r in results:  # one line per job; a failed job's full explanation included
-                    fh.write(r.message + "\n")
+        write("".join(r.message + "\n" for r in results), output, outputs)  # one line per job, a failed job's explanation included
     if junit is not None:
         outputs.write_bytes(junit, render.junit_xml(results, threshold))
     if failed:

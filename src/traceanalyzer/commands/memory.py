@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from traceanalyzer.commands.common import (
-    QuietOpt, WorkersOpt, config_opt, format_opt, non_negative_number, output_opt, print_warnings, step_range_opt, traces_arg,
+    DocumentFormat, FrameFormat, QuietOpt, WorkersOpt, config_opt, format_opt, non_negative_number, output_opt, print_warnings, step_range_opt, traces_arg,
 )
 from traceanalyzer.api.commandline import DEFAULT_RESERVE_GIB, GIB
 from traceanalyzer.outputs import Outputs
-
-
-class MemoryFormat(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
+from traceanalyzer.render.formats import write
 
 
 def memory(
@@ -27,7 +21,7 @@ def memory(
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch script, arguments or a training log.")] = None,
     reserve: Annotated[float, typer.Option("--reserve", callback=non_negative_number, metavar="GIB", help="GiB kept free for what the model does not count (CUDA context, NCCL/cuBLAS buffers, fragmentation).")] = DEFAULT_RESERVE_GIB,
     step_range: Annotated[str, step_range_opt()] = "ProfilerStep",
-    format: Annotated[MemoryFormat, format_opt("table; json (prediction, measured peaks, copies, timeline); csv (the timeline with a trace, else the components).")] = MemoryFormat.table,
+    format: Annotated[FrameFormat, format_opt("table; json (prediction, measured peaks, copies, timeline); csv (the timeline with a trace, else the components).")] = FrameFormat.table,  # type: ignore[valid-type]
     output: Annotated[Optional[Path], output_opt()] = None,
     cache: Annotated[bool, typer.Option("--cache/--no-cache", help="Keep parsed traces as Parquet in $TRACEANALYZER_CACHE and reuse them.")] = False,
     workers: WorkersOpt = None,
@@ -44,20 +38,16 @@ def memory(
     result = memory_verb(paths or None, config, megatron_args=megatron_args, reserve_gib=reserve, step_range=step_range,
                          cache=cache, workers=workers, quiet=quiet)
     reserve_bytes = reserve * GIB
-    if format is MemoryFormat.json:
+    if format is FrameFormat.json:
         from traceanalyzer.render.json import dumps
         from traceanalyzer.render.memory import document
 
-        with outputs.stream(output) as fh:
-            fh.write(dumps(document(result, reserve_bytes)))
-    elif format is MemoryFormat.csv:
-        frame = result.timeline if paths else result.predicted
-        with outputs.stream(output, "w") as fh:
-            fh.write(frame.write_csv())
+        write(dumps(document(result, reserve_bytes)), output, outputs)
+    elif format is FrameFormat.csv:
+        write((result.timeline if paths else result.predicted).write_csv(), output, outputs)
     else:
         from traceanalyzer.render.memory import estimate_sections, measured_sections
         from traceanalyzer.render.predictions import emit
-        from traceanalyzer.render.predictions import Format as SectionFormat
 
         sections = []
         total = None
@@ -65,7 +55,7 @@ def memory(
             sections += estimate_sections(result.estimate, result.fit.to_dicts()[0])
             total = result.estimate.total_bytes
         sections += measured_sections(result.measured, result.copies, total)
-        emit(sections, SectionFormat.table, {}, output, outputs)
+        emit(sections, DocumentFormat.table, {}, output, outputs)
     print_warnings(result.warnings)
 
 

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.render.predictions import Format, emit
+from traceanalyzer.commands.common import DocumentFormat
+from traceanalyzer.render.predictions import emit
 from traceanalyzer.api.commandline import PLAN_CONVENTIONS, check_plan_mfu, parse_count, parse_range
 from traceanalyzer.commands.common import (
     CacheOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, choices, err_console, config_opt, format_opt, job_opt, non_negative_number,
@@ -29,13 +30,13 @@ PlanConvention = choices("PlanConvention", PLAN_CONVENTIONS)
 
 
 def plan(
-    tokens: Annotated[str, typer.Option("--tokens", metavar="COUNT", callback=parsed_by(lambda t: parse_count(t, "--tokens")), help="Training tokens: 15T, 300B, 1.5e13.")],
+    tokens: Annotated[str, typer.Option("--tokens", metavar="COUNT", callback=parsed_by(lambda t: parse_count(t, "`tokens`")), help="Training tokens: 15T, 300B, 1.5e13.")],
     config: Annotated[Optional[Path], config_opt("Run configuration (TOML): model size, GPU, GPU count.")] = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch arguments or a training log that prints them.")] = None,
     trace: Annotated[Optional[list[Path]], trace_opt("Trace of the run (measured throughput and step-time spread; needs -c); repeatable.")] = None,
-    tflops: Annotated[Optional[str], typer.Option("--tflops", metavar="TFLOPS", callback=parsed_by(lambda t: parse_range(t, "--tflops")), help="Sustained TFLOP/s per GPU under the convention; a range such as 145-155 is allowed.")] = None,
+    tflops: Annotated[Optional[str], typer.Option("--tflops", metavar="TFLOPS", callback=parsed_by(lambda t: parse_range(t, "`tflops`")), help="Sustained TFLOP/s per GPU under the convention; a range such as 145-155 is allowed.")] = None,
     mfu: Annotated[Optional[str], typer.Option("--mfu", metavar="FRACTION", callback=parsed_by(check_plan_mfu), help="Model FLOPs utilisation, e.g. 0.4 or 38-43%, of the GPU's dense peak.")] = None,
-    params: Annotated[Optional[str], typer.Option("--params", metavar="COUNT", callback=parsed_by(lambda t: parse_count(t, "--params")), help="Parameter count (e.g. 405B), instead of the configuration's.")] = None,
+    params: Annotated[Optional[str], typer.Option("--params", metavar="COUNT", callback=parsed_by(lambda t: parse_count(t, "`params`")), help="Parameter count (e.g. 405B), instead of the configuration's.")] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, metavar="N", help="GPUs of the planned run (default: the configuration's).")] = None,
     gpu: Annotated[Optional[str], typer.Option("--gpu", metavar="NAME", help="GPU model for the peak (with --mfu), e.g. 'H100 SXM'.")] = None,
     convention: Annotated[PlanConvention, typer.Option("--convention", help="FLOPs convention.")] = "6nt",  # type: ignore[valid-type]
@@ -46,7 +47,7 @@ def plan(
     store: Annotated[Optional[Path], store_opt("Batch store: the step-time spread across its runs (nights) sets the jitter margin.")] = None,
     job: Annotated[Optional[str], job_opt("With --store: only this job's runs.")] = None,
     margin: Annotated[Optional[list[str]], typer.Option("--margin", metavar="NAME=LOW-HIGH", help="Override a margin: NAME=LOW-HIGH (fractions or %), NAME one of framework, jitter, data, interruptions; repeatable.")] = None,
-    format: Annotated[Format, format_opt()] = Format.table,
+    format: Annotated[DocumentFormat, format_opt()] = DocumentFormat.table,  # type: ignore[valid-type]
     output: OutputOpt = None,
     step_range: StepRangeOpt = "ProfilerStep",
     cache: CacheOpt = False,

@@ -10,7 +10,8 @@ import typer
 from traceanalyzer.commands.common import AllRowsOpt, ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
 from traceanalyzer.commands.common import require_config
 from traceanalyzer.api.commandline import CONVENTIONS, HFU_CONVENTIONS
-from traceanalyzer.render.predictions import Format, emit
+from traceanalyzer.commands.common import DocumentFormat
+from traceanalyzer.render.predictions import emit
 from traceanalyzer.outputs import Outputs
 
 
@@ -26,7 +27,7 @@ def predict(
     convention: Annotated[Optional[Convention], typer.Option("--convention", help="FLOPs convention (default: the configuration's).")] = None,  # type: ignore[valid-type]
     hfu: Annotated[HfuConvention, typer.Option("--hfu", help="How recompute counts in HFU.")] = "forward",  # type: ignore[valid-type]
     kernel_efficiency: Annotated[Optional[float], typer.Option("--kernel-efficiency", metavar="FRACTION", callback=fraction, help="Fraction of peak reached by compute kernels, in (0, 1] (default: implied by [reported], the --vs run, else 1.0).")] = None,
-    format: Annotated[Format, format_opt()] = Format.table,
+    format: Annotated[DocumentFormat, format_opt()] = DocumentFormat.table,  # type: ignore[valid-type]
     output: OutputOpt = None,
     baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", metavar="FILE", help="nccl-tests output: bandwidth by message size instead of the hardware table's; repeatable.")] = None,
     all_rows: AllRowsOpt = False,

@@ -8,31 +8,18 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer.commands.common import (
-    AllRowsOpt, CacheOpt, CommKernelOpt, ConfigOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, choices, comm_patterns, config_opt, err_console,
-    format_opt, print_warnings, step_name, trace_arg,
+    AllRowsOpt, CacheOpt, CommKernelOpt, ConfigOpt, DocumentFormat, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, choices, config_opt,
+    err_console, format_opt, print_warnings, require_config, trace_arg,
 )
-from traceanalyzer.commands.common import require_config
 from traceanalyzer.api._common import public
-from traceanalyzer.api.documents import time_comparison
-from traceanalyzer.api.tables import analysis_with_tables
-from traceanalyzer.api.commandline import CONVENTIONS, HFU_CONVENTIONS, advice_check, compare_waterfalls, reconcile_parts, reconcile_with_analysis
+from traceanalyzer.api.commandline import CONVENTIONS, HFU_CONVENTIONS, compare_of, reconcile_parts
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.render.predictions import (
-    Format, advice_check_sections, emit, time_comparison_sections, trace_comparison_sections, waterfall_sections,
-)
+from traceanalyzer.render.predictions import emit, waterfall_sections
 
 
 Convention = choices("Convention", CONVENTIONS)
 HfuConvention = choices("HfuConvention", HFU_CONVENTIONS)
-
-
-def _waterfall(path: Path, config: Optional[Path], megatron_args: Optional[Path], convention, step_range: str,
-               hfu="forward", workers: Optional[int] = None, quiet: bool = False, comm_kernel: list[str] | None = None,
-               baseline: list[Path] | None = None, cache: bool = False):
-    return reconcile_parts(path, config, megatron_args, convention=getattr(convention, "value", convention), step_range=step_range,
-                           hfu=getattr(hfu, "value", hfu), workers=workers, quiet=quiet, comm_kernels=comm_kernel, baseline=baseline,
-                           cache=cache, console=err_console)
 
 
 def reconcile(
@@ -40,7 +27,7 @@ def reconcile(
     config: ConfigOpt = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch arguments or a training log.")] = None,
     convention: Annotated[Optional[Convention], typer.Option("--convention", help="FLOPs convention (default: the configuration's).")] = None,  # type: ignore[valid-type]
-    format: Annotated[Format, format_opt()] = Format.table,
+    format: Annotated[DocumentFormat, format_opt()] = DocumentFormat.table,  # type: ignore[valid-type]
     output: OutputOpt = None,
     step_range: StepRangeOpt = "ProfilerStep",
     hfu: Annotated[HfuConvention, typer.Option("--hfu", help="How recompute counts in HFU.")] = "forward",  # type: ignore[valid-type]
@@ -56,7 +43,9 @@ def reconcile(
     outputs = Outputs([trace, config, megatron_args, *(baseline or [])])
     if output is not None:
         outputs.check(output)
-    wf, warnings = _waterfall(trace, config, megatron_args, convention, step_range, hfu, workers, quiet, comm_kernel, baseline, cache)
+    wf, warnings = reconcile_parts(trace, config, megatron_args, convention=getattr(convention, "value", convention), step_range=step_range,
+                                   hfu=getattr(hfu, "value", hfu), workers=workers, quiet=quiet, comm_kernels=comm_kernel,
+                                   baseline=baseline, cache=cache, console=err_console)
     emit(waterfall_sections(wf, all_rows), format, {"schema": "traceanalyzer.reconcile", "schema_version": 1, **public(wf)}, output, outputs)
     print_warnings(warnings, shows_transfer=False)
 
@@ -68,7 +57,7 @@ def compare(
     config_a: Annotated[Optional[Path], typer.Option("--config-a", metavar="CONFIG", help="Run configuration of trace A.")] = None,
     config_b: Annotated[Optional[Path], typer.Option("--config-b", metavar="CONFIG", help="Run configuration of trace B.")] = None,
     convention: Annotated[Optional[Convention], typer.Option("--convention", help="FLOPs convention (default: the configurations').")] = None,  # type: ignore[valid-type]
-    format: Annotated[Format, format_opt()] = Format.table,
+    format: Annotated[DocumentFormat, format_opt()] = DocumentFormat.table,  # type: ignore[valid-type]
     output: OutputOpt = None,
     step_range: StepRangeOpt = "ProfilerStep",
     whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Without run configurations: ignore step markers, each rank's whole GPU span is one step.")] = False,
@@ -88,33 +77,11 @@ def compare(
     outputs = Outputs([trace_a, trace_b, ca, cb])
     if output is not None:
         outputs.check(output)
-    if ca is None:
-        from traceanalyzer.render.kerneltable import kernel_diff_sections
-
-        patterns = tuple(comm_patterns(comm_kernel))
-        steps = step_name(step_range, whole_trace)
-        an_a = analysis_with_tables([trace_a], steps, cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
-        an_b = analysis_with_tables([trace_b], steps, cache=cache, workers=workers, quiet=quiet, comm_kernels=patterns)
-        cmp_t, diff = time_comparison(an_a, an_b)
-        advice = advice_check(an_a, an_b)
-        emit(time_comparison_sections(cmp_t, all_rows) + kernel_diff_sections(diff) + advice_check_sections(advice), format,
-             {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "time",
-              "comparison": {**public(cmp_t), "kernels": public(diff)}, "advice": advice}, output, outputs)
-        print_warnings([*an_a.warnings, *an_b.warnings], shows_transfer=False)
-        return
-    if whole_trace:
-        raise typer.BadParameter("the waterfall (with run configurations) needs the step markers", param_hint="'--whole-trace'")
-    kw = {"convention": getattr(convention, "value", convention), "step_range": step_range, "workers": workers, "quiet": quiet,
-          "comm_kernels": comm_kernel, "cache": cache, "console": err_console}
-    wa, warn_a, an_a = reconcile_with_analysis(trace_a, ca, None, **kw)
-    wb, warn_b, an_b = reconcile_with_analysis(trace_b, cb, None, **kw)
-    cmp = compare_waterfalls(wa, wb)
-    advice = advice_check(an_a, an_b, ca)
-    sections = (waterfall_sections(wa, all_rows) + waterfall_sections(wb, all_rows) + trace_comparison_sections(cmp, all_rows)
-                + advice_check_sections(advice))
-    emit(sections, format, {"schema": "traceanalyzer.compare", "schema_version": 1, "mode": "waterfall",
-                            "a": public(wa), "b": public(wb), "comparison": public(cmp), "advice": advice}, output, outputs)
-    print_warnings(list(dict.fromkeys([*warn_a, *warn_b])), shows_transfer=False)
+    sections, doc, warnings = compare_of(trace_a, trace_b, ca, cb, convention=getattr(convention, "value", convention),
+                                         step_range=step_range, whole_trace=whole_trace, comm_kernels=comm_kernel, cache=cache,
+                                         workers=workers, quiet=quiet, all_rows=all_rows, console=err_console)
+    emit(sections, format, doc, output, outputs)
+    print_warnings(warnings, shows_transfer=False)
 
 
 def register(app: typer.Typer) -> None:

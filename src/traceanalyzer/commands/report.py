@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from traceanalyzer.commands.common import (
-    AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, StepRangeOpt, WholeTraceOpt, WorkersOpt, analyse_paths,
+    AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, StepRangeOpt, WholeTraceOpt, WorkersOpt, stderr_console,
     comm_patterns, config_opt, format_opt, output_opt, print_warnings, step_name, traces_arg,
 )
 from traceanalyzer.commands.common import RanksOpt, RankView
 from traceanalyzer.outputs import Outputs
+from traceanalyzer.render.formats import subset
+
+ReportFormat = subset("html", "markdown", "json")
 
 
-class ReportFormat(str, Enum):
-    html = "html"
-    markdown = "markdown"
-    json = "json"
-
-
-def _command(paths: list[Path], config: Path | None, fmt: ReportFormat, embed: bool, output: Path | None,
+def _command(paths: list[Path], config: Path | None, fmt, embed: bool, output: Path | None,
              rank: int | None, step_range: str, top: int, baseline: list[Path] | None = None, whole_trace: bool = False) -> list[str]:
     """The command line that reproduces this report (canonical form of the options given)."""
     cmd = ["traceanalyzer", "report", *map(str, paths)]
@@ -67,7 +63,7 @@ def report(
 ) -> None:
     """Write a report to attach to a ticket: headline, plots, top kernels and collectives, how to reproduce."""
     from traceanalyzer.api.documents import write_report
-    from traceanalyzer.api.commandline import read_baseline, report_document
+    from traceanalyzer.api.commandline import report_of
 
     if output is None and format is not ReportFormat.json:
         raise typer.BadParameter(f"--format {format.value} writes files: give the report file with -o", param_hint="'-o'")
@@ -75,17 +71,11 @@ def report(
     outputs = Outputs([*paths, config, *(baseline or [])])
     if output is not None:
         outputs.check(output)
-    base = read_baseline(baseline)
-    steps = step_name(step_range, whole_trace)
-    analysis = analyse_paths(paths, steps, keep="report", cache=cache, workers=workers, engine=engine, address=address, quiet=quiet,
-                             comm_kernels=patterns, extras=("launches", "trace_facts"))
-    trace = analysis.trace
-    if rank is not None and rank not in trace.ranks:
-        raise typer.BadParameter(f"no rank {rank} in the trace (it has {len(trace.ranks)}: {trace.ranks[:16]})", param_hint="'--rank'")
     command = _command(paths, config, format, embed, output, rank, step_range, top, baseline, whole_trace)
-    m, analysis = report_document(analysis, rank=rank, config=config, step_range=step_range, step_name=steps, comm_kernels=patterns,
-                                  top=top, baseline=base, command=command + ([] if ranks is RankView.auto else ["--ranks", ranks.value]),
-                                  ranks=ranks.value)
+    m, analysis = report_of(paths, rank=rank, config=config, step_range=step_range, step_name=step_name(step_range, whole_trace),
+                            comm_kernels=patterns, top=top, baseline=baseline,
+                            command=command + ([] if ranks is RankView.auto else ["--ranks", ranks.value]), ranks=ranks.value,
+                            cache=cache, workers=workers, engine=Engine(engine).value, address=address, quiet=quiet, console=stderr_console)
     write_report(m, output, format.value, outputs, embed=embed)
     print_warnings([*analysis.warnings, *m["notes"]])
 

@@ -11,10 +11,11 @@ from rich.table import Table
 
 from traceanalyzer.api.commandline import METRICS, plot_trend, read_store, trend_of
 from traceanalyzer.commands.common import (
-    JobOpt, StoreOpt, choices, format_opt, iso_date, out_console, output_opt, parsed_by, print_store_warnings,
+    FrameFormat, JobOpt, StoreOpt, choices, format_opt, iso_date, output_opt, parsed_by, print_store_warnings,
 )
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.render.frames import write_frame
+from traceanalyzer.render.formats import write
+from traceanalyzer.render.frames import frame_bytes
 
 Metric = choices("Metric", METRICS)
 
@@ -24,10 +25,7 @@ class TrendBy(str, Enum):
     rank = "rank"
 
 
-class TrendFormat(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
+TrendFormat = FrameFormat
 
 
 def trend(
@@ -62,12 +60,10 @@ def trend(
         for r in frame.iter_rows(named=True):  # one row per run
             v, c = r["value"], r["change"]
             table.add_row(str(r["date"]), r["job"], r["run_id"], "" if v is None else f"{v:.3f}", "" if c is None else f"{c:+.1%}")
-        with outputs.stream(output, "w") as fh:
-            out_console(None if output is None else fh, 160).print(table)
+        write(lambda console: console.print(table), output, outputs, width=160)
     else:
-        with outputs.stream(output) as fh:
-            write_frame(frame, format.value, fh, schema="traceanalyzer.trend",
-                        extra={"schema_version": 1, "metric": metric_name, "unit": unit, "since": since, "job": job})
+        write(frame_bytes(frame, format.value, schema="traceanalyzer.trend",
+                          extra={"schema_version": 1, "metric": metric_name, "unit": unit, "since": since, "job": job}), output, outputs)
     if plot is not None:
         with outputs.open(plot, "wb") as fh:
             plot_trend(frame, metric_name, fh)
@@ -77,7 +73,7 @@ def register(app: typer.Typer) -> None:
     app.command()(trend)
 
 
-def _by_rank(store: Path, job: str | None, last: int, format: TrendFormat, output: Path | None, plot: Path | None) -> None:
+def _by_rank(store: Path, job: str | None, last: int, format, output: Path | None, plot: Path | None) -> None:
     from traceanalyzer.api.loop import rank_trend
 
     if plot is not None:
@@ -96,9 +92,7 @@ def _by_rank(store: Path, job: str | None, last: int, format: TrendFormat, outpu
         for r in frame.iter_rows(named=True):  # one row per rank
             table.add_row(r["job"], str(r["rank"]), r["host"] or "", f"{r['runs']}/{r['out_of']}", str(r["slowest"]),
                           str(r["late_arriver"]), str(r["either"]), f"{r['mean_step_time_ms']:.3f}")
-        with outputs.stream(output, "w") as fh:
-            out_console(None if output is None else fh, 160).print(table)
+        write(lambda console: console.print(table), output, outputs, width=160)
     else:
-        with outputs.stream(output) as fh:
-            write_frame(frame, format.value, fh, schema="traceanalyzer.rank_trend",
-                        extra={"schema_version": 1, "last": last, "job": job})
+        write(frame_bytes(frame, format.value, schema="traceanalyzer.rank_trend", extra={"schema_version": 1, "last": last, "job": job}),
+              output, outputs)

@@ -14,7 +14,8 @@ from traceanalyzer.commands.common import (
 from traceanalyzer.commands.common import require_config
 from traceanalyzer.api.commandline import CONVENTIONS
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.render.predictions import Format, emit
+from traceanalyzer.commands.common import DocumentFormat
+from traceanalyzer.render.predictions import emit
 
 
 def whatif(
@@ -33,7 +34,7 @@ def whatif(
     reserve_gb: Annotated[Optional[float], typer.Option("--reserve-gb", callback=non_negative_number, metavar="GIB", help="Memory kept free per GPU in GiB (CUDA context, NCCL buffers, fragmentation; default 4).")] = None,
     baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", metavar="FILE", help="nccl-tests output: bandwidth by message size and scope instead of the hardware table's.")] = None,
     convention: Annotated[Optional[str], typer.Option("--convention", metavar="NAME", help=f"FLOPs convention: {', '.join(CONVENTIONS)}.")] = None,
-    format: Annotated[Format, format_opt()] = Format.table,
+    format: Annotated[DocumentFormat, format_opt()] = DocumentFormat.table,  # type: ignore[valid-type]
     output: Annotated[Optional[Path], output_opt()] = None,
     step_range: Annotated[str, step_range_opt()] = "ProfilerStep",
     comm_kernel: CommKernelOpt = None,

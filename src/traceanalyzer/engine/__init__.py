@@ -50,7 +50,7 @@ def check_engine(engine: str, address: str | None = None) -> None:
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}: one of {', '.join(ENGINES)}")
     if engine == "local" and address:
-        raise ConfigError("--address is for --engine ray")
+        raise ConfigError("`address` is for `engine` ray")
 
 
 def reduce_ranks(results: list[RankResult], files: list[Path], opts: Options):

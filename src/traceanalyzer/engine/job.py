@@ -146,6 +146,17 @@ def _exact_us(steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _profiler_options(results: list[RankResult], meta: pl.DataFrame) -> dict[str, list[str]]:
+    """Per file of the job (as ``meta``'s ``file`` column names it): the profiler options its
+    header lists, as the rank workers read them (a file no worker read: its header, here)."""
+    from traceanalyzer.parsers.kineto_header import profiler_options
+
+    if "file" not in meta.columns:
+        return {}
+    known = {str(r.file): r.profiler_options for r in results if r.profiler_options is not None}
+    return {f: known[f] if f in known else profiler_options(f) for f in meta.get_column("file").drop_nulls().unique(maintain_order=True).to_list()}
+
+
 def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: str):
     """The :class:`~traceanalyzer.classify.Analysis` of a job from its ranks' results (file
     order) and its :class:`~traceanalyzer.schema.Trace` (meta, warnings, sources)."""
@@ -226,5 +237,6 @@ def reduce_job(results: list[RankResult], trace: Trace, opts: Options, source: s
         op_stats=_concat([r.op_stats for r in gpu_ranks]),
         outside_steps=outside,
         extras={name: _concat([r.extras.get(name) for r in gpu_ranks]) for name in sorted(opts.tables) if name in EXTRAS},
+        profiler_options=_profiler_options(results, trace.meta),
         options=opts,
     )

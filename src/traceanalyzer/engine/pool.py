@@ -241,7 +241,7 @@ def check_ray_address(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> N
     target = address.split("://", 1)[1] if "://" in address else address
     host, sep, port = target.rpartition(":")
     if not sep or not port.isdigit() or not host:
-        raise ConfigError(f"--address {address!r}: expected ray://HOST:PORT, HOST:PORT or auto")
+        raise ConfigError(f"`address` {address!r}: expected ray://HOST:PORT, HOST:PORT or auto")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
             pass
@@ -255,7 +255,7 @@ def ray_session(workers: int | None, address: str | None):
     try:
         import ray
     except ImportError as exc:
-        raise ConfigError("--engine ray needs Ray: pip install 'traceanalyzer[ray]'") from exc
+        raise ConfigError("`engine` ray needs Ray: pip install 'traceanalyzer[ray]'") from exc
     if ray.is_initialized():
         return ray, False
 
@@ -320,7 +320,7 @@ def run_tasks(tasks: list[RankTask], engine: str = "local", workers: int | None 
     as they complete (any order)."""
     if engine == "local":
         if address:
-            raise ConfigError("--address is for --engine ray")
+            raise ConfigError("`address` is for `engine` ray")
         return run_local(tasks, workers or default_workers(), on_bytes)
     if engine == "ray":
         return run_ray(tasks, workers, address, on_bytes)

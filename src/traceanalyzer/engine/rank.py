@@ -193,6 +193,8 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
         # the profiler options each rank's file header lists (read by the worker, else here)
         headers = {r.rank: r.profiler_options if r.profiler_options is not None else (profiler_options(r.file) if r.file else [])
                    for r in into}
+        for res in into:  # kept: the job's Analysis carries them (engine.job.reduce_job)
+            res.profiler_options = headers[res.rank]
         r = pipeline.breakdown(events, meta, step_name=opts.step_name, recompute_pattern=opts.recompute_pattern,
                                comm_kernels=opts.comm_kernels, source=source, window_warnings=window_warnings,
                                profiler_options=headers)

@@ -52,7 +52,7 @@ DEFAULT_MARGINS: dict[str, tuple[float, float, str]] = {
 _UNITS = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
 
 
-def parse_count(text: str | float | int, what: str = "--tokens") -> float:
+def parse_count(text: str | float | int, what: str = "`tokens`") -> float:
     """``"15T"``, ``"1.4e12"``, ``"300B"``, ``"2_000_000"`` -> float; ConfigError (exit 7) otherwise."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
@@ -140,7 +140,7 @@ def trace_measurement(cfg: RunConfig, steps: pl.DataFrame, convention: str = "6n
     m = measure_trace(steps)
     what = "the FLOPs of one traced step"
     if convention == "6nt":
-        N = parse_count(params, "--params") if params is not None else count_params(cfg)
+        N = parse_count(params, "`params`") if params is not None else count_params(cfg)
         B = cfg.need(cfg.batch.global_batch, "[batch] global_batch", what)
         s = cfg.need(cfg.model.seq_length, "[model] seq_length", what)
         m["flops_per_step"] = 6.0 * N * B * s
@@ -182,27 +182,27 @@ def plan_run(
     traced run). ``margins`` overrides :data:`DEFAULT_MARGINS` by name (a fraction or a range).
     """
     if not (math.isfinite(pue) and pue >= 1.0):
-        raise ConfigError(f"--pue {pue}: power usage effectiveness is 1.0 or more")
+        raise ConfigError(f"`pue` {pue}: power usage effectiveness is 1.0 or more")
     if gpu_power_w is not None and not (math.isfinite(gpu_power_w) and gpu_power_w > 0):
-        raise ConfigError(f"--gpu-power-w {gpu_power_w}: must be positive")
+        raise ConfigError(f"`gpu_power_w` {gpu_power_w}: must be positive")
     if price_per_gpu_hour is not None and not (math.isfinite(price_per_gpu_hour) and price_per_gpu_hour >= 0):
-        raise ConfigError(f"--price-per-gpu-hour {price_per_gpu_hour}: must be zero or more")
+        raise ConfigError(f"`price_per_gpu_hour` {price_per_gpu_hour}: must be zero or more")
     if convention not in PLAN_CONVENTIONS:
         raise ConfigError(f"convention {convention!r}: one of {', '.join(PLAN_CONVENTIONS)}")
     if flops not in ("model", "hardware"):
         raise ConfigError(f"flops {flops!r}: model or hardware")
-    T = parse_count(tokens, "--tokens")
+    T = parse_count(tokens, "`tokens`")
     notes: list[str] = []
     # ---- FLOPs per token
     if convention == "6nt":
         if params is not None:
-            N = parse_count(params, "--params")
+            N = parse_count(params, "`params`")
             n_src = "given"
         elif cfg is not None:
             N = count_params(cfg)
             n_src = "from the run configuration (layer matmuls + output projection)"
         else:
-            raise ConfigError("the 6·N·T convention needs the parameter count: give --params or a run configuration")
+            raise ConfigError("the 6·N·T convention needs the parameter count: give `params` or a run configuration")
         if flops == "hardware":
             raise ConfigError("flops=hardware needs a layer-level convention (megatron, megatron2024, palm), not 6nt")
         per_token = 6.0 * N
@@ -219,21 +219,21 @@ def plan_run(
     # ---- GPUs
     n_gpus = gpus if gpus is not None else (cfg.num_gpus if cfg is not None else None)
     if n_gpus is not None and n_gpus <= 0:
-        raise ConfigError(f"--gpus {n_gpus}: must be positive")
+        raise ConfigError(f"`n_gpus` {n_gpus}: must be positive")
     # ---- throughput per GPU (TFLOP/s, same convention)
     given = [x is not None for x in (tflops, mfu, measured)]
     if sum(given) != 1:
-        raise ConfigError("give exactly one throughput: --tflops, --mfu or --trace")
+        raise ConfigError("give exactly one throughput: `tflops`, `mfu` or `trace`")
     gpu_name = gpu or (cfg.hardware.gpu if cfg is not None else None)
     prec = precision or (cfg.hardware.precision if cfg is not None else "bf16")
     margin_spec = {k: (lo, hi, why) for k, (lo, hi, why) in DEFAULT_MARGINS.items()}
     if tflops is not None:
-        lo, hi = parse_range(tflops, "--tflops")
+        lo, hi = parse_range(tflops, "`tflops`")
         thr_src = "given"
     elif mfu is not None:
-        m_lo, m_hi = parse_range(mfu, "--mfu", percent_ok=True)
+        m_lo, m_hi = parse_range(mfu, "`mfu`", percent_ok=True)
         if m_hi > 1:
-            raise ConfigError(f"--mfu {mfu!r}: a fraction of the peak (≤ 1, or a percentage)")
+            raise ConfigError(f"`mfu` {mfu!r}: a fraction of the peak (≤ 1, or a percentage)")
         peak = peak_tflops(gpu_name, prec, cfg.hardware.peak_tflops if cfg is not None else None)
         lo, hi = m_lo * peak, m_hi * peak
         thr_src = f"MFU {m_lo:.0%}–{m_hi:.0%} of {peak:g} TFLOP/s dense {prec} peak"
@@ -267,8 +267,8 @@ def plan_run(
             notes.append(f"only {st.len()} stored run(s) with a step time: the jitter margin is not taken from the store")
     for k, v in (margins or {}).items():
         if k not in margin_spec:
-            raise ConfigError(f"--margin {k}: one of {', '.join(margin_spec)}")
-        r = parse_range(v, f"--margin {k}", percent_ok=True, allow_zero=True)
+            raise ConfigError(f"`margins` {k}: one of {', '.join(margin_spec)}")
+        r = parse_range(v, f"`margins` {k}", percent_ok=True, allow_zero=True)
         margin_spec[k] = (r[0], r[1], "given")
     m_lo = math.prod(1 + lo_ for lo_, _, _ in margin_spec.values())
     m_hi = math.prod(1 + hi_ for _, hi_, _ in margin_spec.values())

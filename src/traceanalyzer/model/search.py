@@ -72,7 +72,7 @@ def enumerate_layouts(cfg: RunConfig, fixed: dict[str, Any] | None = None) -> pl
     }
     for k, v in fixed.items():
         if k not in grid:
-            raise ConfigError(f"--set {k} cannot be combined with --search (the search varies {', '.join(KNOBS)}; "
+            raise ConfigError(f"`sets` {k} cannot be combined with `search` (the search varies {', '.join(KNOBS)}; "
                               "the model, GPU count and global batch stay)")
         grid[k] = ([v], grid[k][1])
     lf = None

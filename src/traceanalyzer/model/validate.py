@@ -81,7 +81,7 @@ def _check_float(key: str, label: str, v: Any, where: str) -> None:
 
 
 def check_positive(option: str, v: float | None) -> None:
-    """A command-line quantity that must be finite and positive (e.g. ``--bus-bw``)."""
+    """A quantity that must be finite and positive (``option``: its name, e.g. ``"`bus_bw_gbps`"``)."""
     if v is None:
         return
     if not math.isfinite(v) or v <= 0:

@@ -112,29 +112,29 @@ _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
 def _parse_one(item: str) -> tuple[str, str, Any]:
     if "=" not in item:
-        raise SetUsageError(f"--set {item!r}: expected KEY=VALUE (e.g. --set pp=2)")
+        raise SetUsageError(f"`sets` {item!r}: expected KEY=VALUE (e.g. `sets` pp=2)")
     raw_key, value = (s.strip() for s in item.split("=", 1))
     key = raw_key.lower().replace("-", "_")
     key = key.split(".", 1)[1] if "." in key else key  # "parallel.pp" -> "pp"
     key = _SET_ALIASES.get(key, key)
     if key not in SET_KEYS:
-        raise SetUsageError(f"--set {raw_key}: unknown key; known keys: {', '.join(SET_KEYS)}")
+        raise SetUsageError(f"`sets` {raw_key}: unknown key; known keys: {', '.join(SET_KEYS)}")
     _section, _field, kind = SET_KEYS[key]
     v = value.lower()
     if kind == "int":
         try:
             out: Any = int(v)
         except ValueError:
-            raise ConfigError(f"--set {key}={value}: {key} must be a whole number") from None
+            raise ConfigError(f"`sets` {key}={value}: {key} must be a whole number") from None
         if out < 1:
-            raise ConfigError(f"--set {key}={value}: {key} must be at least 1")
+            raise ConfigError(f"`sets` {key}={value}: {key} must be at least 1")
     elif kind == "bool":
         if v not in _TRUE | _FALSE:
-            raise ConfigError(f"--set {key}={value}: {key} must be true or false")
+            raise ConfigError(f"`sets` {key}={value}: {key} must be true or false")
         out = v in _TRUE
     else:
         if v not in kind:
-            raise ConfigError(f"--set {key}={value}: {key} must be one of {', '.join(kind)}")
+            raise ConfigError(f"`sets` {key}={value}: {key} must be one of {', '.join(kind)}")
         out = v
     return key, value, out
 
@@ -194,7 +194,7 @@ def apply_sets(cfg: RunConfig, sets: list[str] | dict[str, Any]) -> RunConfig:
         if new.microbatches is not None and new.microbatches < 1:
             raise ConfigError(f"[batch] global_batch = {new.batch.global_batch} is smaller than dp·micro_batch")
     except ConfigError as exc:
-        raise ConfigError(f"--set {what}: {exc.message}") from None
+        raise ConfigError(f"`sets` {what}: {exc.message}") from None
     return new
 
 

@@ -33,7 +33,7 @@ import orjson
 import polars as pl
 
 from traceanalyzer.errors import InvalidTrace, OutOfMemory, TraceAnalyzerError
-from traceanalyzer import decoder
+from traceanalyzer.parsers import decoder
 from traceanalyzer.parsers import clean, inflate
 from traceanalyzer.parsers.categories import GPU_TIMELINE_KINDS, KIND_OF_CAT, MTIA_DMA_KIND
 from traceanalyzer.parsers.inflate import open_trace  # noqa: F401  (re-exported for callers)
@@ -469,7 +469,7 @@ def _last_event_start(buf: bytearray, lo: int, size: int | None = None) -> int:
 
 def _events_part(piece, path: Path, first: int) -> _Part:
     """The part of a JSON array of events (``bytes``-like): the compiled decoder
-    (:mod:`~traceanalyzer.decoder`), else the typed decode, or the dict decoder when
+    (:mod:`~traceanalyzer.parsers.decoder`), else the typed decode, or the dict decoder when
     some value has an unexpected JSON type. Malformed JSON or non-object entries: the
     whole-document path takes over (it reports them in its own words)."""
     native = decoder.native()

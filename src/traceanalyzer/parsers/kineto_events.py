@@ -218,7 +218,7 @@ _NATIVE_COLUMNS = ["row", *list(RAW_SCHEMA)[:-2]]
 
 
 def decode_native(module, piece) -> tuple[pl.DataFrame, int, int] | None:
-    """As :func:`decode_typed`, by the compiled decoder ``module`` (``traceanalyzer._kineto``):
+    """As :func:`decode_typed`, by the compiled decoder ``module`` (``traceanalyzer.parsers._kineto``):
     the same frame, or None when the piece holds anything it leaves to the Python decoders
     (malformed JSON included: the caller then runs :func:`decode_typed`, which decides)."""
     out = module.decode(piece)

@@ -11,8 +11,10 @@ import gzip
 import re
 from pathlib import Path
 
+from traceanalyzer.schema import COSTLY_PROFILER_OPTIONS
+
 #: options that add host work to every op (shapes and stacks recorded, allocations tracked)
-COSTLY = ("record_shapes", "profile_memory", "with_stack")
+COSTLY = COSTLY_PROFILER_OPTIONS
 OPTIONS = (*COSTLY, "with_flops", "with_modules")
 HEAD_BYTES = 1 << 16
 _KEY = re.compile(rb'"(' + b"|".join(o.encode() for o in OPTIONS) + rb')"\s*:\s*(1|true)\b')

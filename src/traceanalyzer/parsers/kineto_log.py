@@ -4,7 +4,7 @@ Kineto writes the messages it logged while tracing as top-level keys of the trac
 (``"INFO"``, ``"WARNING"``, ``"ERROR"``: lists of lines such as ``"WARNING:... CuptiActivityApi.cpp:...]
 Dropped 1024 activity records"``). A line of the ``WARNING`` or ``ERROR`` keys that says records
 were dropped, a buffer overflowed or ran out, or tracing stopped early is returned as a warning
-that begins with the file and contains :data:`LOST_RECORDS`; the integrity check
+that begins with the file and contains :data:`traceanalyzer.schema.LOST_RECORDS`; the integrity check
 ``activity_buffers`` reads those warnings. The Nsight Systems reader passes the texts of its
 export's ``DIAGNOSTIC_EVENT`` table the same way.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-#: the words every warning of this module contains (the integrity check finds them by it)
-LOST_RECORDS = "the profiler's log says it lost activity records"
+from traceanalyzer.schema import LOST_RECORDS  # every warning of this module contains it
+
 _LOST = re.compile(r"(?i)dropp?ed|overflow|exceeded max .*buffer|buffer.*(full|exhausted)|stopped early|terminating tracing")
 
 

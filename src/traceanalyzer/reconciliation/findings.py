@@ -30,6 +30,8 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.schema import COSTLY_PROFILER_OPTIONS as COSTLY
+
 MAX_FINDINGS = 5
 #: a loss smaller than this share of the mean step is not a finding
 MIN_SHARE = 0.01
@@ -168,17 +170,22 @@ def run_config(path: str | os.PathLike[str] | None) -> Any:
     return cfg if cfg.model.layers or cfg.model.fwd_flops_per_sample else None
 
 
+def _options(analysis, file: str) -> list[str]:
+    """The profiler options ``file``'s header lists, as the analysis carries them (read by the
+    engine; none for an analysis that does not carry them)."""
+    return (getattr(analysis, "profiler_options", None) or {}).get(file, [])
+
+
 def _profiler_costs(analysis) -> list[str]:
     """The costly profiler options any rank's file was recorded with (its header)."""
     from traceanalyzer.classify.launches import LAUNCH_BOUND_SHARE
-    from traceanalyzer.parsers.kineto_header import COSTLY, profiler_options
 
     meta = analysis.trace.meta
     if "file" not in meta.columns:
         return []
     on: set[str] = set()
     for f in meta["file"].drop_nulls().unique().to_list()[:64]:  # a few ranks say it
-        on.update(o for o in profiler_options(f) if o in COSTLY)
+        on.update(o for o in _options(analysis, f) if o in COSTLY)
     return [o for o in COSTLY if o in on]
 
 
@@ -379,12 +386,11 @@ def _unprofile(cands: list[dict[str, Any]], share: dict[str, float]) -> None:
 
 def profiler_notes(analysis: Any, steps: pl.DataFrame) -> list[dict]:
     """Per rank with a Kineto file: ``rank``, ``options`` (the profiler options on, read from the
-    file's header: :func:`traceanalyzer.parsers.kineto_header.profiler_options`),
+    file's header, as the analysis carries them: :attr:`~traceanalyzer.results.Analysis.profiler_options`),
     ``may_inflate_host_time`` (a costly option was on: ``record_shapes``, ``profile_memory``,
     ``with_stack`` add host work to every op) and ``note`` (a sentence when they may have made
     the host look slower than it is, where a step is CPU-bound or the GPU waits on the host)."""
     from traceanalyzer.classify.launches import LAUNCH_BOUND_SHARE
-    from traceanalyzer.parsers.kineto_header import COSTLY, profiler_options
 
     meta = analysis.trace.meta
     if "file" not in meta.columns:
@@ -393,7 +399,7 @@ def profiler_notes(analysis: Any, steps: pl.DataFrame) -> list[dict]:
     for rank, file in meta.select("rank", "file").sort("rank").iter_rows():  # one row per rank
         if file is None:
             continue
-        opts = profiler_options(file)
+        opts = _options(analysis, file)
         costly = [o for o in opts if o in COSTLY]
         mine = steps.filter(pl.col("rank") == rank) if steps.height else steps
         waits = mine.height > 0 and bool(mine.select((pl.col("cpu_bound") | (pl.col("gpu_wait_share") >= LAUNCH_BOUND_SHARE)).any()).item())

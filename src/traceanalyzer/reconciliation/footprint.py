@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Iterable
 
 import polars as pl
 
@@ -93,40 +91,30 @@ def _nsys_ranks(trace, mem: pl.DataFrame) -> tuple[pl.DataFrame, int]:
 
 
 def measured_memory(trace, step_range: str = DEFAULT_STEP, gpu_only: bool = True,
-                    memory_events: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list[str]]:
-    """(timeline, peaks, copies, warnings) of a loaded :class:`~traceanalyzer.schema.Trace`.
+                    memory_events: pl.DataFrame | None = None,
+                    driver_memory: dict[str, pl.DataFrame] | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, list[str]]:
+    """(timeline, peaks, copies, warnings) of a loaded :class:`~traceanalyzer.schema.Trace` and
+    the memory events the API read beside it.
 
-    Kineto rank files: the allocator's ``[memory]`` events
-    (:func:`~traceanalyzer.parsers.kineto_memory.read_memory_events`) on the time base and with
-    the rank the trace's parser gave that file. Nsight Systems SQLite exports: the driver's
-    device allocations (:func:`~traceanalyzer.parsers.nsys_memory.read_nsys_memory`) on the
-    session clock, each given the rank of its process and device. ``memory_events``: the Kineto
-    files' allocator events already read (with ``rank``; :func:`traceanalyzer.engine.load`),
-    instead of reading each file here."""
+    ``memory_events``: the Kineto rank files' allocator ``[memory]`` events
+    (:func:`~traceanalyzer.parsers.kineto_memory.read_memory_events`, with the ``rank`` the
+    trace's parser gave each file, on its time base); None: none. ``driver_memory``: per Nsight
+    Systems SQLite export of the trace (its ``file`` in ``trace.meta``), the driver's device
+    allocations (:func:`~traceanalyzer.parsers.nsys_memory.read_nsys_memory`) on the session
+    clock, each given here the rank of its process and device; an export missing: none."""
     from traceanalyzer.classify.allocations import driver_timeline
-    from traceanalyzer.parsers.kineto_memory import MEMORY_SCHEMA, read_memory_events
-    from traceanalyzer.parsers.nsys_memory import read_nsys_memory
 
-    frames = []
     warnings: list[str] = []
-    kineto = trace.meta.filter(pl.col("format") == "kineto")
-    if memory_events is not None:
-        frames.append(memory_events.select(*MEMORY_SCHEMA, "rank"))
-    else:
-        for row in kineto.select("rank", "file", "base_time_ns").iter_rows(named=True):  # one per rank file
-            mem = read_memory_events(row["file"], row["base_time_ns"] or 0)
-            frames.append(mem.with_columns(pl.lit(row["rank"], dtype=pl.Int32).alias("rank")))
-    mem = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema={**MEMORY_SCHEMA, "rank": pl.Int32})
-    timelines = [allocation_timeline(mem, gpu_only=gpu_only)]
+    timelines = [allocation_timeline(memory_events, gpu_only=gpu_only)] if memory_events is not None else []
     sqlite_files = trace.meta.filter(pl.col("format") == "nsys-sqlite").get_column("file").unique().to_list()
     for f in sqlite_files:  # one per export
-        nv = read_nsys_memory(f)
-        if nv.height:
+        nv = (driver_memory or {}).get(f)
+        if nv is not None and nv.height:
             ranked, lost = _nsys_ranks(trace, nv)
             if lost:
                 warnings.append(f"{f}: {lost} CUDA memory events belong to no analysed process and device: left out")
             timelines.append(driver_timeline(ranked))
-    timeline = pl.concat(timelines, how="vertical")
+    timeline = pl.concat(timelines, how="vertical") if timelines else pl.DataFrame(schema=TIMELINE_SCHEMA)
     peaks = memory_peaks(timeline, trace.events, step_range)
     copies = copy_bandwidth(trace.events)
     if timeline.height == 0:
@@ -139,42 +127,40 @@ def measured_memory(trace, step_range: str = DEFAULT_STEP, gpu_only: bool = True
 
 
 def memory(
-    trace: str | Path | Iterable[str | Path] | object | None = None,
-    config: str | os.PathLike[str] | RunConfig | None = None,
+    trace: object | None = None,
+    config: RunConfig | None = None,
     *,
-    megatron_args: str | os.PathLike[str] | None = None,
     reserve_gb: float = DEFAULT_RESERVE_GIB,
     step_range: str | None = DEFAULT_STEP,
     gpu_only: bool = True,
-    cache: bool | str | os.PathLike[str] = False,
-    workers: int | None = None,
-    quiet: bool = True,
+    memory_events: pl.DataFrame | None = None,
+    driver_memory: dict[str, pl.DataFrame] | None = None,
+    estimate: MemoryEstimate | None = None,
 ) -> MemoryResult:
     """Memory per GPU: the analytic prediction for a run configuration, and what a trace
     measured. :func:`traceanalyzer.api.memory` is the public verb and documents the arguments,
-    the result (:class:`MemoryResult`) and an example; here ``trace`` is a path, paths or a
-    loaded :class:`~traceanalyzer.schema.Trace` (the verb turns an analysis into one), and a bad
-    ``reserve_gb`` or nothing to do is a :class:`~traceanalyzer.errors.ConfigError`.
+    the result (:class:`MemoryResult`) and an example; it loads what this reads: ``trace`` a
+    loaded :class:`~traceanalyzer.schema.Trace`, ``config`` a
+    :class:`~traceanalyzer.model.config.RunConfig`, ``memory_events`` and ``driver_memory`` as
+    in :func:`measured_memory`, ``estimate`` the model's estimate of ``config`` when the caller
+    made it already (:func:`~traceanalyzer.model.memory.estimate_memory`). A bad ``reserve_gb``
+    or nothing to do is a
+    :class:`~traceanalyzer.errors.ConfigError`.
     """
     if not isinstance(reserve_gb, (int, float)) or isinstance(reserve_gb, bool) or not math.isfinite(reserve_gb) \
             or reserve_gb < 0:
-        raise ConfigError(f"--reserve = {reserve_gb} must be a finite number of GiB, zero or more")
-    if trace is None and config is None and megatron_args is None:
+        raise ConfigError(f"`reserve_gib` = {reserve_gb} must be a finite number of GiB, zero or more")
+    if trace is None and config is None:
         raise ConfigError("nothing to do: give a trace, a run configuration (--config) or both")
     reserve = reserve_gb * GIB
     warnings: list[str] = []
     est = None
     comp = pl.DataFrame(schema=COMPONENT_FRAME)
     fit = pl.DataFrame(schema=FIT_FRAME)
-    if config is not None or megatron_args is not None:
-        if isinstance(config, RunConfig):
-            cfg = config
-        else:
-            from traceanalyzer.model.loader import load_config
-
-            cfg = load_config(config, megatron_args)
+    if config is not None:
+        cfg = config
         warnings += list(cfg.warnings)
-        est = estimate_memory(cfg)
+        est = estimate if estimate is not None else estimate_memory(cfg)
         warnings += [f"memory model: {n}" for n in est.notes if not n.startswith("flash attention")]
         comp, fit = predicted_frames(est, reserve)
         if est.capacity_bytes is None:
@@ -183,21 +169,9 @@ def memory(
     peaks = pl.DataFrame(schema=PEAKS_SCHEMA)
     copies = pl.DataFrame(schema=COPY_SCHEMA)
     if trace is not None:
-        mem = None
-        if hasattr(trace, "events") and hasattr(trace, "meta"):
-            loaded = trace
-        elif isinstance(cache, (str, Path)):  # a cache directory of its own: this process
-            from traceanalyzer.parsers import load
-
-            loaded = load(trace, cache=cache)
-        else:
-            from traceanalyzer.engine import check_workers, load as load_job
-
-            check_workers(workers)
-            paths = [trace] if isinstance(trace, (str, Path)) else list(trace)
-            loaded, mem = load_job([Path(p) for p in paths], workers=workers, quiet=quiet, cache=bool(cache), memory=True)
+        loaded = trace
         warnings += list(loaded.warnings)
-        timeline, peaks, copies, more = measured_memory(loaded, step_range, gpu_only, mem)
+        timeline, peaks, copies, more = measured_memory(loaded, step_range, gpu_only, memory_events, driver_memory)
         if est is None and timeline.height == 0 and copies.height == 0:
             files = loaded.meta.get_column("file").to_list()
             raise NoGpuActivity("no GPU memory events and no memcpy/memset: nothing to measure (record with "

@@ -34,7 +34,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.parsers.kineto_log import LOST_RECORDS
+from traceanalyzer.schema import LOST_RECORDS
 
 #: a profiled step longer than its unprofiled estimate by more than this share fails the dilation check
 DILATION_SHARE = 0.05

@@ -94,3 +94,12 @@ def write_frame(frame: pl.DataFrame, fmt: str, fh: IO[bytes], *, schema: str | N
         fh.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS) + b"\n")
     else:  # pragma: no cover - the command's Enum allows only these
         raise ValueError(f"unknown table format {fmt!r}")
+
+
+def frame_bytes(frame: pl.DataFrame, fmt: str, **kw: Any) -> bytes:
+    """:func:`write_frame`'s bytes."""
+    import io
+
+    buf = io.BytesIO()
+    write_frame(frame, fmt, buf, **kw)
+    return buf.getvalue()

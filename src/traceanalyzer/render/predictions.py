@@ -13,9 +13,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -24,11 +23,6 @@ from traceanalyzer.render.units import signed
 if TYPE_CHECKING:
     from rich.console import Console
 
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    markdown = "markdown"
 
 LABELS = {
     "achieved": "achieved (model FLOPs)",
@@ -365,17 +359,17 @@ def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None,
     return None
 
 
-def emit(sections: list[Section], fmt: Format, doc: dict[str, Any], output: Path | None, outputs: Any = None) -> None:
-    """Write sections as a rich table / markdown, or ``doc`` as JSON, to stdout or ``output``
-    (through ``outputs``, a :class:`traceanalyzer.outputs.Outputs` that knows the command's
-    inputs: never over one of them, never a partial file)."""
-    from traceanalyzer.render.console import out_console
-    from traceanalyzer.outputs import Outputs
+def emit(sections: list[Section], fmt: Any, doc: dict[str, Any], output: Path | None, outputs: Any = None) -> None:
+    """Write sections as a rich table / markdown, or ``doc`` as JSON (``fmt``: one of those
+    :class:`~traceanalyzer.render.formats.Format`), to stdout or ``output`` (through ``outputs``, a
+    :class:`traceanalyzer.outputs.Outputs` that knows the command's inputs: never over one of them,
+    never a partial file)."""
+    from traceanalyzer.render.formats import Format, write
 
-    outputs = outputs or Outputs()
-    with outputs.stream(output, "w") as fh:
-        if fmt is Format.table:  # render() escapes user text: markup stays on
-            console = out_console(None, 140, markup=True) if output is None else out_console(fh, 160, markup=True)
+    if Format(fmt) is Format.table:  # render() escapes user text: markup stays on
+        def table(console: Any) -> None:
             render(sections, "table", console=console)
-        else:
-            fh.write(render(sections, fmt.value, doc=doc))
+
+        write(table, output, outputs, width=140, file_width=160, markup=True)
+    else:
+        write(cast(str, render(sections, Format(fmt).value, doc=doc)), output, outputs)  # markdown, JSON: text

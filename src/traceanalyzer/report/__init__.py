@@ -6,6 +6,7 @@
 * :func:`traceanalyzer.report.runs.bucket_runs` — per rank and step, the maximal runs of one bucket
   (also importable from ``document``); the model's sections come from ``headline``, ``causes``,
   ``kernelrows``, ``reconciled``, ``timelines`` and ``crossrank``.
-* :func:`traceanalyzer.report.annotate.annotate` — the original trace plus one track per rank that
-  shows those runs in Perfetto / chrome://tracing.
+* :mod:`traceanalyzer.report.annotate` — the original trace plus one track per rank that shows
+  those runs in Perfetto / chrome://tracing (:func:`~traceanalyzer.report.annotate.add_tracks`,
+  given the document the API read; the rebuilt traces of Nsight Systems input or ``--merge``).
 """

@@ -19,16 +19,13 @@ relative to ``baseTimeNanoseconds`` when the file has it.
 from __future__ import annotations
 
 import os
-import gzip
 from pathlib import Path
 
-import orjson
 import polars as pl
 
 from traceanalyzer.classify import Analysis
 from traceanalyzer.errors import OutputError
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.parsers import kineto
 from traceanalyzer.report.runs import bucket_runs, segments
 from traceanalyzer.report.tracks import PID_BASE, track_events
 
@@ -73,7 +70,7 @@ def merged_target(output: Path) -> Path:
     if os.path.isdir(output):
         return output / "merged.json.gz"
     if not names_a_file(output):
-        raise OutputError("--merge writes one file: give -o NAME.json or NAME.json.gz (or an existing directory)", output)
+        raise OutputError("`merge` writes one file: give `output` NAME.json or NAME.json.gz (or an existing directory)", output)
     return output
 
 
@@ -85,21 +82,26 @@ def check_output(outputs: Outputs, output: Path, n_files: int, merge: bool = Fal
         outputs.check(merged_target(output))
     elif names_a_file(output):
         if n_files > 1:
-            raise OutputError(f"{n_files} rank files need a directory, not a file name: give -o DIR, or --merge for "
+            raise OutputError(f"{n_files} rank files need a directory, not a file name: give `output` DIR, or `merge` for "
                               "one multi-rank file", output)
         outputs.check(output)
     else:
         outputs.check_dir(output)
 
 
-def annotate(analysis: Analysis, output: Path, outputs: Outputs | None = None, merge: bool = False) -> list[Path]:
-    """Write the annotated trace(s); returns the files written.
+def annotate(analysis: Analysis, output: Path, outputs: Outputs | None = None,
+             merge: bool = False) -> tuple[list[Path], list[tuple[int, Path, int, Path]]]:
+    """Write what the analysis alone gives; returns (the files written, the Kineto rank files
+    still to annotate).
 
-    Kineto input: each rank file's own events, unchanged and first, plus the classification
-    tracks. Nsight Systems input, or ``merge``: a trace rebuilt from the canonical events
-    (:mod:`traceanalyzer.report.rebuilt`), one process per rank; ``merge`` puts every rank in
-    one file. ``output``: see :func:`check_output` and :func:`targets`. ``outputs``: the
-    command's inputs (no input is ever overwritten; each file is written whole or not at all).
+    Kineto input: nothing is written here; each ``(rank, input file, base time, target)`` comes
+    back for the API, which reads the file's own document and hands it to :func:`add_tracks`
+    (the file's events unchanged and first, plus the classification tracks). Nsight Systems
+    input, or ``merge``: a trace rebuilt from the canonical events
+    (:mod:`traceanalyzer.report.rebuilt`), one process per rank, written here; ``merge`` puts
+    every rank in one file. ``output``: see :func:`check_output` and :func:`targets`.
+    ``outputs``: the command's inputs (no input is ever overwritten; each file is written whole
+    or not at all). Every target is checked before anything is written.
     """
     meta = analysis.trace.meta
     kineto_input = not meta.height or bool((meta.get_column("format") == "kineto").all())
@@ -114,7 +116,7 @@ def annotate(analysis: Analysis, output: Path, outputs: Outputs | None = None, m
         target = merged_target(output)
         outputs.check(target)
         outputs.write_bytes(target, rebuilt.dumps(rebuilt.document(analysis), target.name.endswith(".gz")))
-        return [target]
+        return [target], []
     if not kineto_input:  # one output per input file (an Nsight Systems export may hold several ranks)
         from traceanalyzer.report import rebuilt
 
@@ -129,28 +131,22 @@ def annotate(analysis: Analysis, output: Path, outputs: Outputs | None = None, m
             outputs.check(t)
         for (f, ranks), target in zip(by_file.items(), paths):
             outputs.write_bytes(target, rebuilt.dumps(rebuilt.document(analysis, ranks), target.name.endswith(".gz")))
-        return paths
+        return paths, []
     check_output(outputs, output, len(files))
     if not names_a_file(output):
         outputs.make_dir(output)
     paths = targets([(r, f) for r, f, _b in files], output)
     for t in paths:  # every target checked before anything is written
         outputs.check(t)
-    written = []
-    runs = bucket_runs(analysis, segments(analysis))
-    for (rank, path, base), target in zip(files, paths):
-        raw, cut = kineto.read_bytes(path)
-        size = len(raw)
-        try:
-            doc, _kept = kineto.decode_document(raw, path, cut)
-            del raw
-            doc["traceEvents"].extend(track_events(analysis, runs, rank, base, _free_pid(analysis, rank)))
-            data = orjson.dumps(doc)
-            del doc
-            if target.name.endswith(".gz"):
-                data = gzip.compress(data, compresslevel=6, mtime=0)
-        except MemoryError:  # the whole document, rewritten: what it needs, not a bad input
-            raise kineto.out_of_memory(path, size) from None
-        outputs.write_bytes(target, data)
-        written.append(target)
-    return written
+    return [], [(rank, path, base, target) for (rank, path, base), target in zip(files, paths)]
+
+
+def track_runs(analysis: Analysis) -> pl.DataFrame:
+    """The bucket runs of every rank's steps, computed once for all the files to annotate."""
+    return bucket_runs(analysis, segments(analysis))
+
+
+def add_tracks(doc: dict, analysis: Analysis, runs: pl.DataFrame, rank: int, base: int) -> None:
+    """Append rank ``rank``'s classification tracks to ``doc``, the rank file's own decoded
+    Chrome-trace document (``base``: its ``baseTimeNanoseconds``, 0 when it has none)."""
+    doc["traceEvents"].extend(track_events(analysis, runs, rank, base, _free_pid(analysis, rank)))

@@ -94,7 +94,7 @@ def build(
     if rank is None:
         rank = slowest
     elif rank not in known:
-        raise TraceAnalyzerError(f"--rank {rank}: no such rank in the trace (ranks: {_ranges(known)})")
+        raise TraceAnalyzerError(f"`rank` {rank}: no such rank in the trace (ranks: {_ranges(known)})")
 
     wf, wf_notes = waterfall_section(analysis, config)
     notes.extend(wf_notes)

@@ -1,4 +1,4 @@
-"""Which Kineto event decoder runs: the compiled one (``traceanalyzer._kineto``, built by
+"""Which Kineto event decoder runs: the compiled one (``traceanalyzer.parsers._kineto``, built by
 ``pip install`` where a C compiler is available) or the Python one, the reference.
 
 ``TRACEANALYZER_DECODER=native|python`` chooses; unset, the compiled decoder runs when it is
@@ -27,7 +27,7 @@ def _compiled():
     global _module, _loaded
     if not _loaded:
         try:
-            import traceanalyzer._kineto as _kineto
+            import traceanalyzer.parsers._kineto as _kineto
         except ImportError:
             _kineto = None
         _module, _loaded = _kineto, True

@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from traceanalyzer.commands.common import (
-    CacheOpt, QuietOpt, WorkersOpt, analyse_paths, format_opt, out_console, output_opt, print_warnings, step_range_opt, traces_arg,
+    CacheOpt, FrameFormat, QuietOpt, WorkersOpt, format_opt, stderr_console, output_opt, print_warnings, step_range_opt, traces_arg,
 )
 from traceanalyzer.outputs import Outputs
-
-
-class CpFormat(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
+from traceanalyzer.render.formats import write
 
 
 def critical_path(
     paths: Annotated[list[Path], traces_arg()],
     step: Annotated[Optional[int], typer.Option("--step", metavar="STEP", help="Only this step (default: every step).")] = None,
     rank: Annotated[Optional[int], typer.Option("--rank", metavar="RANK", help="Only this rank, on its own (default: all ranks, linked through their collectives).")] = None,
-    format: Annotated[CpFormat, format_opt("table: summary + longest pieces; json: summary and every segment; csv: every segment.")] = CpFormat.table,
+    format: Annotated[FrameFormat, format_opt("table: summary + longest pieces; json: summary and every segment; csv: every segment.")] = FrameFormat.table,  # type: ignore[valid-type]
     output: Annotated[Optional[Path], output_opt()] = None,
     top: Annotated[int, typer.Option("--top", metavar="N", min=0, help="Longest pieces of the path listed in the table.")] = 10,
     step_range: Annotated[str, step_range_opt()] = "ProfilerStep",
@@ -37,24 +31,18 @@ def critical_path(
     quiet: QuietOpt = False,
 ) -> None:
     """The critical path of each step: the chain of host work, launches, kernels and waits that sets its length."""
-    from traceanalyzer.api import critical_path as compute
+    from traceanalyzer.api.commandline import critical_path_of
     from traceanalyzer.render import critpath as render
 
     outputs = Outputs(paths)
     if output is not None:
         outputs.check(output)
-    # each rank file parsed and classified by a worker, its events kept: the graph needs them all
-    analysis = analyse_paths(paths, None if whole_trace else step_range, keep="events", cache=cache, workers=workers, quiet=quiet)
-    try:
-        cp = compute(analysis, step, rank, host_gaps=host_gaps, infer_waits=infer_waits)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="'--step'" if "step" in str(exc).split(" in ")[0] else "'--rank'") from None
-    if format is CpFormat.table:
-        with outputs.stream(output, "w") as fh:
-            render.print_critical_path(cp, out_console(None if output is None else fh, 160), top)
+    cp = critical_path_of(paths, None if whole_trace else step_range, step=step, rank=rank, host_gaps=host_gaps, infer_waits=infer_waits,
+                          cache=cache, workers=workers, quiet=quiet, console=stderr_console)
+    if format is FrameFormat.table:
+        write(lambda console: render.print_critical_path(cp, console, top), output, outputs, width=160)
     else:
-        with outputs.stream(output) as fh:
-            fh.write(render.json_bytes(cp) if format is CpFormat.json else render.csv_bytes(cp))
+        write(render.json_bytes(cp) if format is FrameFormat.json else render.csv_bytes(cp), output, outputs)
     print_warnings(cp.warnings, shows_transfer=False)
 
 
