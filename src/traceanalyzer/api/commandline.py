@@ -335,7 +335,7 @@ def annotation_view(paths: Iterable[PathLike], *, name: str | None = None, level
     cfg = None if config is None else load_config(config)
     an = analyse_files(paths, step_range, comm_kernels=comm_kernels, extras=("annotations",), engine=engine, workers=workers,
                        address=address, quiet=quiet, console=console)
-    return annotations(an, name=name, level=level, side=source, per=per, config=cfg), an  # type: ignore[arg-type]  # the command line checked side and per
+    return annotations(an, name=name, level=level, side=source, per=per, config=cfg), an  # type: ignore[arg-type]  # side, per: str from the command line
 
 
 def reconcile_parts(trace: PathLike, config: PathLike | None, megatron_args: PathLike | None = None, *, convention: str | None = None,
