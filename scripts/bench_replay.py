@@ -75,12 +75,12 @@ v = straggler_view(an)
 whatif_cpu = time.process_time() - c1
 rep = an.replay
 err = float(((rep["replayed_ms"] - rep["measured_ms"]).abs() / rep["measured_ms"]).max())
-top = v["costs"].row(0, named=True)
+top = v.costs.row(0, named=True)
 print(json.dumps({
     "ranks": n, "held_rss_kb": held_kb, "reduce_rss_kb": reduce_kb, "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     "reduce_cpu_s": reduce_cpu, "whatif_cpu_s": whatif_cpu, "replay_max_rel_err": err,
-    "points": an.replay_points.height, "kernels": an.collectives.height, "cost_rows": v["costs"].height,
-    "top": [top["rank"], top["phase"], top["collective"], top["cost_ms_per_step"]], "total_ms": v["total_cost_ms_per_step"],
+    "points": an.replay_points.height, "kernels": an.collectives.height, "cost_rows": v.costs.height,
+    "top": [top["rank"], top["phase"], top["collective"], top["cost_ms_per_step"]], "total_ms": v.total_cost_ms_per_step,
 }))
 """
 

@@ -41,8 +41,18 @@ Every verb takes a **source**: a path (a trace file, a directory holding the ran
 job, or a list of them), a `Trace` from `ta.load`, or an `Analysis` from `ta.analyze`. A path
 or a trace is analysed on each call; to ask several questions of one trace, call `ta.analyze`
 once and pass the analysis on. An analysis saved with `a.save("run.taz")` (one file: attach it to
-a ticket) is read back by `ta.load_analysis`, and its path is a source too. Verbs return
-polars DataFrames (`report` and `plan` return a dict). `import traceanalyzer` is light: polars and the parsers load on the first call.
+a ticket) is read back by `ta.load_analysis`, and its path is a source too. `import traceanalyzer`
+is light: polars and the parsers load on the first call.
+
+Most verbs return a polars DataFrame; the others a frozen result object, typed field by field
+(see [What each verb returns](#what-each-verb-returns)). A result that is a document
+(`StragglerView`, `ReportModel`, `ReconcileResult`, `PredictResult`, `PlanResult`,
+`BatchSummary`) has `to_dict()`: the document as a `dict`, the one the command's `-f json` writes
+and the one these verbs returned before 0.1.0 (`PlanResult.from_dict(doc)` makes a result of such
+a document, one read back from `-f json` say). Indexing such a result as that `dict`
+(`r["key"]`, `"key" in r`, `r.get(...)`, `dict(r)`) still works, with a `DeprecationWarning`
+that names the attribute to use; `json.dumps` and `isinstance(r, dict)` need `r.to_dict()`.
+Every signature is type-checked (`mypy --strict`): no argument and no result is typed `Any`.
 
 Conventions shared by every frame:
 
@@ -174,6 +184,8 @@ def class_md(name: str, cls) -> list[str]:
         notes = dict(re.findall(r"^\s+(\w+): [^#\n]*#:? *(.*)$", inspect.getsource(cls), flags=re.M))
         out += ["| field | type | what it holds |", "|---|---|---|"]
         for f in dataclasses.fields(cls):
+            if f.name.startswith("_"):  # internal: a cache, the document behind to_dict()
+                continue
             kind = (f.type if isinstance(f.type, str) else inspect.formatannotation(f.type)).replace("|", "\\|")
             note = rst_to_md(_no_internals(notes.get(f.name, ""))).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
             out.append(f"| `{f.name}` | `{kind}` | {note} |")
@@ -223,6 +235,18 @@ def public_api() -> list[tuple[str, object]]:
     return [(n, getattr(traceanalyzer, n)) for n in traceanalyzer.__all__ if n != "__version__"]
 
 
+def returns_md(api: list[tuple[str, object]]) -> list[str]:
+    """The table of what each verb returns: its return annotation."""
+    out = ["## What each verb returns", "", "| verb | returns |", "|---|---|"]
+    for name, fn in api:
+        if not inspect.isclass(fn):
+            ret = inspect.signature(fn).return_annotation
+            kind = ret if isinstance(ret, str) else inspect.formatannotation(ret)
+            link = f"[`{kind}`](#{kind.lower()})" if any(n == kind for n, _ in api) else f"`{kind}`"
+            out.append(f"| [`{name}`](#{name.lower()}) | {link.replace('|', chr(92) + '|')} |")
+    return [*out, ""]
+
+
 def vocabulary_md(api: list[tuple[str, object]]) -> list[str]:
     """The argument names: one per idea, the verbs that take each, and the older names still taken."""
     from traceanalyzer.api._arguments import VOCABULARY
@@ -255,7 +279,7 @@ def vocabulary_md(api: list[tuple[str, object]]) -> list[str]:
 
 def render() -> str:
     api = public_api()
-    out = [INTRO, "## Contents", ""]
+    out = [INTRO, *returns_md(api), "## Contents", ""]
     out += ["- [Argument names](#argument-names)"]
     out += [f"- [`{n}`](#{n.lower()})" for n, _ in api] + ["- [Errors](#errors)", ""]
     out += vocabulary_md(api)

@@ -181,15 +181,16 @@ def test_comm_and_idle_sum_to_the_partition(dlrm):
 
 
 def test_report_model_with_low_threshold(dlrm, monkeypatch):
-    assert ta.report(dlrm)["rank_summary"] is None
+    assert ta.report(dlrm).rank_summary is None
     monkeypatch.setattr(rankspread, "RANK_SUMMARY_THRESHOLD", 4)
     m = ta.report(dlrm)
-    rows = {r["field"]: r for r in m["rank_summary"]}
+    assert m.rank_summary is not None
+    rows = {r["field"]: r for r in m.rank_summary}
     assert (rows["duration"]["p50_ms"], rows["duration"]["max_rank"]) == (16.126, 1)
     assert rows["exposed_comm"]["top_ranks"][:2] == [1, 3]
-    assert len(m["ranks"]) == 8  # the JSON keeps every rank
-    assert ta.report(dlrm, show_ranks="all")["rank_summary"] is None
-    st = m["stragglers"]
+    assert len(m.ranks) == 8  # the JSON keeps every rank
+    assert ta.report(dlrm, show_ranks="all").rank_summary is None
+    st = m.stragglers
     assert (st["slow_ranks"], [r["rank"] for r in st["ranks"]]) == (4, [1, 3, 4, 5])
 
 
@@ -199,7 +200,7 @@ def test_report_writes_files(dlrm, tmp_path):
     assert "| step time | 12.509 | 16.126 | 16.008 | 19.901 | 1 |" in text
     assert "### Stragglers" in text and "| 1 | 1 | 1 | 3.775 |" in text
     ta.report(dlrm, tmp_path / "r.html")
-    assert 'id="rank-summary"' not in (tmp_path / "r.html").read_text() and m["headline"]["slowest_rank"] == 1
+    assert 'id="rank-summary"' not in (tmp_path / "r.html").read_text() and m.headline["slowest_rank"] == 1
     ta.report(dlrm, tmp_path / "r.json")
     assert b'"rank_summary"' in (tmp_path / "r.json").read_bytes()
 

@@ -84,7 +84,7 @@ def store(tmp_path_factory):
     """A store holding the DLRM job (one run)."""
     root = tmp_path_factory.mktemp("store")
     summary = ta.batch([DLRM], root / "store", workers=1, cache=False)
-    assert summary["analysed"] == ["dlrm-v100-8rank"]
+    assert summary.analysed == ["dlrm-v100-8rank"]
     return root / "store"
 
 
@@ -265,7 +265,7 @@ def test_old_names_still_work_with_a_deprecation_warning(analyses, store):
          "'trace' was renamed 'source'"),
         (lambda: ta.gate(store, baseline="last-good"), lambda: ta.gate(store, reference="last-good"),
          "'baseline' was renamed 'reference'"),
-        (lambda: ta.report(a, ranks="summary")["rank_summary"], lambda: ta.report(a, show_ranks="summary")["rank_summary"],
+        (lambda: ta.report(a, ranks="summary").rank_summary, lambda: ta.report(a, show_ranks="summary").rank_summary,
          "'ranks' was renamed 'show_ranks'"),
     ]
     for old, new, said in pairs:

@@ -142,7 +142,7 @@ def test_cli_plan_table_and_json():
     assert p["cost"]["expected"] == pytest.approx(p["gpu_hours"]["expected"] * 1.5)
     r = run_cli("plan", "--tokens", "15T", "--params", "70B", "--mfu", "0.4", "--gpu", "H100 SXM", "--gpus", "8192")
     assert r.returncode == 0 and "wall-clock days" in r.stdout
-    assert math.isfinite(ta.plan("15T", params="70B", mfu=0.4, gpu="H100 SXM")["total_flops"])
+    assert math.isfinite(ta.plan("15T", params="70B", mfu=0.4, gpu="H100 SXM").total_flops)
 
 
 def test_cli_plan_from_a_trace(tmp_path):

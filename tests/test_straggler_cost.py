@@ -100,21 +100,21 @@ def test_the_replay_gives_back_the_measured_steps_of_the_nsys_and_shared_jobs(pa
 
 def test_dlrm_top_straggler_is_rank_7_and_it_made_the_others_wait():
     v = ta.straggler_view(DLRM)
-    top = v["costs"].row(0, named=True)
+    top = v.costs.row(0, named=True)
     assert (top["rank"], top["collective"]) == (7, "all_to_all")
     assert top["cost_ms_per_step"] > 0.5
-    assert v["ranks"].filter(role="made others wait")["rank"].to_list()[0] == 7
+    assert v.ranks.filter(role="made others wait")["rank"].to_list()[0] == 7
     # the slow-step ranks of the step rule are the ones that waited
-    waited = set(v["ranks"].filter(role="waited")["rank"].to_list())
+    waited = set(v.ranks.filter(role="waited")["rank"].to_list())
     assert {1, 3}.issubset(waited)
     # rank 7 arrived last at the first all-to-all: by hand (test_comm), rank 0 waited 2135 µs on it
-    m = v["wait_matrix"]
+    m = v.wait_matrix
     assert m.filter(collective="all_to_all", rank=0, on_rank=7)["wait_ms_per_step"].item() >= 2.135
 
 
 def test_a_known_straggler_costs_its_extra_compute_and_nothing_else(tmp_path):
     v = _job(tmp_path, {0: 0, 1: 0, 2: D, 3: 0})
-    costs = v["costs"]
+    costs = v.costs
     assert _cost(costs, 2, "compute") == pytest.approx(D / 1000, abs=1e-9)
     others = costs.filter(~((pl.col("rank") == 2) & (pl.col("phase") == "compute") & (pl.col("collective") == "all_reduce")))
     assert others["cost_ms_per_step"].abs().max() <= 1e-9
@@ -124,19 +124,19 @@ def test_a_known_straggler_costs_its_extra_compute_and_nothing_else(tmp_path):
     assert row["made_wait_ms_per_step"] == pytest.approx(3 * D / 1000)
     assert row["waited_ms_per_step"] == pytest.approx(0.0)
     assert _cost(costs, 0, "compute") == 0.0
-    ranks = v["ranks"]
+    ranks = v.ranks
     assert ranks.filter(role="made others wait")["rank"].to_list() == [2]
     assert sorted(ranks.filter(role="waited")["rank"].to_list()) == [0, 1, 3]
-    w = v["wait_matrix"].filter(on_rank=2)
+    w = v.wait_matrix.filter(on_rank=2)
     assert sorted(w["rank"].to_list()) == [0, 1, 3] and w["wait_ms_per_step"].to_list() == pytest.approx([D / 1000] * 3)
-    assert v["total_cost_ms_per_step"] == pytest.approx(D / 1000)
+    assert v.total_cost_ms_per_step == pytest.approx(D / 1000)
     # and the replay of the unchanged job is the measured one
-    assert (v["replay"]["replayed_ms"] - v["replay"]["measured_ms"]).abs().max() < 1e-9
-    assert v["warnings"] == []
+    assert (v.replay["replayed_ms"] - v.replay["measured_ms"]).abs().max() < 1e-9
+    assert v.warnings == []
     # the second step alone gives the same answer (its first collective's anchor keeps its end)
     one = ta.straggler_view(ta.select(ta.analyze(tmp_path), steps=[2]))
-    assert one["replay"]["step"].unique().to_list() == [2] and (one["replay"]["replayed_ms"] - one["replay"]["measured_ms"]).abs().max() < 1e-9
-    assert one["costs"].row(0)[:3] == (2, "compute", "all_reduce") and one["costs"].row(0)[4] == pytest.approx(D / 1000)
+    assert one.replay["step"].unique().to_list() == [2] and (one.replay["replayed_ms"] - one.replay["measured_ms"]).abs().max() < 1e-9
+    assert one.costs.row(0)[:3] == (2, "compute", "all_reduce") and one.costs.row(0)[4] == pytest.approx(D / 1000)
 
 
 def test_a_rank_that_starts_its_compute_late_costs_its_host_stall(tmp_path):
@@ -145,11 +145,11 @@ def test_a_rank_that_starts_its_compute_late_costs_its_host_stall(tmp_path):
     for r in range(4):
         _rank_file(tmp_path, r, 4, 0, late=D if r == 1 else 0)
     v = ta.straggler_view(tmp_path)
-    assert _cost(v["costs"], 1, "host_stall") == pytest.approx(D / 1000, abs=1e-9)
-    assert v["costs"].filter(~((pl.col("rank") == 1) & (pl.col("phase") == "host_stall")))["cost_ms_per_step"].abs().max() <= 1e-9
+    assert _cost(v.costs, 1, "host_stall") == pytest.approx(D / 1000, abs=1e-9)
+    assert v.costs.filter(~((pl.col("rank") == 1) & (pl.col("phase") == "host_stall")))["cost_ms_per_step"].abs().max() <= 1e-9
     # the analysis keeps the same view, computed once; a selection of three ranks computes its own
     a = ta.analyze(tmp_path)
-    assert a.straggler_view()["costs"].row(0) == v["costs"].row(0) and a.straggler_view() is a.straggler_view()
+    assert a.straggler_view()["costs"].row(0) == v.costs.row(0) and a.straggler_view() is a.straggler_view()
     sel = ta.select(a, ranks=[0, 2, 3])
     assert ta.straggler_costs(sel)["cost_ms_per_step"].abs().max() == 0.0
     assert (ta.replay(sel)["replayed_ms"] - ta.replay(sel)["measured_ms"]).abs().max() < 1e-9
@@ -157,19 +157,19 @@ def test_a_rank_that_starts_its_compute_late_costs_its_host_stall(tmp_path):
 
 def test_two_ranks_tied_as_last_arrivals_each_cost_nothing_alone(tmp_path):
     v = _job(tmp_path, {0: 0, 1: D, 2: D, 3: 0})
-    assert _cost(v["costs"], 1, "compute") == 0.0 and _cost(v["costs"], 2, "compute") == 0.0
+    assert _cost(v.costs, 1, "compute") == 0.0 and _cost(v.costs, 2, "compute") == 0.0
     # together they cost D (the median of 0, D, D, 0 is D/2: every rank made typical saves D/2)
-    assert v["total_cost_ms_per_step"] == pytest.approx(D / 2000)
-    assert any("same time" in w for w in v["warnings"])
+    assert v.total_cost_ms_per_step == pytest.approx(D / 2000)
+    assert any("same time" in w for w in v.warnings)
     # the wait of ranks 0 and 3 is shared between the two late ranks
-    m = v["wait_matrix"].filter(rank=0)
+    m = v.wait_matrix.filter(rank=0)
     assert m["on_rank"].to_list() == [1, 2] and m["wait_ms_per_step"].to_list() == pytest.approx([D / 2000] * 2)
 
 
 def test_a_missing_rank_is_warned_and_the_others_wait_only_for_the_loaded(tmp_path):
     v = _job(tmp_path, {0: 0, 1: 0, 2: D})  # rank 3 of 4 not loaded
-    assert any("group default has 4 ranks, 3 loaded" in w for w in v["warnings"])
-    assert _cost(v["costs"], 2, "compute") == pytest.approx(D / 1000)
+    assert any("group default has 4 ranks, 3 loaded" in w for w in v.warnings)
+    assert _cost(v.costs, 2, "compute") == pytest.approx(D / 1000)
 
 
 def test_a_rank_with_no_collective_is_replayed_alone(tmp_path):
@@ -177,19 +177,19 @@ def test_a_rank_with_no_collective_is_replayed_alone(tmp_path):
     _rank_file(tmp_path, 1, 3, D)
     _rank_file(tmp_path, 2, 3, 0, collectives=0)
     v = ta.straggler_view(tmp_path)
-    assert any("rank 2 has no collective" in w for w in v["warnings"])
-    assert v["costs"].filter(rank=2)["cost_ms_per_step"].abs().max() == 0.0
+    assert any("rank 2 has no collective" in w for w in v.warnings)
+    assert v.costs.filter(rank=2)["cost_ms_per_step"].abs().max() == 0.0
     # ranks 0 and 1 only: the median of C and C + D is C + D/2
-    assert _cost(v["costs"], 1, "compute") == pytest.approx(D / 2000)
+    assert _cost(v.costs, 1, "compute") == pytest.approx(D / 2000)
 
 
 def test_mismatched_collective_counts_are_not_matched_and_cost_nothing(tmp_path):
     _rank_file(tmp_path, 0, 2, 0)
     _rank_file(tmp_path, 1, 2, D, collectives=1)
     v = ta.straggler_view(tmp_path)
-    assert any("disagree on the number of collectives (rank 0: 2, rank 1: 1)" in w for w in v["warnings"])
-    assert v["wait_matrix"].height == 0
-    assert (v["replay"]["replayed_ms"] - v["replay"]["measured_ms"]).abs().max() < 1e-9
+    assert any("disagree on the number of collectives (rank 0: 2, rank 1: 1)" in w for w in v.warnings)
+    assert v.wait_matrix.height == 0
+    assert (v.replay["replayed_ms"] - v.replay["measured_ms"]).abs().max() < 1e-9
 
 
 # a one-layer transformer over 4 data-parallel GPUs: hidden 64, one head (head_dim 64), a 4h GeLU
@@ -234,7 +234,7 @@ def test_bytes_per_dimension_measured_beside_predicted(tmp_path, capsys, monkeyp
     assert t["predicted_bytes"] == pytest.approx(PREDICTED)
     assert t["ratio"] == pytest.approx(ratio) and t["warning"] is warned
     assert (t["kernels"], t["sized"]) == (1.0, 1.0)
-    doc = ta.reconcile(traces, cfg)
+    doc = ta.reconcile(traces, cfg).to_dict()
     assert [r["dim"] for r in doc["comm_bytes"]] == ["DP"]
     assert any("more than 20 % apart" in w for w in doc["warnings"]) is warned
     # reconcile -c prints the table: measured and predicted MB, the ratio, "!" past 20 %

@@ -9,7 +9,9 @@ Python API (reference: ``docs/api.md``; tutorial: ``docs/tutorial.md``)::
     ta.compare(a, ta.analyze("runs/2026-11-21/"))   # the step-time gap, split exactly by bucket
 
 Every verb takes a path, a :class:`Trace` (``ta.load``) or an :class:`Analysis` (``ta.analyze``)
-and returns a polars DataFrame (``report`` and ``plan``: a dict).
+and returns a polars DataFrame, or a frozen, typed result object (``straggler_view``, ``report``,
+``reconcile``, ``predict``, ``plan``, ``batch``, ``critical_path``, ``memory``; the document ones
+have ``to_dict()``, the document ``-f json`` writes). ``docs/api.md`` lists what each returns.
 """
 
 from __future__ import annotations
@@ -62,6 +64,14 @@ _API: dict[str, str] = {
     "gate": "traceanalyzer.api:gate",
     "Trace": "traceanalyzer.schema:Trace",
     "Analysis": "traceanalyzer.results:Analysis",
+    "CriticalPath": "traceanalyzer.results:CriticalPath",
+    "StragglerView": "traceanalyzer.results:StragglerView",
+    "ReportModel": "traceanalyzer.results:ReportModel",
+    "ReconcileResult": "traceanalyzer.results:ReconcileResult",
+    "PredictResult": "traceanalyzer.results:PredictResult",
+    "PlanResult": "traceanalyzer.results:PlanResult",
+    "BatchSummary": "traceanalyzer.results:BatchSummary",
+    "MemoryResult": "traceanalyzer.reconciliation.footprint:MemoryResult",
 }
 
 __all__ = [*_API, "__version__"]

@@ -38,7 +38,17 @@ from traceanalyzer.api import (
     wait_matrix as wait_matrix,
     whatif as whatif,
 )
-from traceanalyzer.results import Analysis as Analysis
+from traceanalyzer.reconciliation.footprint import MemoryResult as MemoryResult
+from traceanalyzer.results import (
+    Analysis as Analysis,
+    BatchSummary as BatchSummary,
+    CriticalPath as CriticalPath,
+    PlanResult as PlanResult,
+    PredictResult as PredictResult,
+    ReconcileResult as ReconcileResult,
+    ReportModel as ReportModel,
+    StragglerView as StragglerView,
+)
 from traceanalyzer.schema import Trace as Trace
 
 _API: dict[str, str]

@@ -59,8 +59,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType  # a dtype or a dtype class (pl.Int32)
 
 KINDS = [
     "kernel",
@@ -92,7 +96,7 @@ LOST_RECORDS = "the profiler's log says it lost activity records"
 #: the profiler options that add host work to every op (a Kineto file's header lists those that were on)
 COSTLY_PROFILER_OPTIONS = ("record_shapes", "profile_memory", "with_stack")
 
-EVENT_SCHEMA: dict[str, pl.DataType] = {
+EVENT_SCHEMA: dict[str, PolarsDataType] = {
     "rank": pl.Int32,
     "kind": KIND,
     "pid": pl.String,
@@ -121,7 +125,7 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "input_type": pl.String,
 }
 
-META_SCHEMA: dict[str, pl.DataType] = {
+META_SCHEMA: dict[str, PolarsDataType] = {
     "rank": pl.Int32,
     "file": pl.String,
     "format": pl.String,  # "kineto", "nsys-sqlite", "nsys-json", ...
@@ -145,9 +149,9 @@ def empty_events() -> pl.DataFrame:
     return pl.DataFrame(schema=EVENT_SCHEMA)
 
 
-def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def conform(df: pl.DataFrame, schema: dict[str, PolarsDataType]) -> pl.DataFrame:
     """Add missing columns as nulls, cast, and order columns as in ``schema``."""
-    cols = []
+    cols: list[pl.Expr] = []
     for name, dtype in schema.items():
         if name in df.columns:
             cols.append(pl.col(name).cast(dtype))

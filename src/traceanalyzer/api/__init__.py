@@ -1,5 +1,6 @@
 """The Python API: verbs that take a trace (a path, a :class:`~traceanalyzer.schema.Trace` or an
-:class:`~traceanalyzer.classify.Analysis`) and return polars frames.
+:class:`~traceanalyzer.classify.Analysis`) and return polars frames, or the frozen result
+objects of :mod:`traceanalyzer.results` (each verb's return annotation says which).
 
 Every verb is re-exported at the top level (``import traceanalyzer as ta; ta.breakdown(...)``)
 and documented in ``docs/api.md``, which ``scripts/gen_api_docs.py`` generates from the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Union
+from typing import TYPE_CHECKING, Any, Iterable, Literal, TypedDict, Union, cast
 
 import polars as pl
 
@@ -13,12 +13,34 @@ from traceanalyzer.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
+    from traceanalyzer.model import RunConfig
     from traceanalyzer.schema import Trace
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: what every verb accepts as its trace: a file or directory of rank files (or several), a
 #: loaded :class:`~traceanalyzer.schema.Trace`, or an :class:`~traceanalyzer.classify.Analysis`
 Source = Union[PathLike, Iterable[PathLike], "Trace", "Analysis"]
+
+
+class EngineOptions(TypedDict, total=False):
+    """How the files of a source are read (the keywords ``**engine_kw`` of a table verb): as in
+    :func:`~traceanalyzer.analyze`, and ``engine`` / ``address`` (``"ray"`` and its cluster),
+    ``quiet`` (no progress bar)."""
+
+    cache: bool | PathLike
+    workers: int | None
+    engine: Literal["local", "ray"]
+    address: str | None
+    quiet: bool
+
+
+class AnalysisOptions(EngineOptions, total=False):
+    """The keywords ``**options`` of a table verb: the classification's (as in
+    :func:`~traceanalyzer.analyze`) and how the files are read (:class:`EngineOptions`)."""
+
+    recompute_range: str | None
+    comm_kernels: list[str] | None
+    bus_bw_gbps: float
 
 
 def _choice(name: str, value: object, choices: tuple[str, ...]) -> None:
@@ -33,7 +55,7 @@ def _path(p: object, arg: str = "source") -> str | os.PathLike[str]:
     raise InvalidArgument(f"{arg}: expected a path, {what}, got {type(p).__name__}")
 
 
-def _source_arg(value: object, arg: str) -> object:
+def _source_arg(value: object, arg: str) -> Source:
     """``value`` of the argument ``arg`` when it can be a source; else InvalidArgument naming ``arg``."""
     from traceanalyzer.results import Analysis
     from traceanalyzer.schema import Trace
@@ -41,16 +63,16 @@ def _source_arg(value: object, arg: str) -> object:
     if isinstance(value, (str, os.PathLike, Trace, Analysis)):
         return value
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, (str, os.PathLike)) for v in value):
-        return value
+        return cast(Source, value)
     raise InvalidArgument(f"{arg}: expected a path, a list of paths, a Trace or an Analysis, got {type(value).__name__}")
 
 
-def _paths(ps: object, arg: str = "source") -> list:
+def _paths(ps: object, arg: str = "source") -> list[Any]:
     if isinstance(ps, (dict, bytes)) or hasattr(ps, "keys"):  # iterable, but not a list of paths
         what = "a Trace or an Analysis" if arg == "source" else "file names"
         raise InvalidArgument(f"{arg}: expected a path, a list of paths, {what}, got {type(ps).__name__}")
     try:
-        items = list(ps)  # type: ignore[call-overload]
+        items: list[Any] = list(ps)  # type: ignore[call-overload]
     except TypeError:
         what = "a Trace or an Analysis" if arg == "source" else "file names"
         raise InvalidArgument(f"{arg}: expected a path, a list of paths, {what}, got {type(ps).__name__}") from None
@@ -106,10 +128,10 @@ def _device(analysis: Analysis, ranks: list[int] | None) -> str | None:
     if ranks:
         meta = meta.filter(pl.col("rank").is_in(ranks))
     names = meta.get_column("device_name").drop_nulls()
-    return names[0] if names.len() else None
+    return str(names[0]) if names.len() else None
 
 
-def _config(config: PathLike | Any) -> Any:
+def _config(config: object) -> RunConfig:
     """A run configuration: a :class:`~traceanalyzer.model.RunConfig` as it is, a path loaded."""
     from traceanalyzer.model import RunConfig, load_config
 
@@ -130,7 +152,7 @@ def _baseline(baseline: PathLike | Iterable[PathLike] | pl.DataFrame | None) -> 
     return pl.concat([read_nccl_tests(Path(_path(f, "baseline"))) for f in files], how="diagonal_relaxed")
 
 
-def _model_flops_and_peak(config: PathLike | Any, analysis: Analysis) -> tuple[float, float]:
+def _model_flops_and_peak(config: PathLike | RunConfig, analysis: Analysis) -> tuple[float, float]:
     """(model FLOPs per GPU per step, peak TFLOP/s per GPU) of a run configuration, as
     ``reconcile`` computes them."""
     from traceanalyzer.model import step_flops
@@ -140,7 +162,7 @@ def _model_flops_and_peak(config: PathLike | Any, analysis: Analysis) -> tuple[f
     gpus = cfg.num_gpus
     if gpus is None:
         ws = analysis.trace.meta["world_size"].drop_nulls()
-        gpus = int(ws.max()) if ws.len() else None
+        gpus = int(cast(int, ws.max())) if ws.len() else None
     gpus = cfg.need(gpus, "[hardware] num_gpus", "the FLOPs per GPU (the trace does not give a world size either)")
     peak, _gpu, _where = _peak(cfg, analysis.trace, [])
     return step_flops(cfg).model / gpus, peak

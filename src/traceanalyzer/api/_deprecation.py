@@ -9,7 +9,8 @@ import inspect
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from types import FrameType
+from typing import Any, TypeVar, cast
 
 from traceanalyzer.errors import InvalidArgument
 
@@ -58,7 +59,7 @@ def renamed_parameter(old: str, new: str, *, version: str, when: Callable[..., b
     return decorate
 
 
-def _known(signature: inspect.Signature, kwargs: dict) -> dict:
+def _known(signature: inspect.Signature, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The keywords the verb takes (another old name, mapped by the next decorator, is not yet)."""
     if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
         return kwargs
@@ -75,7 +76,7 @@ def _same(a: object, b: object) -> bool:
         return False
 
 
-def _without(signature: inspect.Signature, name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def _without(signature: inspect.Signature, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """(args, kwargs) without the argument ``name`` (given by position or by keyword)."""
     kwargs = dict(kwargs)
     if name in kwargs:
@@ -90,7 +91,7 @@ def _without(signature: inspect.Signature, name: str, args: tuple, kwargs: dict)
 def _outside() -> int:
     """The ``stacklevel`` of the first caller outside this module (renamed arguments stack, one
     wrapper per name): the warning names the line that used the old name."""
-    level, frame = 2, sys._getframe(2)
+    level, frame = 2, cast("FrameType | None", sys._getframe(2))
     while frame is not None and frame.f_code.co_filename == __file__:
         level, frame = level + 1, frame.f_back
     return level

@@ -5,10 +5,10 @@ to a renderer. Errors are worded with the command's options (``--config``, ``--r
 module, the verbs, the renderers and the ground (an import contract keeps it so).
 """
 
-from __future__ import annotations
+from __future__ import annotations as _postponed  # postponed annotations; the name ``annotations`` is the verb's
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, cast
 
 import polars as pl
 
@@ -95,7 +95,8 @@ def analyse_files(
                    comm_kernels=tuple(comm_kernels or ()), tables=frozenset({*KEEP[keep], *extras}))
     if bus_bw_gbps is not None:
         opts.bus_bw_gbps = bus_bw_gbps
-    return analyse([Path(p) for p in paths], opts, engine=engine, workers=workers, address=address, quiet=quiet, console=console)
+    analysis: Analysis = analyse([Path(p) for p in paths], opts, engine=engine, workers=workers, address=address, quiet=quiet, console=console)
+    return analysis
 
 
 def load_config(config: PathLike | None = None, megatron_args: PathLike | None = None) -> Any:
@@ -198,7 +199,7 @@ def stragglers_of(paths: Iterable[PathLike], step_range: str | None = DEFAULT_ST
     from traceanalyzer.api.crossrank import straggler_view
 
     analysis = analyse_files(paths, step_range, **options)
-    return straggler_view(analysis, tolerance=tolerance), analysis
+    return straggler_view(analysis, tolerance=tolerance).to_dict(), analysis  # the document the renderers take
 
 
 def critical_path_of(paths: Iterable[PathLike], step_range: str | None = DEFAULT_STEP, *, step: int | None = None,
@@ -285,12 +286,12 @@ def table_view(what: str, paths: Iterable[PathLike], *, name: str | None = None,
 LAUNCH_EXTRAS = {"steps": ("launches", "queue"), "queue": ("queue",), "kernels": ("launch_rows",), "queue_series": ("queue_series",)}
 
 
-def launch_views(analysis: Analysis, view: str, threshold: float = 0.10, *, queue: bool = True) -> tuple[dict[str, pl.DataFrame], list[dict]]:
+def launch_views(analysis: Analysis, view: str, threshold: float = 0.10, *, queue: bool = True) -> tuple[dict[str, pl.DataFrame], list[dict[str, Any]]]:
     """(the frames of a view of ``launches`` by name, the profiler's notes on its steps):
     ``steps`` (with the ``queue`` summary unless ``queue=False``), ``queue``, ``kernels`` or
     ``queue_series``."""
     shown: dict[str, pl.DataFrame] = {}
-    notes: list[dict] = []
+    notes: list[dict[str, Any]] = []
     if view == "steps":
         from traceanalyzer.reconciliation.findings import profiler_notes
 
@@ -310,7 +311,7 @@ def launch_views(analysis: Analysis, view: str, threshold: float = 0.10, *, queu
 def launch_view(paths: Iterable[PathLike], view: str = "steps", threshold: float = 0.10, *, queue: bool = True,
                 step_range: str | None = DEFAULT_STEP, comm_kernels: Iterable[str] = (), workers: int | None = None,
                 engine: str = "local", address: str | None = None, quiet: bool = False, console: Any = None
-                ) -> tuple[tuple[dict[str, pl.DataFrame], list[dict]], Analysis]:
+                ) -> tuple[tuple[dict[str, pl.DataFrame], list[dict[str, Any]]], Analysis]:
     """((the frames of the view, the profiler's notes): :func:`launch_views`, the analysis) of
     trace files analysed with the tables the view needs."""
     an = analyse_files(paths, step_range, comm_kernels=comm_kernels, extras=LAUNCH_EXTRAS[view], engine=engine, workers=workers,
@@ -334,13 +335,13 @@ def annotation_view(paths: Iterable[PathLike], *, name: str | None = None, level
     cfg = None if config is None else load_config(config)
     an = analyse_files(paths, step_range, comm_kernels=comm_kernels, extras=("annotations",), engine=engine, workers=workers,
                        address=address, quiet=quiet, console=console)
-    return annotations(an, name=name, level=level, side=source, per=per, config=cfg), an
+    return annotations(an, name=name, level=level, side=source, per=per, config=cfg), an  # type: ignore[arg-type]  # side, per: str from the command line
 
 
 def reconcile_parts(trace: PathLike, config: PathLike | None, megatron_args: PathLike | None = None, *, convention: str | None = None,
                   step_range: str | None = DEFAULT_STEP, hfu: str = "forward", workers: int | None = None, quiet: bool = False,
                   comm_kernels: list[str] | None = None, baseline: Iterable[PathLike] | None = None, cache: bool = False,
-                  console: Any = None, _held: dict | None = None) -> tuple[dict[str, Any], list[str]]:
+                  console: Any = None, _held: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
     """(the waterfall, its warnings with the analysis'): ``reconcile`` of one trace (``_held``:
     a dict that receives the analysis under ``"analysis"``)."""
     cfg = load_config(config, megatron_args)
@@ -380,7 +381,7 @@ def compare_waterfalls(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 def compare_of(trace_a: PathLike, trace_b: PathLike, config_a: PathLike | None = None, config_b: PathLike | None = None, *,
                convention: str | None = None, step_range: str = DEFAULT_STEP, whole_trace: bool = False,
                comm_kernels: list[str] | None = None, cache: bool = False, workers: int | None = None, quiet: bool = False,
-               all_rows: bool = False, console: Any = None) -> tuple[list, dict[str, Any], list[str]]:
+               all_rows: bool = False, console: Any = None) -> tuple[list[Any], dict[str, Any], list[str]]:
     """(the sections, the document, the warnings) of ``compare``: the gap in mean step time split
     into the time buckets, or with run configurations the gap in TFLOP/s/GPU split into waterfall
     terms; the advice of A checked against B either way."""
@@ -430,7 +431,7 @@ def plan_parts(tokens: float | str, config: PathLike | None = None, megatron_arg
     cfg = None
     if config is not None or megatron_args is not None:
         cfg = load_config(config, megatron_args)
-    margins = {}
+    margins: dict[str, tuple[float, float] | float | str] = {}
     for m in margin or []:
         name, sep, val = m.partition("=")
         if not sep or not val:
@@ -458,7 +459,7 @@ def check_plan_mfu(text: str) -> None:
     from traceanalyzer.errors import ConfigError
     from traceanalyzer.model.runplan import parse_range
 
-    _lo, hi = parse_range(text, "`mfu`", percent_ok=True)
+    _lo, hi = cast("tuple[float, float]", parse_range(text, "`mfu`", percent_ok=True))  # None only for None
     if hi > 1:
         raise ConfigError(f"`mfu` {text!r}: a fraction of the peak (≤ 1, or a percentage)")
 
@@ -467,7 +468,7 @@ def baseline_parts(files: Iterable[PathLike] | None = None, *, topo: PathLike | 
                    config: PathLike | None = None, gpu: str | None = None, nvlink_gbps: float | None = None,
                    net_gbps: float | None = None, collective: str | None = None, nranks: int | None = None,
                    scope: str | None = None, all_sizes: bool = False, step_range: str | None = DEFAULT_STEP, cache: bool = False,
-                   workers: int | None = None, quiet: bool = False, console: Any = None) -> tuple[list, dict[str, Any], list[str]]:
+                   workers: int | None = None, quiet: bool = False, console: Any = None) -> tuple[list[Any], dict[str, Any], list[str]]:
     """(the sections, the document, the warnings) of ``baseline``: the health of nccl-tests
     files, a topology (with the TP groups of ``config``), and the collectives of ``trace``
     against them; ``all_sizes``: the sections show messages below 1 MiB too."""
@@ -478,7 +479,7 @@ def baseline_parts(files: Iterable[PathLike] | None = None, *, topo: PathLike | 
     if not files and topo is None and not trace:
         raise ConfigError("give nccl-tests output files, --topo FILE and/or --trace (collectives against the hardware table)")
     out, base, t = _baseline_tables(files, topo, config, gpu, nvlink_gbps, net_gbps, collective, nranks, scope)
-    sections: list = []
+    sections: list[Any] = []
     doc: dict[str, Any] = {"schema": "traceanalyzer.baseline", "schema_version": 1}
     warnings: list[str] = []
     if files:
@@ -521,7 +522,7 @@ def whatif_parts(trace: PathLike | None, config: PathLike | None, megatron_args:
                  sets: list[str] | None = None, search: bool = False, top: int = 10, capacity_gb: float | None = None,
                  reserve_gb: float | None = None, baseline: Iterable[PathLike] | None = None, convention: str | None = None,
                  step_range: str | None = DEFAULT_STEP, comm_kernels: list[str] | None = None, workers: int | None = None,
-                 quiet: bool = False, all_rows: bool = False, console: Any = None) -> tuple[list, dict[str, Any], list[str]]:
+                 quiet: bool = False, all_rows: bool = False, console: Any = None) -> tuple[list[Any], dict[str, Any], list[str]]:
     """(the sections, the document, the warnings) of ``whatif``: the layout changed by ``sets``
     predicted from the anchor (``trace`` measured, else the configuration's analytic model), or
     with ``search`` every layout ranked; ``all_rows``: the sections keep the terms that are zero."""
@@ -602,7 +603,7 @@ def plot_trend(frame: pl.DataFrame, metric: str, fh: Any) -> None:
     plot(frame, metric, fh)
 
 
-def gate_of(store: Any, baseline: str, threshold: float, job: str | None = None) -> list:
+def gate_of(store: Any, baseline: str, threshold: float, job: str | None = None) -> list[Any]:
     """The verdict per job (``passed``, ``message``...) of :func:`gate` on a store already open
     (:func:`read_store`), ``threshold`` a fraction."""
     from traceanalyzer.batch.gate import gate_check

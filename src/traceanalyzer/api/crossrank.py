@@ -3,11 +3,12 @@ and the bytes each parallel dimension moved against the model's prediction."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from traceanalyzer.api._arguments import checked
+from traceanalyzer.results import StragglerView
 
 if TYPE_CHECKING:
     from traceanalyzer.api._common import PathLike, Source
@@ -20,7 +21,7 @@ def _analysis(source: Source) -> Analysis:
     return analyze(source)
 
 
-def _inputs(a: Analysis):
+def _inputs(a: Analysis) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     from traceanalyzer.classify.stragglercost import inputs
 
     return inputs(a)
@@ -87,7 +88,7 @@ def straggler_costs(source: Source) -> pl.DataFrame:
         >>> c.select("rank", "phase", "collective", "cost_ms_per_step").row(0)
         (7, 'host_stall', 'all_to_all', 1.3)
     """
-    return straggler_view(source)["costs"]
+    return straggler_view(source).costs
 
 
 @checked
@@ -119,7 +120,7 @@ def wait_matrix(source: Source) -> pl.DataFrame:
 
 
 @checked
-def straggler_view(source: Source, *, tolerance: float = 0.05) -> dict[str, Any]:
+def straggler_view(source: Source, *, tolerance: float = 0.05) -> StragglerView:
     """Everything the ``stragglers`` command shows, in one call.
 
     Parameters:
@@ -127,7 +128,8 @@ def straggler_view(source: Source, *, tolerance: float = 0.05) -> dict[str, Any]
         tolerance: as in :func:`stragglers`.
 
     Returns:
-        A ``dict``: ``ranks`` (:func:`stragglers` per rank with ``made_wait_ms_per_step``,
+        A :class:`~traceanalyzer.results.StragglerView` (frozen; ``to_dict()``: these fields as a
+        ``dict``): ``ranks`` (:func:`stragglers` per rank with ``made_wait_ms_per_step``,
         ``waited_ms_per_step``, ``role``: ``"made others wait"`` when it made the others wait
         more than it waited, ``"waited"`` when it waited more, and its most costly phase:
         ``top_phase``, ``top_collective``, ``top_cost_ms_per_step``), ``costs``
@@ -140,7 +142,7 @@ def straggler_view(source: Source, *, tolerance: float = 0.05) -> dict[str, Any]
     Example:
         >>> import traceanalyzer as ta
         >>> v = ta.straggler_view("fixtures/kineto/dlrm-v100-8rank")
-        >>> v["ranks"].filter(role="made others wait")["rank"].to_list()
+        >>> v.ranks.filter(role="made others wait")["rank"].to_list()
         [7, 5]
     """
     from traceanalyzer.classify.stragglercost import job_view
@@ -150,7 +152,7 @@ def straggler_view(source: Source, *, tolerance: float = 0.05) -> dict[str, Any]
     if not isinstance(tolerance, (int, float)) or not tolerance >= 0:
         raise InvalidArgument(f"tolerance must be a non-negative fraction, got {tolerance!r}")
     a = _analysis(source)
-    return dict(a.straggler_view()) if tolerance == DEFAULT_TOLERANCE else job_view(a, tolerance)
+    return StragglerView.from_dict(dict(a.straggler_view()) if tolerance == DEFAULT_TOLERANCE else job_view(a, tolerance))
 
 
 @checked

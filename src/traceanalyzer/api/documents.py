@@ -15,6 +15,7 @@ from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
 from traceanalyzer.api.loading import analyze
 from traceanalyzer.api.tables import analysis_with_tables
 from traceanalyzer.errors import InvalidArgument
+from traceanalyzer.results import ReportModel
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
@@ -131,7 +132,7 @@ def report(
     rank: int | None = None,
     top: int = 10,
     show_ranks: Literal["auto", "all", "summary"] = "auto",
-) -> dict[str, Any]:
+) -> ReportModel:
     """The report model (every number a report shows), optionally written as HTML, Markdown or JSON.
 
     Parameters:
@@ -148,8 +149,8 @@ def report(
             to that; ``"all"``: every rank; ``"summary"``: the summary whatever the count.
 
     Returns:
-        The report model as a ``dict`` (the document ``traceanalyzer report -f json`` writes):
-        ``headline``, ``ranks`` (one entry per rank), ``rank_summary`` (the rows of
+        The report model, a :class:`~traceanalyzer.results.ReportModel` (frozen; ``to_dict()``:
+        the document ``traceanalyzer report -f json`` writes): ``headline``, ``ranks`` (one entry per rank), ``rank_summary`` (the rows of
         :func:`rank_summary` in ms, or ``None`` when every rank is listed), ``stragglers``,
         ``steps``, ``timeline``, ``more_timelines``, ``top_kernels``, ``top_exposed_collectives``, ``warnings``...;
         times in ms (``*_ms``), shares in % (``*_pct``).
@@ -162,9 +163,9 @@ def report(
     Example:
         >>> import traceanalyzer as ta
         >>> m = ta.report("fixtures/kineto/dlrm-v100-8rank")
-        >>> m["headline"]["slowest_rank"], round(m["headline"]["step_ms"], 3)
+        >>> m.headline["slowest_rank"], round(m.headline["step_ms"], 3)
         (1, 16.008)
-        >>> m["rank_summary"] is None, len(m["ranks"])
+        >>> m.rank_summary is None, len(m.ranks)
         (True, 8)
     """
     from traceanalyzer.outputs import Outputs
@@ -187,13 +188,13 @@ def report(
         raise InvalidArgument(f"rank: no rank {rank} in the trace (ranks: {a.trace.ranks[:16]})")
     model = document.build(a, rank=rank, config=Path(config) if config is not None else None, top=top, ranks=show_ranks)
     if output is None:
-        return model
+        return ReportModel.from_dict(model)
     out = Path(output)
     fmt = format or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "json" if out.suffix.lower() == ".json" else "html")
     outputs = Outputs([*a.trace.sources, *([Path(config)] if config is not None else [])])
     outputs.check(out)
     write_report(model, out, fmt, outputs, embed=True)
-    return model
+    return ReportModel.from_dict(model)
 
 
 def write_report(model: dict[str, Any], output: Path | None, fmt: str, outputs: Any, *, embed: bool = True) -> None:

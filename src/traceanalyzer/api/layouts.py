@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, TypedDict, Unpack
 
 import polars as pl
 
@@ -12,14 +12,30 @@ from traceanalyzer.api._common import PathLike, Source, _baseline, _choice, _con
 from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
 from traceanalyzer.api.loading import analyze
 from traceanalyzer.errors import InvalidArgument
+from traceanalyzer.results import PlanResult
+
+if TYPE_CHECKING:
+    from traceanalyzer.model import RunConfig
+
+
+class PlanOptions(TypedDict, total=False):
+    """The keywords ``**options`` of :func:`plan` (those of
+    :func:`traceanalyzer.model.runplan.plan_run`)."""
+
+    gpu_power_w: float | None  # watts per GPU, for the energy
+    pue: float  # power usage effectiveness of the site (1.0 or more)
+    margins: dict[str, tuple[float, float] | float | str] | None  # overrides of the default margins, by name
+    measured: dict[str, object] | None  # a traced run's throughput (runplan.measure_trace)
+    precision: str | None  # the precision of the GPU's dense peak
+    flops: str  # "model" or "hardware" FLOPs
 
 
 @renamed_parameter("capacity_gb", "capacity_gib", version=RENAMED_IN)
 @renamed_parameter("reserve_gb", "reserve_gib", version=RENAMED_IN)
 @checked
 def search_layouts(
-    config: PathLike | Any,
-    sets: list[str] | dict[str, Any] | None = None,
+    config: PathLike | RunConfig,
+    sets: list[str] | dict[str, object] | None = None,
     *,
     source: Source | None = None,
     top: int = 10,
@@ -69,11 +85,14 @@ def search_layouts(
     if sets is not None and not isinstance(sets, (list, tuple, dict)):  # a whole RunConfig is whatif's, not a search's
         raise InvalidArgument(f"sets: expected a list of KEY=VALUE changes (or a dict), got {type(sets).__name__}")
     found = search_parts(config, None, sets, source, top, capacity_gib, reserve_gib, baseline, convention)
-    return found["frame"]
+    frame: pl.DataFrame = found["frame"]
+    return frame
 
 
-def search_parts(config, megatron_args, sets, source, top, capacity_gb, reserve_gb, baseline, convention, *,
-            anchor: Any = None, warnings: list[str] | None = None) -> dict[str, Any]:
+def search_parts(config: PathLike | RunConfig | None, megatron_args: PathLike | None, sets: list[str] | dict[str, object] | None,
+                 source: Source | None, top: int, capacity_gb: float | None, reserve_gb: float | None,
+                 baseline: PathLike | Iterable[PathLike] | pl.DataFrame | None, convention: str | None, *,
+                 anchor: Any = None, warnings: list[str] | None = None) -> dict[str, Any]:
     """Every layout ranked (``whatif --search``): ``frame`` (all layouts), ``document`` (the
     JSON document, without its warnings), ``title`` and ``notes`` (for the table), ``warnings``."""
     from traceanalyzer.model import load_config
@@ -89,7 +108,7 @@ def search_parts(config, megatron_args, sets, source, top, capacity_gb, reserve_
     for arg, v in (("capacity_gb", capacity_gb), ("reserve_gb", reserve_gb)):
         if v is not None and not (isinstance(v, (int, float)) and 0 <= v < float("inf") and (v > 0 or arg == "reserve_gb")):
             raise InvalidArgument(f"{arg} must be a finite {'positive' if arg == 'capacity_gb' else 'non-negative'} number of GiB, got {v!r}")
-    cfg = _config(config) if megatron_args is None else load_config(config, megatron_args)
+    cfg = _config(config) if megatron_args is None else load_config(config, megatron_args)  # type: ignore[arg-type]
     if isinstance(sets, str):
         raise InvalidArgument("sets is a list of KEY=VALUE changes (or a dict), not one string")
     new = apply_sets(cfg, sets or [])
@@ -141,8 +160,8 @@ def plan(
     tflops: float | str | tuple[float, float] | None = None,
     convention: str = "6nt",
     price_per_gpu_hour: float | None = None,
-    **options: Any,
-) -> dict[str, Any]:
+    **options: Unpack[PlanOptions],
+) -> PlanResult:
     """Plan a training run: total FLOPs, GPU-hours, wall-clock days, energy and cost, with margins.
 
     Total FLOPs = FLOPs per token × tokens (``6nt``: 6 × parameters; ``megatron``/``palm``:
@@ -165,8 +184,10 @@ def plan(
             ``pue``, ``margins``, ``measured``, ``precision``, ``flops``).
 
     Returns:
-        A ``dict``: ``total_flops``, ``flops_per_token``, ``gpu_hours``, ``days``, ``energy_mwh``,
-        ``cost`` (each range-valued figure as ``{low, expected, high}``), ``margins`` and notes.
+        A :class:`~traceanalyzer.results.PlanResult` (frozen; ``to_dict()``: the document
+        ``traceanalyzer plan -f json`` writes): ``total_flops``, ``flops_per_token``,
+        ``gpu_hours``, ``wall_clock_days``, ``energy_mwh``, ``cost`` (each range-valued figure as
+        ``{low, expected, high}``), ``margins`` and ``notes``.
 
     Raises:
         ConfigError: missing or inconsistent inputs (no throughput, unknown GPU, bad range).
@@ -174,11 +195,11 @@ def plan(
     Example:
         >>> import traceanalyzer as ta
         >>> p = ta.plan("15T", params="405B", mfu="38-43%", gpu="H100 SXM", gpus=16384)
-        >>> p["total_flops"]
+        >>> p.total_flops
         3.645e+25
     """
     from traceanalyzer.model.runplan import plan_run
 
     cfg = None if config is None else _config(config)
-    return plan_run(tokens, cfg, params=params, gpus=gpus, gpu=gpu, mfu=mfu, tflops=tflops, convention=convention,
-                    price_per_gpu_hour=price_per_gpu_hour, **options)
+    return PlanResult.from_dict(plan_run(tokens, cfg, params=params, gpus=gpus, gpu=gpu, mfu=mfu, tflops=tflops, convention=convention,
+                                         price_per_gpu_hour=price_per_gpu_hour, **options))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, cast
 
 import polars as pl
 
@@ -74,7 +74,8 @@ def load(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = False,
         return parse(paths[0] if isinstance(path, (str, os.PathLike)) else paths, cache=cache_arg)
     from traceanalyzer.engine import load as load_job
 
-    return load_job(paths, workers=workers, quiet=True, cache=cache_arg)[0]
+    trace: Trace = load_job(paths, workers=workers, quiet=True, cache=cache_arg)[0]
+    return trace
 
 
 @checked
@@ -125,7 +126,7 @@ def scan(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = True) 
     kineto = [f for f in files if not (f.is_dir() or _nsys_sniff(f))]
     one_profiler(kineto, [f for f in files if f not in kineto])
     frames: list[pl.LazyFrame] = []
-    metas: list[dict] = []
+    metas: list[dict[str, Any]] = []
     for f in kineto:  # one entry per rank file
         frame, meta = _cached_entry(f, directory, parse_cache, orjson)
         if frame is None:
@@ -144,7 +145,7 @@ def scan(path: PathLike | Iterable[PathLike], *, cache: bool | PathLike = True) 
     return pl.concat(lazy, how="vertical")
 
 
-def _cached_entry(f: Path, directory: Path, parse_cache: Any, orjson: Any) -> tuple[pl.LazyFrame | None, dict]:
+def _cached_entry(f: Path, directory: Path, parse_cache: Any, orjson: Any) -> tuple[pl.LazyFrame | None, dict[str, Any]]:
     """(the cache entry of ``f`` as a LazyFrame, its meta), or (None, {}) when it has none."""
     try:
         digest = parse_cache.file_sha256(f, directory)
@@ -291,8 +292,8 @@ def select(source: Source, *, ranks: int | Iterable[int] | None = None, steps: i
         a,
         trace=trace,
         steps=steps_df,
-        gpu=cut(a.gpu) if rank_list is not None else a.gpu,
-        windows=cut(a.windows),
+        gpu=cast(pl.DataFrame, cut(a.gpu)) if rank_list is not None else a.gpu,
+        windows=cast(pl.DataFrame, cut(a.windows)),
         recompute_ops=cut(a.recompute_ops),
         recomputed_by_name=cut(a.recomputed_by_name),
         collectives=coll,
@@ -303,7 +304,7 @@ def select(source: Source, *, ranks: int | Iterable[int] | None = None, steps: i
         exposed_kernels=cut(a.exposed_kernels),
         kernel_stats=cut(a.kernel_stats),
         op_stats=cut(a.op_stats),
-        extras={name: cut(df) for name, df in a.extras.items()},
+        extras={name: cast(pl.DataFrame, cut(df)) for name, df in a.extras.items()},
         warnings=list(a.warnings),
     )
 
@@ -354,7 +355,7 @@ def _options(doc: dict[str, Any]) -> Any:
     from traceanalyzer.engine import Options
 
     known = {f.name: f for f in dataclasses.fields(Options)}
-    values = {}
+    values: dict[str, Any] = {}
     for name, value in doc.items():
         f = known.get(name)
         if f is None:
@@ -373,7 +374,8 @@ def saved_with_tables(path: Path, *tables: str) -> Analysis:
 
     a = load_analysis(path)
     try:
-        return with_tables(a, *tables)
+        held: Analysis = with_tables(a, *tables)
+        return held
     except InvalidArgument:
         from traceanalyzer.engine import has_table
 
@@ -417,23 +419,29 @@ def resolve(source: Source, step_range: str | None = DEFAULT_STEP, *, tables: It
     unknown = [k for k in options if k not in _OPT_KW]
     if unknown:
         raise InvalidArgument(f"unexpected argument {unknown[0]!r}")
+    result: Analysis
     saved = _saved(source)
     if saved is not None:
-        return saved_with_tables(saved, *tables)
+        result = saved_with_tables(saved, *tables)
+        return result
     if isinstance(source, Analysis):
-        return with_tables(source, *tables)
+        result = with_tables(source, *tables)
+        return result
     opts = {_OPT_KW[k]: v for k, v in options.items() if v is not None}
     _check_patterns(opts.get("recompute_pattern"), opts.get("comm_kernels"))
     if "comm_kernels" in opts:
         opts["comm_kernels"] = tuple(opts["comm_kernels"])
     o = Options(step_name=step_range, tables=frozenset(tables), **opts)
     if isinstance(source, Trace):
-        return analyse_trace(source, o)
+        result = analyse_trace(source, o)
+        return result
     paths = [Path(_path(source))] if isinstance(source, (str, os.PathLike)) else [Path(_path(p)) for p in _paths(source)]
     check_workers(run.get("workers"))
     cache = _cache_arg(run.pop("cache", False))
     if isinstance(cache, Path):  # a cache directory of its own: loaded in this process
-        return analyse_trace(load(paths, cache=cache), o)
+        result = analyse_trace(load(paths, cache=cache), o)
+        return result
     o.cache = cache
     run.setdefault("quiet", True)
-    return analyse(paths, o, **run)
+    result = analyse(paths, o, **run)
+    return result

@@ -80,7 +80,7 @@ def store_trace(
                    config=str(config) if config else None, step_range=step_range)
     held: dict[str, Any] = {}
 
-    def analyse():
+    def analyse() -> tuple[Any, bool]:
         if failure is not None:
             raise RuntimeError(failure)
         if os.environ.get(FAULT_ENV) == "loop:analysis":  # the tests' failing analysis

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Iterable, Literal, cast
 
 import polars as pl
 
@@ -18,9 +18,12 @@ from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
 from traceanalyzer.api.loading import analyze, resolve
 from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import InvalidArgument
+from traceanalyzer.results import PredictResult, ReconcileResult
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
+    from traceanalyzer.model import RunConfig
+    from traceanalyzer.reconciliation.footprint import MemoryResult
 
 
 @renamed_parameter("trace", "source", version=RENAMED_IN)
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
 @checked
 def memory(
     source: Source | None = None,
-    config: PathLike | Any | None = None,
+    config: PathLike | RunConfig | None = None,
     *,
     megatron_args: PathLike | None = None,
     reserve_gib: float = 4.0,
@@ -37,7 +40,7 @@ def memory(
     cache: bool | PathLike = False,
     workers: int | None = None,
     quiet: bool = True,
-) -> Any:
+) -> MemoryResult:
     """Memory per GPU: the analytic prediction for a run configuration, and what a trace measured.
 
     Parameters
@@ -176,8 +179,8 @@ def _memory_inputs(source: Any, cache: bool | Path, workers: int | None, quiet: 
 @renamed_parameter("analysis", "source", version=RENAMED_IN)
 @checked
 def whatif(
-    config: PathLike | Any,
-    sets: list[str] | dict[str, Any] | Any,
+    config: PathLike | RunConfig,
+    sets: list[str] | dict[str, object],
     *,
     source: Source | None = None,
     baseline: PathLike | Iterable[PathLike] | pl.DataFrame | None = None,
@@ -191,8 +194,8 @@ def whatif(
         The run configuration of the anchor run: a TOML file, or a
         :class:`~traceanalyzer.model.RunConfig`.
     sets:
-        The change: ``["pp=2", "recompute=selective", "micro_batch=2"]`` (as ``--set``), the same
-        as a dict, or a whole new :class:`RunConfig`.
+        The change: ``["pp=2", "recompute=selective", "micro_batch=2"]`` (as ``--set``), or the same
+        as a dict.
     source:
         The anchor run's trace (a path, a :class:`~traceanalyzer.schema.Trace` or an
         :class:`~traceanalyzer.classify.Analysis`). Without it the anchor is the analytic model
@@ -248,7 +251,7 @@ def whatif(
 @checked
 def reconcile(
     source: Source,
-    config: PathLike | Any | None = None,
+    config: PathLike | RunConfig | None = None,
     *,
     megatron_args: PathLike | None = None,
     convention: str | None = None,
@@ -258,7 +261,7 @@ def reconcile(
     comm_kernels: list[str] | None = None,
     cache: bool | PathLike = False,
     workers: int | None = None,
-) -> dict[str, Any]:
+) -> ReconcileResult:
     """The waterfall from peak to achieved TFLOP/s per GPU: every measured loss beside the theory.
 
     The same document as ``traceanalyzer reconcile -f json``.
@@ -280,7 +283,8 @@ def reconcile(
         workers: as in :func:`analyze`.
 
     Returns:
-        A ``dict``: ``schema`` (``traceanalyzer.reconcile``), ``peak_tflops``,
+        A :class:`~traceanalyzer.results.ReconcileResult` (frozen; ``to_dict()``: the document
+        ``traceanalyzer reconcile -f json`` writes): ``schema`` (``traceanalyzer.reconcile``), ``peak_tflops``,
         ``achieved_tflops``, ``terms`` (each loss in TFLOP/s and % of peak, measured beside
         predicted), ``warnings``...; documented in ``docs/report-schema.md``.
 
@@ -292,26 +296,28 @@ def reconcile(
         >>> import traceanalyzer as ta
         >>> w = ta.reconcile("fixtures/kineto/mi300x_resnet_act_checkpoint_rank0.json.gz",
         ...                  "docs/examples/traces/mi300x-resnet18-ckpt.toml")
-        >>> w["schema"], "exact" in w
+        >>> w.schema, "exact" in w.to_dict()
         ('traceanalyzer.reconcile', False)
     """
     wf, _warnings = _reconcile(source, config, megatron_args, convention, hfu, baseline, step_range, comm_kernels, cache, workers)
-    return {"schema": "traceanalyzer.reconcile", "schema_version": 1, **public(wf)}
+    return ReconcileResult.from_dict({"schema": "traceanalyzer.reconcile", "schema_version": 1, **public(wf)})
 
 
-def waterfall_of(analysis: Analysis, config: Any, *, convention: str | None = None, hfu: str = "forward",
+def waterfall_of(analysis: Analysis, config: RunConfig, *, convention: str | None = None, hfu: str = "forward",
                  baseline: pl.DataFrame | None = None) -> dict[str, Any]:
     """The waterfall of an analysis (holding its events) against a run configuration, with the
     overlapped communication attached (what ``reconcile`` and ``compare --config`` show)."""
-    from traceanalyzer.reconciliation import attach_overlapped, waterfall
+    from traceanalyzer.reconciliation.waterfall import attach_overlapped, waterfall
 
     step_name = analysis.options.step_name if analysis.options is not None else DEFAULT_STEP
-    wf = waterfall(analysis, config, convention=convention, step_name=step_name, hfu=hfu, baseline=baseline)
+    wf: dict[str, Any] = waterfall(analysis, config, convention=convention, step_name=step_name, hfu=hfu, baseline=baseline)
     attach_overlapped(wf, analysis)
     return wf
 
 
-def _reconcile(source, config, megatron_args, convention, hfu, baseline, step_range, comm_kernels, cache, workers):
+def _reconcile(source: Source, config: PathLike | RunConfig | None, megatron_args: PathLike | None, convention: str | None,
+               hfu: str, baseline: PathLike | Iterable[PathLike] | pl.DataFrame | None, step_range: str | None,
+               comm_kernels: list[str] | None, cache: bool | PathLike, workers: int | None) -> tuple[dict[str, Any], list[str]]:
     from traceanalyzer.model import load_config
     from traceanalyzer.model.config import CONVENTIONS
     from traceanalyzer.model.flops import HFU_CONVENTIONS
@@ -319,7 +325,7 @@ def _reconcile(source, config, megatron_args, convention, hfu, baseline, step_ra
     if convention is not None:
         _choice("convention", convention, tuple(CONVENTIONS))
     _choice("hfu", hfu, tuple(HFU_CONVENTIONS))
-    cfg = _config(config) if megatron_args is None and config is not None else load_config(config, megatron_args)
+    cfg = _config(config) if megatron_args is None and config is not None else load_config(config, megatron_args)  # type: ignore[arg-type]
     patterns = list(comm_kernels or [])
     patterns += [p for p in cfg.trace.comm_kernels if p not in patterns]
     a = resolve(source, step_range, tables=("events", "gpu"), comm_kernels=patterns, cache=cache, workers=workers)
@@ -329,16 +335,16 @@ def _reconcile(source, config, megatron_args, convention, hfu, baseline, step_ra
 
 @checked
 def predict(
-    config: PathLike | Any | None = None,
+    config: PathLike | RunConfig | None = None,
     *,
     megatron_args: PathLike | None = None,
-    vs: PathLike | Any | None = None,
+    vs: PathLike | RunConfig | None = None,
     global_batch: int | Iterable[int] | None = None,
     convention: str | None = None,
     hfu: Literal["forward", "megatron", "none"] = "forward",
     kernel_efficiency: float | None = None,
     baseline: PathLike | Iterable[PathLike] | pl.DataFrame | None = None,
-) -> dict[str, Any]:
+) -> PredictResult:
     """Predict a run from its configuration alone: FLOPs, bubble, recompute, communication, memory.
 
     The same document as ``traceanalyzer predict -f json``.
@@ -355,7 +361,8 @@ def predict(
         baseline: nccl-tests output (file(s) or a frame): bandwidth by message size.
 
     Returns:
-        A ``dict``: ``schema`` (``traceanalyzer.predict``), ``prediction``, and with a sweep
+        A :class:`~traceanalyzer.results.PredictResult` (frozen; ``to_dict()``: the document
+        ``traceanalyzer predict -f json`` writes): ``schema`` (``traceanalyzer.predict``), ``prediction``, and with a sweep
         ``sweep``, with ``vs`` the reference's prediction and ``comparison``; ``memory`` (the
         memory per GPU by component, or None) and ``warnings``.
 
@@ -366,18 +373,21 @@ def predict(
     Example:
         >>> import traceanalyzer as ta
         >>> p = ta.predict("docs/examples/megatron-readme-70b.toml")
-        >>> p["schema"], p["prediction"]["convention"]
+        >>> p.schema, p.prediction["convention"]
         ('traceanalyzer.predict', 'megatron2024')
     """
     doc, _sections, _warnings = predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline)
-    return doc
+    return PredictResult.from_dict(doc)
 
 
 #: microbatches per pipeline shown when the global batch is unknown: the spread of the verdict
 SPREAD_MICROBATCHES = (1, 2, 4, 8, 16, 32)
 
 
-def predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline, *, all_rows: bool = False):
+def predict_parts(config: PathLike | RunConfig | None, megatron_args: PathLike | None, vs: PathLike | RunConfig | None,
+                  global_batch: int | Iterable[int] | None, convention: str | None, hfu: str, kernel_efficiency: float | None,
+                  baseline: PathLike | Iterable[PathLike] | pl.DataFrame | None, *, all_rows: bool = False
+                  ) -> tuple[dict[str, Any], list[Any], list[str]]:
     """(the predict document, its sections, its warnings); ``all_rows``: the sections keep the
     terms that are exactly zero."""
     from traceanalyzer.errors import ConfigError
@@ -396,7 +406,7 @@ def predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kern
     gbs = _ints(global_batch)
     if gbs is not None and any(g < 1 for g in gbs):
         raise InvalidArgument(f"global_batch must be positive, got {global_batch!r}")
-    cfg = _config(config) if megatron_args is None and config is not None else load_config(config, megatron_args)
+    cfg = _config(config) if megatron_args is None and config is not None else load_config(config, megatron_args)  # type: ignore[arg-type]
     base = _baseline(baseline)
     warnings: list[str] = []
     ref_pred = None
@@ -405,7 +415,7 @@ def predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kern
         convention = ref_pred["convention"]
         if kernel_efficiency is None:
             kernel_efficiency = ref_pred["kernel_efficiency"]
-    batches: list[int | None] = list(gbs or [None])
+    batches: list[int | None] = [*gbs] if gbs else [None]
     spread = False
     if not gbs and cfg.batch.global_batch is None and cfg.dp is not None:
         # the verdict depends on an unknown: show its spread instead of one number
@@ -451,7 +461,7 @@ def baseline(
     *,
     topo: PathLike | None = None,
     source: Source | None = None,
-    config: PathLike | Any | None = None,
+    config: PathLike | RunConfig | None = None,
     gpu: str | None = None,
     nvlink_gbps: float | None = None,
     net_gbps: float | None = None,
@@ -508,7 +518,7 @@ def baseline(
     return out
 
 
-def _baseline_tables(paths: list | None, topo: PathLike | None, config: PathLike | Any | None, gpu: str | None,
+def _baseline_tables(paths: list[Any] | None, topo: PathLike | None, config: PathLike | Any | None, gpu: str | None,
                      nvlink_gbps: float | None, net_gbps: float | None, collective: str | None, nranks: int | None,
                      scope: str | None) -> tuple[dict[str, pl.DataFrame], pl.DataFrame | None, Any]:
     """(the tables of :func:`baseline` from nccl-tests files and a topology, the nccl-tests
@@ -544,5 +554,5 @@ def collective_busbw(analysis: Analysis, baseline: pl.DataFrame | None = None, g
     from traceanalyzer.reconciliation.busbw import achieved_busbw, busbw_summary, exposed_split
 
     dev = gpu or next(iter(analysis.trace.meta["device_name"].drop_nulls().to_list()), None)
-    per = achieved_busbw(analysis.collectives, baseline=baseline, gpu=dev)
-    return per, busbw_summary(per), exposed_split(per, analysis.comm)
+    per = achieved_busbw(cast(pl.DataFrame, analysis.collectives), baseline=baseline, gpu=dev)
+    return per, busbw_summary(per), exposed_split(per, cast(pl.DataFrame, analysis.comm))

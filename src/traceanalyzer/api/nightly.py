@@ -14,6 +14,7 @@ from traceanalyzer.api._common import PathLike, _choice, _path, _paths
 from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
 from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import InvalidArgument
+from traceanalyzer.results import BatchSummary
 
 
 @checked
@@ -28,7 +29,7 @@ def batch(
     config: PathLike | None = None,
     step_range: str = DEFAULT_STEP,
     cache: bool | PathLike = True,
-) -> dict[str, Any]:
+) -> BatchSummary:
     """Analyse every run under ``roots`` not yet stored into a Parquet store (``traceanalyzer batch``).
 
     A run is a directory of rank traces (or one trace file); one already stored on the very same
@@ -46,7 +47,8 @@ def batch(
         cache: the parse cache (True: its default directory; a directory; False: none).
 
     Returns:
-        The summary (``traceanalyzer batch -f json``'s document without its time stamp):
+        The summary, a :class:`~traceanalyzer.results.BatchSummary` (frozen; ``to_dict()``:
+        ``traceanalyzer batch -f json``'s document without its time stamp):
         ``runs``, ``analysed``, ``reanalysed``, ``skipped``, ``failed`` (run, error, exit code),
         ``cache_hits``, ``warnings`` per run and ``ok``.
 
@@ -58,7 +60,7 @@ def batch(
         >>> import tempfile
         >>> import traceanalyzer as ta
         >>> s = ta.batch("fixtures/kineto/dlrm-v100-8rank", tempfile.mkdtemp(), cache=False)
-        >>> s["analysed"], s["ok"]
+        >>> s.analysed, s.ok
         (['dlrm-v100-8rank'], True)
     """
     from traceanalyzer.batch import run_batch
@@ -75,7 +77,7 @@ def batch(
     items = [roots] if isinstance(roots, (str, os.PathLike)) else _paths(roots, "roots")
     summary = run_batch([Path(_path(r, "roots")) for r in items], Path(_path(store, "store")), force=force, engine=engine, workers=workers,
                         address=address, config=config, step_range=step_range, cache=cache)
-    return batch_summary(summary, force)
+    return BatchSummary.from_dict(batch_summary(summary, force))
 
 
 @checked

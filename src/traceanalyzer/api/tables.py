@@ -1,15 +1,15 @@
 """The optional per-rank tables: kernels and ops, launches and the launch queue, user annotations.
 """
 
-from __future__ import annotations
+from __future__ import annotations as _postponed  # postponed annotations; the name ``annotations`` is the verb's
 
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Unpack, cast
 
 import polars as pl
 
 from traceanalyzer.api._arguments import checked
 from traceanalyzer.api._common import (
-    PathLike, Source, _check_table_args, _choice, _device, _ints, _model_flops_and_peak, _regex,
+    AnalysisOptions, EngineOptions, PathLike, Source, _check_table_args, _choice, _device, _ints, _model_flops_and_peak, _regex,
 )
 from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
 from traceanalyzer.api.loading import resolve
@@ -18,9 +18,10 @@ from traceanalyzer.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
+    from traceanalyzer.model import RunConfig
 
 
-def _side_meant(value: object, args: tuple, kwargs: dict) -> bool:
+def _side_meant(value: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether ``annotations(..., source=...)`` is the old name of ``side``: the trace is given
     otherwise (by position, or as ``trace``, its old name)."""
     return bool(args) or "trace" in kwargs
@@ -48,7 +49,7 @@ def kernels(
     top: int | None = None,
     precision: str | None = None,
     step_range: str | None = DEFAULT_STEP,
-    **options: Any,
+    **options: Unpack[AnalysisOptions],
 ) -> pl.DataFrame:
     """Every GPU kernel (and memcpy / memset) by name: calls, time statistics, its exact share
     of the breakdown, and achieved TFLOP/s where its launching op recorded shapes.
@@ -118,7 +119,7 @@ def kernels(
     _check_table_args(name, sort, precision, top)
     an = analysis_with_tables(source, step_range, **options)
     rank_list = _ints(ranks)
-    return kernel_table(an.kernel_stats, an.steps, _device(an, rank_list), name=name, rank=rank_list, step=_ints(steps),
+    return kernel_table(cast(pl.DataFrame, an.kernel_stats), an.steps, _device(an, rank_list), name=name, rank=rank_list, step=_ints(steps),
                         precision=precision, sort=sort, top=top)
 
 
@@ -136,7 +137,7 @@ def ops(
     top: int | None = None,
     precision: str | None = None,
     step_range: str | None = DEFAULT_STEP,
-    **options: Any,
+    **options: Unpack[AnalysisOptions],
 ) -> pl.DataFrame:
     """Every host (CPU) op by name and input shapes: calls, host-time statistics, the GPU time
     of the kernels it launched, and FLOPs / achieved TFLOP/s / roofline where the shapes have a
@@ -203,7 +204,7 @@ def ops(
     _check_table_args(name, sort, precision, top)
     an = analysis_with_tables(source, step_range, **options)
     rank_list = _ints(ranks)
-    return op_table(an.op_stats, an.steps, _device(an, rank_list), name=name, rank=rank_list, step=_ints(steps),
+    return op_table(cast(pl.DataFrame, an.op_stats), an.steps, _device(an, rank_list), name=name, rank=rank_list, step=_ints(steps),
                     precision=precision, sort=sort, top=top)
 
 
@@ -217,7 +218,7 @@ def launches(
     threshold: float = 0.10,
     step_range: str | None = DEFAULT_STEP,
     comm_kernels: list[str] | None = None,
-    **engine_kw: Any,
+    **engine_kw: Unpack[EngineOptions],
 ) -> pl.DataFrame:
     """Kernel launch statistics: per step (default) or one row per launched GPU item.
 
@@ -292,7 +293,7 @@ def queue_length(
     series: bool = False,
     step_range: str | None = DEFAULT_STEP,
     comm_kernels: list[str] | None = None,
-    **engine_kw: Any,
+    **engine_kw: Unpack[EngineOptions],
 ) -> pl.DataFrame:
     """Launch queue length per (rank, device, stream): a summary, or the step function itself.
 
@@ -345,10 +346,10 @@ def annotations(
     level: int | None = None,
     side: Literal["auto", "gpu", "host"] = "auto",
     per: Literal["step", "rank", "name"] = "step",
-    config: PathLike | Any | None = None,
+    config: PathLike | RunConfig | None = None,
     step_range: str | None = DEFAULT_STEP,
     comm_kernels: list[str] | None = None,
-    **engine_kw: Any,
+    **engine_kw: Unpack[EngineOptions],
 ) -> pl.DataFrame:
     """GPU time under each NVTX / ``record_function`` range, split into the partition's buckets.
 

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
 
 from traceanalyzer.api._arguments import checked
 from traceanalyzer.api._common import PathLike, Source, _path
@@ -12,6 +13,9 @@ from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
 from traceanalyzer.api.loading import analyze, resolve
 from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from traceanalyzer.results import CriticalPath
 
 
 @renamed_parameter("analysis", "source", version=RENAMED_IN, old_wins=True)
@@ -28,7 +32,7 @@ def critical_path(
     wait_slack_ns: int = 10_000,  # classify.critical_path.WAIT_SLACK_NS
     host_gaps: bool = True,
     workers: int | None = None,
-) -> Any:
+) -> CriticalPath:
     """The critical path of every step (or of one): what the step waited on, piece by piece.
 
     The path is the longest path through the step's dependency graph: host threads (CPU ops,

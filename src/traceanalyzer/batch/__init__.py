@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+import os
+from typing import Callable, Sequence
 
 import polars as pl
 
@@ -48,16 +49,16 @@ class BatchSummary:
 
 
 def run_batch(
-    roots: list[str | Path],
+    roots: Sequence[str | Path],
     store: str | Path,
     *,
     force: bool = False,
     engine: str = "local",
     workers: int | None = None,
     address: str | None = None,
-    config: str | Path | None = None,
+    config: str | os.PathLike[str] | None = None,
     step_range: str = DEFAULT_STEP,
-    cache: bool | str | Path = True,
+    cache: bool | str | os.PathLike[str] = True,
     on_plan: Callable[[int], None] | None = None,
     on_done: Callable[[RunSpec, RunResult], None] | None = None,
     on_notice: Callable[[str], None] | None = None,

@@ -193,7 +193,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 class Store:
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root)
         #: damaged store file -> why it could not be read (filled by the reads)
         self.damaged: dict[Path, str] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import polars as pl
@@ -23,7 +24,7 @@ METRICS: dict[str, tuple[str, str, float]] = {
 }
 
 
-def trend_frame(store: str | Path | Store, metric: str = "step_time", since: str | dt.date | None = None, job: str | None = None) -> pl.DataFrame:
+def trend_frame(store: str | os.PathLike[str] | Store, metric: str = "step_time", since: str | dt.date | None = None, job: str | None = None) -> pl.DataFrame:
     """``date, job, run_id, value, change`` per successful run: the metric in its unit, and its
     relative change from the job's previous run (null for the first).
 

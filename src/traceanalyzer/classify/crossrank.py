@@ -8,13 +8,18 @@ i.e. what makes the straggler slow.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 from traceanalyzer.classify.partition import BUCKETS
 
 
 #: the columns of :func:`cross_rank`, whether a step is on several ranks or none is
-CROSS_RANK_SCHEMA = {
+CROSS_RANK_SCHEMA: dict[str, PolarsDataType] = {
     "step": pl.Int64, "ranks": pl.UInt32, "slowest_rank": pl.Int32, "max_ns": pl.Int64, "median_ns": pl.Float64,
     "min_ns": pl.Int64, "skew_ns": pl.Float64, "straggler_bucket": pl.String, "straggler_excess_ns": pl.Float64,
     "durations": pl.List(pl.Struct({"rank": pl.Int32, "duration_ns": pl.Int64})), "waited_on_rank": pl.Int32,

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from traceanalyzer.errors import ConfigError, InputNotFound
-from traceanalyzer.model.conventions import CONVENTIONS  # noqa: F401 - re-exported
+from traceanalyzer.model.conventions import CONVENTIONS as CONVENTIONS  # re-exported
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ another in a cycle.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from traceanalyzer.model.megatron import megatron_defaults, read_megatron
 __all__ = ["load_config", "parse_megatron_args"]
 
 
-def load_config(path: str | Path | None = None, megatron_args: str | Path | None = None) -> RunConfig:
+def load_config(path: str | os.PathLike[str] | None = None, megatron_args: str | os.PathLike[str] | None = None) -> RunConfig:
     """Load a run configuration from a TOML file and/or Megatron-LM arguments.
 
     With both, the Megatron arguments come first and the TOML completes or overrides them

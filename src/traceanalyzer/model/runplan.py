@@ -171,7 +171,7 @@ def plan_run(
     price_per_gpu_hour: float | None = None,
     gpu_power_w: float | None = None,
     pue: float = 1.0,
-    margins: dict[str, tuple[float, float] | float] | None = None,
+    margins: dict[str, tuple[float, float] | float | str] | None = None,
     run_step_times: list[float] | None = None,
 ) -> dict[str, Any]:
     """Time and cost of training on ``tokens`` tokens (see the module doc).

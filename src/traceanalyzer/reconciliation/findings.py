@@ -25,6 +25,7 @@ Every finding is a dict: ``loss`` (key), ``label``, ``ms_per_step`` (mean over t
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import polars as pl
@@ -154,7 +155,7 @@ def _replay_gain(st: pl.DataFrame, loss: str) -> tuple[float | None, str | None]
                   + (f" (the {st.height - got.height} rank-steps without a replay left out)" if got.height < st.height else ""))
 
 
-def run_config(path):
+def run_config(path: str | os.PathLike[str] | None) -> Any:
     """The run configuration at ``path`` for pricing findings, or None (no path; a file without a
     model, e.g. only a ``[trace]`` section: the findings then say they cannot be priced)."""
     if path is None:

@@ -9,6 +9,7 @@ components and verdict frames).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -130,7 +131,7 @@ def memory(
     config: RunConfig | None = None,
     *,
     reserve_gb: float = DEFAULT_RESERVE_GIB,
-    step_range: str = DEFAULT_STEP,
+    step_range: str | None = DEFAULT_STEP,
     gpu_only: bool = True,
     memory_events: pl.DataFrame | None = None,
     driver_memory: dict[str, pl.DataFrame] | None = None,

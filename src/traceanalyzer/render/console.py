@@ -8,14 +8,16 @@ import dataclasses
 import os
 import re
 import sys
+from typing import IO, Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.measure import Measurement
+from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
 
 
-def out_console(file=None, width: int | None = None, *, markup: bool = False) -> Console:
+def out_console(file: IO[str] | None = None, width: int | None = None, *, markup: bool = False) -> Console:
     """A console for results (stdout, or an output file): no markup interpretation of user text
     (unless ``markup``: for text that escapes it), no highlighting. Width on stdout: ``$COLUMNS``
     when set, else the terminal's, else ``width``; in a file: ``width``. No line it writes to a
@@ -23,9 +25,8 @@ def out_console(file=None, width: int | None = None, *, markup: bool = False) ->
     if file is None:
         file = sys.stdout
         width = terminal_width(width)
-    if not _isatty(file):
-        file = NoTrailingSpaces(file)
-    return FittingConsole(file=file, highlight=False, markup=markup, width=width)
+    out: IO[str] = file if _isatty(file) else NoTrailingSpaces(file)  # type: ignore[assignment]  # a text stream: write and the stream's own
+    return FittingConsole(file=out, highlight=False, markup=markup, width=width)
 
 
 def terminal_width(default: int | None) -> int | None:
@@ -37,9 +38,9 @@ def terminal_width(default: int | None) -> int | None:
     return None if _isatty(sys.stdout) else default
 
 
-def _isatty(file) -> bool:
+def _isatty(file: object) -> bool:
     try:
-        return bool(file.isatty())
+        return bool(file.isatty())  # type: ignore[attr-defined]
     except (AttributeError, ValueError, OSError):
         return False
 
@@ -51,21 +52,21 @@ class NoTrailingSpaces:
 
     _PAD = re.compile(r" +((?:\x1b\[[0-9;]*m)*)(?=\n)")
 
-    def __init__(self, file) -> None:
+    def __init__(self, file: IO[str]) -> None:
         self._file = file
 
     def write(self, text: str) -> int:
         self._file.write(self._PAD.sub(r"\1", text))
         return len(text)
 
-    def __getattr__(self, name):  # flush, fileno, isatty, encoding...: the stream's own
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding...: the stream's own
         return getattr(self._file, name)
 
 
 class FittingConsole(Console):
     """A console whose tables fit its width without cutting a word: see :func:`fit_table`."""
 
-    def print(self, *objects, **kwargs) -> None:  # noqa: A003 - rich's name
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: A003 - rich's name
         if any(isinstance(o, Table) for o in objects):
             for o in objects:
                 for part in fit_table(o, self) if isinstance(o, Table) else [o]:
@@ -74,7 +75,7 @@ class FittingConsole(Console):
         super().print(*objects, **kwargs)
 
 
-def fit_table(table: Table, console: Console) -> list:
+def fit_table(table: Table, console: Console) -> list[RenderableType]:
     """``table`` laid out to fit ``console.width`` with no header, number or word cut short (rich
     alone shrinks every column evenly at the end, which cuts headers to "recom…" and numbers to
     "47.2…"): a table that fits is left as it is; else every column gets at least its longest word
@@ -89,7 +90,8 @@ def fit_table(table: Table, console: Console) -> list:
         return [table]
     # a left-justified title or caption: a paragraph of its own, as wide as the console (inside the
     # table it would wrap at the table's width)
-    head, tail = [], []
+    head: list[RenderableType] = []
+    tail: list[RenderableType] = []
     if table.title is not None and table.title_justify == "left":
         head.append(_paragraph(table.title, table.title_style or "table.title", console))
     if table.caption is not None and table.caption_justify == "left":
@@ -101,12 +103,12 @@ def fit_table(table: Table, console: Console) -> list:
     return [*head, *_fit(table, console, width), *tail]
 
 
-def _paragraph(text, style, console: Console) -> Text:
+def _paragraph(text: str | Text, style: StyleType, console: Console) -> Text:
     text = text if isinstance(text, Text) else console.render_str(str(text))
     return Text.assemble(text, style=style, justify="left")
 
 
-def _fit(table: Table, console: Console, width: int) -> list:
+def _fit(table: Table, console: Console, width: int) -> list[Table]:
     cols = table.columns
     natural, least = _column_widths(table, console)
     if sum(natural) + _overhead(table, len(cols)) <= width:
@@ -134,7 +136,7 @@ def _fit(table: Table, console: Console, width: int) -> list:
     parts.append(current)
     if len(parts) == 1:  # one column beside the key is already too wide: nothing better to do
         return [table]
-    out: list = []
+    out: list[Table] = []
     for k, idx in enumerate(parts):
         part = copy.copy(table)
         part.columns = [dataclasses.replace(cols[i], _index=j, _cells=list(cols[i]._cells)) for j, i in enumerate(idx)]
@@ -158,7 +160,8 @@ def _column_widths(table: Table, console: Console) -> tuple[list[int], list[int]
     column, or one that may not wrap) is never broken; text may wrap between words, and where
     the column folds (kernel names), anywhere down to :data:`FOLD_WIDTH`."""
     options = console.options
-    natural, least = [], []
+    natural: list[int] = []
+    least: list[int] = []
     for c in table.columns:
         head = [Measurement.get(console, options, c.header)] if table.show_header and c.header else []
         cells = [Measurement.get(console, options, cell) for cell in c._cells if cell is not None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from traceanalyzer._version import __version__
@@ -44,8 +44,9 @@ def summary_table(cp: CriticalPath) -> Table:
 
 def segments_table(cp: CriticalPath, top: int) -> Table:
     table = Table(title=f"Longest pieces of the path (top {top})", title_justify="left")
-    for col, just in (("step", "right"), ("rank", "right"), ("ms", "right"), ("what", "left"), ("bucket", "left"),
-                      ("where", "left"), ("name", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("step", "right"), ("rank", "right"), ("ms", "right"), ("what", "left"),
+                                                      ("bucket", "left"), ("where", "left"), ("name", "left"))
+    for col, just in columns:
         table.add_column(col, justify=just, overflow="fold" if col == "name" else "ellipsis")
     rows = cp.segments.sort(["dur_ns", "step", "seq"], descending=[True, False, False]).head(top)
     for r in rows.iter_rows(named=True):  # top rows only

@@ -65,7 +65,7 @@ def timeline(model: dict[str, Any], tl: dict[str, Any]) -> str:
 def heatmap(model: dict[str, Any]) -> str:
     """Ranks x buckets, % of the step, the numbers in the cells when they fit."""
     ranks = model["ranks"]
-    cells = [[svg.Mark(r["buckets"][b]["pct"], "", f"rank {r['rank']} · {LABELS[b]}: {_f(PCT, r['buckets'][b]['pct'])}% of the step "
+    cells: list[list[svg.Mark | None]] = [[svg.Mark(r["buckets"][b]["pct"], "", f"rank {r['rank']} · {LABELS[b]}: {_f(PCT, r['buckets'][b]['pct'])}% of the step "
                        f"({_f(MS, r['buckets'][b]['ms'])} ms per step)", b) for b in BUCKET_ORDER] for r in ranks]
     texts = [[_f(PCT, r["buckets"][b]["pct"]) for b in BUCKET_ORDER] for r in ranks] if len(ranks) <= 40 else None
     return svg.heatmap("plot-heatmap", "Share of the step per rank and bucket (%)", [f"rank {r['rank']}" for r in ranks],

@@ -8,7 +8,7 @@ it carries its schema id like every other JSON output.
 
 from __future__ import annotations
 
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 import polars as pl
@@ -47,7 +47,7 @@ def table(df: pl.DataFrame, title: str, *, limit: int | None = None, caption: st
     return t
 
 
-def _cell(col: str, v, unit: tuple[str, float, int] | None = None) -> str:
+def _cell(col: str, v: Any, unit: tuple[str, float, int] | None = None) -> str:
     if v is None:
         return "-"
     if unit is not None:  # a *_ns column, in the unit chosen for the whole column
@@ -61,14 +61,14 @@ def _cell(col: str, v, unit: tuple[str, float, int] | None = None) -> str:
     return str(v)
 
 
-def print_table(df: pl.DataFrame, title: str, console: Console, **kw) -> None:
+def print_table(df: pl.DataFrame, title: str, console: Console, **kw: Any) -> None:
     console.print(table(df, title, **kw))
 
 
-def json_bytes(command: str, frames: dict[str, pl.DataFrame], **header) -> bytes:
+def json_bytes(command: str, frames: dict[str, pl.DataFrame], **header: Any) -> bytes:
     """``{"schema", "schema_version", "command", "version", "units", <header>..., <name>: [row objects]...}``;
     the schema is ``traceanalyzer.<command>`` (``traceanalyzer/schemas/<command>.schema.json``)."""
-    doc: dict = {"schema": f"traceanalyzer.{command}", "schema_version": 1, "command": command, "version": __version__, "units": "ns (integer) unless named otherwise", **header}
+    doc: dict[str, Any] = {"schema": f"traceanalyzer.{command}", "schema_version": 1, "command": command, "version": __version__, "units": "ns (integer) unless named otherwise", **header}
     for name, df in frames.items():
         doc[name] = df.to_dicts()
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
@@ -79,7 +79,7 @@ def write_csv(df: pl.DataFrame, fh: IO[bytes]) -> None:
     fh.write(df.write_csv().encode())
 
 
-def write_frame(frame: pl.DataFrame, fmt: str, fh: IO[bytes], *, schema: str | None = None, extra: dict | None = None) -> None:
+def write_frame(frame: pl.DataFrame, fmt: str, fh: IO[bytes], *, schema: str | None = None, extra: dict[str, Any] | None = None) -> None:
     """``frame`` in ``fmt`` (csv, parquet or json) to the binary stream ``fh``."""
     if fmt == "csv":
         fh.write(frame.write_csv().encode())
@@ -96,7 +96,7 @@ def write_frame(frame: pl.DataFrame, fmt: str, fh: IO[bytes], *, schema: str | N
         raise ValueError(f"unknown table format {fmt!r}")
 
 
-def frame_bytes(frame: pl.DataFrame, fmt: str, **kw) -> bytes:
+def frame_bytes(frame: pl.DataFrame, fmt: str, **kw: Any) -> bytes:
     """:func:`write_frame`'s bytes."""
     import io
 

@@ -6,6 +6,8 @@ Formatting only: every verdict comes from :func:`traceanalyzer.batch.gate.gate_c
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
+from typing import Protocol
 from xml.etree import ElementTree as ET
 
 import orjson
@@ -13,7 +15,18 @@ import orjson
 SCHEMA = "traceanalyzer.gate"
 
 
-def document(results, baseline: str, threshold: float, job: str | None = None) -> dict:
+class Verdict(Protocol):
+    """One job's verdict (what ``batch.gate.gate_check`` returns a list of)."""
+
+    job: str
+    passed: bool
+    latest: str | None  # its run id
+    baseline: str | None
+    change: float | None
+    message: str
+
+
+def document(results: Sequence[Verdict], baseline: str, threshold: float, job: str | None = None) -> dict[str, object]:
     return {
         "schema": SCHEMA,
         "schema_version": 1,
@@ -29,11 +42,12 @@ def document(results, baseline: str, threshold: float, job: str | None = None) -
     }
 
 
-def json_bytes(results, baseline: str, threshold: float, job: str | None = None) -> bytes:
-    return orjson.dumps(document(results, baseline, threshold, job), option=orjson.OPT_INDENT_2) + b"\n"
+def json_bytes(results: Sequence[Verdict], baseline: str, threshold: float, job: str | None = None) -> bytes:
+    data: bytes = orjson.dumps(document(results, baseline, threshold, job), option=orjson.OPT_INDENT_2)
+    return data + b"\n"
 
 
-def junit_xml(results, threshold: float) -> bytes:
+def junit_xml(results: Sequence[Verdict], threshold: float) -> bytes:
     """JUnit XML (the common subset CI systems read: Jenkins, GitLab, GitHub actions): one
     ``testsuite`` named traceanalyzer.gate, one ``testcase`` per job; a regression is a
     ``failure`` whose message is the gate's explanation."""
@@ -54,4 +68,5 @@ def junit_xml(results, threshold: float) -> bytes:
             out = ET.SubElement(case, "system-out")
             out.text = r.message
     ET.indent(suites)
-    return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
+    data: bytes = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+    return data + b"\n"

@@ -6,7 +6,7 @@ Field names are a contract: keys are only ever added, never renamed or removed, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import polars as pl
@@ -28,20 +28,20 @@ HOST_CAUSE_FIELDS = ["idle_host_bound_ns", *[f"{f}_ns" for f in HOST_FIELDS], *[
 PROFILER_FIELDS = ["profiler_host_us", "profiler_overhead_us", "unprofiled_estimate_us"]
 
 
-def _us(v):
+def _us(v: float | None) -> float | None:
     return None if v is None else v / 1000
 
 
-def _recompute_ops(analysis: Analysis, rank: int) -> list[dict]:
+def _recompute_ops(analysis: Analysis, rank: int) -> list[dict[str, Any]]:
     if analysis.recomputed_by_name is None:
         return []
     rows = analysis.recomputed_by_name.filter(pl.col("rank") == rank)
     return [{"name": r["name"], "count": r["count"], "gpu_us": r["gpu_ns"] / 1000} for r in rows.iter_rows(named=True)]
 
 
-def _collectives(analysis: Analysis, rank: int) -> dict:
+def _collectives(analysis: Analysis, rank: int) -> dict[str, Any]:
     """Per rank, summed over steps: by type, by process group and by dimension."""
-    out: dict = {"by_type": [], "by_group": [], "by_dimension": []}
+    out: dict[str, Any] = {"by_type": [], "by_group": [], "by_dimension": []}
     if analysis.comm is None or analysis.comm.height == 0:
         return out
     c = analysis.comm.filter(pl.col("rank") == rank)
@@ -76,7 +76,7 @@ def _collectives(analysis: Analysis, rank: int) -> dict:
     return out
 
 
-def _cross_rank(analysis: Analysis) -> list[dict]:
+def _cross_rank(analysis: Analysis) -> list[dict[str, Any]]:
     if analysis.cross_rank is None:
         return []
     out = []
@@ -100,7 +100,7 @@ def _cross_rank(analysis: Analysis) -> list[dict]:
     return out
 
 
-def _profiler(analysis: Analysis) -> dict[int, dict]:
+def _profiler(analysis: Analysis) -> dict[int, dict[str, Any]]:
     """Per rank: the medians over its steps of the profiler's cost and of the unprofiled
     estimate, the options the trace was recorded with and why there is no estimate (if none)."""
     st = analysis.steps
@@ -121,7 +121,7 @@ def _profiler(analysis: Analysis) -> dict[int, dict]:
     return out
 
 
-def document(analysis: Analysis, findings: list[dict] | None = None, integrity: list[dict] | None = None) -> dict:
+def document(analysis: Analysis, findings: list[dict[str, Any]] | None = None, integrity: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The breakdown document; ``findings``: :func:`traceanalyzer.reconciliation.findings.findings`
     of the same analysis, ``integrity``: :func:`traceanalyzer.reconciliation.integrity.integrity`,
     both computed by the caller (a renderer computes nothing); none when not given."""
@@ -164,7 +164,7 @@ def document(analysis: Analysis, findings: list[dict] | None = None, integrity: 
     }
 
 
-def dumps(doc: dict) -> bytes:
+def dumps(doc: dict[str, Any]) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
 
 
@@ -176,6 +176,6 @@ def steps_table(analysis: Analysis) -> pl.DataFrame:
     return analysis.steps.select(cols).sort("rank", "step")
 
 
-def steps_frame(doc: dict) -> pl.DataFrame:
+def steps_frame(doc: dict[str, Any]) -> pl.DataFrame:
     """Inverse view for tests and tools: one row per (rank, step) from a document."""
     return pl.DataFrame([{"rank": r["rank"], **s} for r in doc["ranks"] for s in r["steps"]])

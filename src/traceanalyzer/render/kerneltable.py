@@ -4,6 +4,8 @@ only: every number comes from :mod:`traceanalyzer.classify.kernelstats` / ``opst
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import polars as pl
 from rich.table import Table
@@ -19,14 +21,14 @@ def duration(ns: int | float | None) -> str:
     return units.duration(ns)
 
 
-def _num(v, fmt: str) -> str:
+def _num(v: object, fmt: str) -> str:
     if v is None:
         return "-"
     text = format(v, fmt)
     return text[1:] if text.startswith("-") and float(text.rstrip("%")) == 0 else text
 
 
-def _pct(v, fmt: str) -> str:
+def _pct(v: object, fmt: str) -> str:
     return _num(v, fmt) + ("%" if v is not None else "")
 
 
@@ -85,14 +87,14 @@ def op_rich_table(frame: pl.DataFrame, title: str, caption: str | None = None) -
     return t
 
 
-def json_document(frame: pl.DataFrame, what: str, context: dict) -> bytes:
+def json_document(frame: pl.DataFrame, what: str, context: dict[str, Any]) -> bytes:
     """``{"schema": "traceanalyzer.<what>", "schema_version", "tool", **context, "rows": [...]}``."""
     doc = {"schema": f"traceanalyzer.{what}", "schema_version": SCHEMA_VERSION,
            "tool": {"name": "traceanalyzer", "version": __version__}, **context, "rows": frame.to_dicts()}
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
 
 
-def kernel_diff_sections(diff: dict, top: int = 15) -> list:
+def kernel_diff_sections(diff: dict[str, Any], top: int = 15) -> list[Any]:
     """``compare``'s kernel diff as sections (:class:`traceanalyzer.render.predictions.Section`):
     the biggest contributions, and the per-bucket sums beside the bucket differences."""
     from traceanalyzer.render.predictions import Section, label, num

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from traceanalyzer.buckets import BUCKET_LABELS, BUCKETS
 from traceanalyzer.render import plots
 from traceanalyzer.render.sections import (
     Cell, Table, collectives_table, comm_dims_table, command_text, efficiency_table, findings_table, headline_cells,
@@ -96,7 +97,7 @@ def render(model: dict[str, Any], image_refs: dict[str, str]) -> str:
     out += _table(summary if summary is not None else ranks_table(model, MAX_RANKS))
     out += [f"### Timeline of rank {model['timeline']['rank']}", ""]
     img("timeline", "timeline")
-    legend = " · ".join(f"{plots.LABELS[b]} `{plots.COLORS[b]}`" for b in plots.BUCKET_ORDER)
+    legend = " · ".join(f"{BUCKET_LABELS[b]} `{plots.COLORS[b]}`" for b in BUCKETS)
     out += [f"_Colours: {legend}_", ""]
     out += _table(timeline_table(model, MAX_STEPS))
     if model.get("waterfall"):

@@ -16,7 +16,7 @@ def _gib(x: Any, digits: int = 2) -> str:
     return "—" if x is None else f"{x / GIB:,.{digits}f}"
 
 
-def estimate_sections(est, fit_row: dict[str, Any] | None = None, title: str = "Predicted memory per GPU") -> list[Section]:
+def estimate_sections(est: Any, fit_row: dict[str, Any] | None = None, title: str = "Predicted memory per GPU") -> list[Section]:
     """Components of the most loaded stage, then total, device memory, reserve and verdict."""
     total = est.total_bytes
     p = len(est.stages)
@@ -64,7 +64,7 @@ def measured_sections(measured: pl.DataFrame, copies: pl.DataFrame, predicted_to
     return out
 
 
-def document(result, reserve_bytes: float, with_timeline: bool = True) -> dict[str, Any]:
+def document(result: Any, reserve_bytes: float, with_timeline: bool = True) -> dict[str, Any]:
     """The JSON document of the ``memory`` command (schema ``traceanalyzer.memory``)."""
     doc: dict[str, Any] = {
         "schema": "traceanalyzer.memory",

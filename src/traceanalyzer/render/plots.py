@@ -11,7 +11,9 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.patches import Patch
 
@@ -41,7 +43,7 @@ def _fig(width: float, height: float) -> Figure:
     return fig
 
 
-def _style(ax) -> None:
+def _style(ax: Axes) -> None:
     ax.set_facecolor("white")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
@@ -59,9 +61,9 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def _legend(ax_or_fig, keys: list[str], **kw) -> None:
+def _legend(ax_or_fig: Axes | Figure, keys: list[str], **kw: Any) -> Legend:
     handles = [Patch(facecolor=COLORS[k], edgecolor="none", label=LABELS.get(k, k)) for k in keys]
-    leg = ax_or_fig.legend(handles=handles, frameon=False, fontsize=9, labelcolor=TEXT, **kw)
+    leg: Legend = ax_or_fig.legend(handles=handles, frameon=False, fontsize=9, labelcolor=TEXT, **kw)
     return leg
 
 

@@ -14,11 +14,14 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
 from traceanalyzer.render.units import signed
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 LABELS = {
@@ -330,7 +333,7 @@ _TEXT_COLUMNS = ("assumption", "collective", "value", "predicted", "measured", "
 _NUMBER = re.compile(r"^(?:[-+−~≈×]?\s?[\d.,]+(?:e[-+]?\d+)?\s?(?:%|[A-Za-zµ/×]{1,8})?|—|-|n/a)$")
 
 
-def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None, console=None) -> str | None:
+def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None, console: Console | None = None) -> str | None:
     """Return markdown / JSON text, or print rich tables to ``console`` (``table``)."""
     if fmt == "json":
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
@@ -340,6 +343,7 @@ def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None,
     from rich.table import Table
     from rich.text import Text
 
+    assert console is not None, "fmt='table' prints to a console"
     for s in sections:
         t = Table(title=escape(s.title), title_justify="left", caption=escape("\n".join(s.notes)) or None, caption_justify="left")
         # a column with no text in any row (e.g. "predicted" once the zero rows are hidden) is not shown
@@ -350,9 +354,8 @@ def render(sections: list[Section], fmt: str, doc: dict[str, Any] | None = None,
             t.add_column(c, justify="left" if text else "right")
         for r in s.rows:
             t.add_row(*[escape(r[i]) for i in shown])
-        if not s.rows:  # a table with a header and nothing under it reads as a bug: say so
-            t = Text.assemble((s.title, "italic"), ": none", *[f"\n{n}" for n in s.notes])
-        console.print(t)
+        # a table with a header and nothing under it reads as a bug: say so
+        console.print(t if s.rows else Text.assemble((s.title, "italic"), ": none", *[f"\n{n}" for n in s.notes]))
     return None
 
 
@@ -364,6 +367,9 @@ def emit(sections: list[Section], fmt: Any, doc: dict[str, Any], output: Path | 
     from traceanalyzer.render.formats import Format, write
 
     if Format(fmt) is Format.table:  # render() escapes user text: markup stays on
-        write(lambda console: render(sections, "table", console=console), output, outputs, width=140, file_width=160, markup=True)
+        def table(console: Any) -> None:
+            render(sections, "table", console=console)
+
+        write(table, output, outputs, width=140, file_width=160, markup=True)
     else:
-        write(render(sections, Format(fmt).value, doc=doc), output, outputs)
+        write(cast(str, render(sections, Format(fmt).value, doc=doc)), output, outputs)  # markdown, JSON: text

@@ -118,7 +118,7 @@ def hbars(plot_id: str, title: str, rows: list[tuple[str, str, list[Mark]]], axi
         y = top + 2 + i * (bar_h + 4)
         if bar_h >= 12:
             out.append(f'<text x="{left - 6}" y="{_n(y + bar_h / 2 + 4)}" text-anchor="end" fill="{TEXT}">{_t(label_title)}{escape(label)}</text>')
-        x = left
+        x: float = left
         for m in marks:
             w = m.value * scale
             out.append(f'<rect data-key="{escape(m.key)}" x="{_n(x)}" y="{_n(y)}" width="{_n(max(w, 0))}" height="{bar_h}" '
@@ -172,7 +172,10 @@ def columns(plot_id: str, title: str, cols: list[tuple[str, float, Mark, str]], 
     tv = ticks(vmax)
     plot_h = height - top - bottom_pad
     scale = plot_h / (tv[-1] or 1)
-    y_of = lambda v: top + plot_h - v * scale  # noqa: E731
+
+    def y_of(v: float) -> float:
+        return top + plot_h - v * scale
+
     out = [_heading(title)]
     for v in tv:
         out.append(f'<line x1="{left}" y1="{_n(y_of(v))}" x2="{width - right}" y2="{_n(y_of(v))}" stroke="{GRID}" stroke-width="0.6"/>'

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -13,6 +13,8 @@ from traceanalyzer.buckets import BUCKET_LABELS as LABELS
 from traceanalyzer.buckets import BUCKETS
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from traceanalyzer.results import Analysis
 
 
@@ -55,8 +57,8 @@ def breakdown_table(analysis: Analysis) -> Table:
     return table
 
 
-def print_breakdown(analysis: Analysis, console: Console, summary=None, findings: list[dict] | None = None,
-                    integrity: list[dict] | None = None) -> None:
+def print_breakdown(analysis: Analysis, console: Console, summary: pl.DataFrame | None = None, findings: list[dict[str, Any]] | None = None,
+                    integrity: list[dict[str, Any]] | None = None) -> None:
     """One row per rank, or with ``summary`` (``classify.rankspread.rank_spread``) the ranks' distribution;
     the failed trace-integrity checks (:func:`traceanalyzer.reconciliation.integrity.integrity`)
     first, then ``findings`` (:func:`traceanalyzer.reconciliation.findings.findings`)."""
@@ -72,7 +74,7 @@ def print_breakdown(analysis: Analysis, console: Console, summary=None, findings
     console.print(breakdown_table(analysis) if summary is None else rank_summary_table(summary))
 
 
-def integrity_list(failed: list[dict]) -> Group:
+def integrity_list(failed: list[dict[str, Any]]) -> Group:
     """The failed trace-integrity checks: what failed, the counts behind it, the numbers to doubt."""
     lines: list[Any] = [Text(f"Trace integrity: {len(failed)} check{'s' if len(failed) != 1 else ''} failed: "
                              "doubt the numbers named below")]
@@ -82,7 +84,7 @@ def integrity_list(failed: list[dict]) -> Group:
     return Group(*lines)
 
 
-def findings_list(findings: list[dict]) -> Group:
+def findings_list(findings: list[dict[str, Any]]) -> Group:
     """The largest losses, largest first, as a numbered list (it wraps at any width, where a
     table of six columns would be cut in two at 80): what and how much, why, what to change,
     the predicted gain."""
@@ -104,7 +106,7 @@ HOST_LABELS = {"idle_host_dataloader": "data loader", "idle_host_optimizer": "op
                "idle_host_untraced": "untraced"}
 
 
-def _ms(ns) -> str:
+def _ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:.3f}"
 
 
@@ -115,7 +117,8 @@ def idle_table(analysis: Analysis) -> Table:
     from traceanalyzer.render import units
 
     t = Table(title="Idle by cause, mean per step: each cause as a share of its parent", title_justify="left")
-    for col, just in (("rank", "right"), ("cause", "left"), ("ms per step", "right"), ("share", "right"), ("of", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("rank", "right"), ("cause", "left"), ("ms per step", "right"), ("share", "right"), ("of", "left"))
+    for col, just in columns:
         t.add_column(col, justify=just)
     host = [f for f in HOST_LABELS if f"{f}_ns" in analysis.steps.columns]
 
@@ -220,8 +223,11 @@ def verdict_table(rows: list[dict[str, Any]] | None) -> Table | None:
                     "host time per launched item > GPU time per item)", title_justify="left")
     for col in ("rank", "CPU-bound", "steps CPU-bound", "GPU waits %", "host µs/item", "GPU µs/item", "CUDA graphs"):
         t.add_column(col, justify="right")
+
+    def us(x: float | None) -> str:
+        return "-" if x is None else f"{x / 1000:.1f}"
+
     for r in rows:
-        us = lambda x: "-" if x is None else f"{x / 1000:.1f}"  # noqa: E731
         # without the profiler where the trace gives an estimate (the verdict is the rule on those)
         wait = r["gpu_wait_share"] if r.get("gpu_wait_share_unprofiled") is None else r["gpu_wait_share_unprofiled"]
         host = r["host_ns_per_kernel"] if r.get("gpu_wait_share_unprofiled") is None else r.get("host_ns_per_kernel_unprofiled")
@@ -236,7 +242,8 @@ def verdict_table(rows: list[dict[str, Any]] | None) -> Table | None:
     return t
 
 
-def print_detail(analysis: Analysis, console: Console, summary=None, stragglers=None, comm_summary=None,
+def print_detail(analysis: Analysis, console: Console, summary: pl.DataFrame | None = None, stragglers: pl.DataFrame | None = None,
+                 comm_summary: pl.DataFrame | None = None,
                  host_verdict: list[dict[str, Any]] | None = None, world_only: set[str] | frozenset[str] = frozenset()) -> None:
     """The cause sub-tables: idle by cause, host and launches, communication, recompute,
     cross-rank; with ``summary`` (the ranks' distribution, which holds the idle causes) no
@@ -261,7 +268,7 @@ SPREAD_LABELS = {"duration": "step time", **LABELS, **{f: f"  {v}" for f, v in C
                  **{f: f"    {v}" for f, v in HOST_LABELS.items()}}
 
 
-def rank_summary_table(summary) -> Table:
+def rank_summary_table(summary: pl.DataFrame) -> Table:
     """The ranks' distribution per field (``classify.rankspread.rank_spread``), ms per step."""
     n = summary.item(0, "ranks") if summary.height else 0
     t = Table(title=f"GPU time over {n} ranks, mean per step (ms): distribution, slowest ranks", title_justify="left",
@@ -275,7 +282,7 @@ def rank_summary_table(summary) -> Table:
     return t
 
 
-def stragglers_table(per_rank, top: int = 10) -> Table | None:
+def stragglers_table(per_rank: pl.DataFrame, top: int = 10) -> Table | None:
     """Ranks slow on the most steps (``classify.stragglers.stragglers``), at most ``top``."""
     slow = per_rank.filter(per_rank["slow_steps"] > 0)
     if slow.height == 0:
@@ -293,7 +300,7 @@ def stragglers_table(per_rank, top: int = 10) -> Table | None:
     return t
 
 
-def comm_summary_table(spread) -> Table | None:
+def comm_summary_table(spread: pl.DataFrame | None) -> Table | None:
     """Communication over the ranks (``classify.rankspread.comm_spread``), ms summed over steps."""
     if spread is None or spread.height == 0:
         return None

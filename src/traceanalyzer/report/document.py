@@ -61,7 +61,7 @@ def build(
     analysis: Analysis,
     *,
     rank: int | None = None,
-    config: Path | None = None,
+    config: str | os.PathLike[str] | None = None,
     command: list[str] | None = None,
     step_range: str = "ProfilerStep",
     top: int = 10,

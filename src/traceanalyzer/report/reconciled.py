@@ -4,6 +4,7 @@ configuration is given, mapped to the section ``docs/report-schema.md`` document
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from traceanalyzer.classify import Analysis
 from traceanalyzer.errors import ConfigError
 
 
-def waterfall_section(analysis: Analysis, config: Path | None) -> tuple[dict[str, Any] | None, list[str]]:
+def waterfall_section(analysis: Analysis, config: str | os.PathLike[str] | None) -> tuple[dict[str, Any] | None, list[str]]:
     """The ``waterfall`` section, from the reconciler when it is installed and a config is given.
 
     Calls ``traceanalyzer.reconciliation.waterfall(analysis, load_config(config))``; its dict holds
