@@ -71,3 +71,34 @@ def test_a_ctrl_c_while_workers_start_is_held_then_raised_not_lost():
             reached_end_of_block = True
     assert reached_end_of_block and caught.value.exit_code == 130
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def _hold_the_write_lock(queue) -> None:
+    queue._wlock.acquire()
+    time.sleep(600)
+
+
+def test_a_worker_killed_holding_the_progress_queue_lock_does_not_block_the_end():
+    """A rank worker killed while it wrote a progress message keeps the queue's write lock for
+    good: telling the listener to end must not wait for that lock for ever (it did, and a test
+    run stopped there, in ``queue.put(None)``)."""
+    import os
+    import signal
+
+    from traceanalyzer.engine.pool import _end_listener
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    assert _end_listener(queue) is True and queue.get() is None  # the usual case: told
+    holder = ctx.Process(target=_hold_the_write_lock, args=(queue,))
+    holder.start()
+    deadline = time.monotonic() + 60
+    while queue._wlock.acquire(timeout=0.05):  # until the worker holds it
+        queue._wlock.release()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(10)
+    started = time.monotonic()
+    assert _end_listener(queue) is False  # not told, and not stuck
+    assert time.monotonic() - started < 10

@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from traceanalyzer.engine.rank import RankResult, RankTask, analyse_rank_file, default_workers
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
@@ -174,8 +174,29 @@ def run_local(tasks: list[RankTask], workers: int, on_bytes: BytesFn | None) -> 
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        if _end_listener(queue):
+            listener.join(timeout=5)
+
+
+def _end_listener(queue: Any) -> bool:
+    """Tell the progress listener to end (``None`` on the queue); whether it was told. The
+    queue's write lock is shared with the workers: one terminated while it wrote a message (a
+    pool stopped by an error, a signal or a consumer that stopped early) never released it, and
+    ``queue.put`` would wait for it for ever. The lock is taken with a time limit; past it, the
+    listener (a daemon thread) is left as it is."""
+    lock, writer = getattr(queue, "_wlock", None), getattr(queue, "_writer", None)
+    if lock is None or writer is None:  # not the SimpleQueue this module makes
         queue.put(None)
-        listener.join(timeout=5)
+        return True
+    if not lock.acquire(timeout=1.0):
+        return False
+    try:
+        from multiprocessing.reduction import ForkingPickler
+
+        writer.send_bytes(ForkingPickler.dumps(None))
+    finally:
+        lock.release()
+    return True
 
 
 def _culprits(pool: ProcessPoolExecutor, started: dict[int, int], ended: set[int]) -> list[int]:
