@@ -26,10 +26,10 @@ POINT_SCHEMA = {
 def _union(gpu: pl.DataFrame) -> pl.DataFrame:
     """Per rank the union of the GPU work as disjoint intervals ``us, ue`` in time order, with
     ``before``: the busy time before each one."""
-    g = gpu.select("rank", "start_ns", "end_ns").sort("rank", "start_ns")
-    reach = pl.col("end_ns").cum_max().over("rank")
+    g = (gpu.select("rank", "start_ns", "end_ns").sort("rank", "start_ns")
+         .with_columns(pl.col("end_ns").cum_max().over("rank").alias("__reach")))
     return (
-        g.with_columns((pl.col("start_ns") > reach.shift(1).over("rank")).fill_null(True).alias("__new"))
+        g.with_columns((pl.col("start_ns") > pl.col("__reach").shift(1).over("rank")).fill_null(True).alias("__new"))
         .with_columns(pl.col("__new").cum_sum().over("rank").alias("__seg"))
         .group_by("rank", "__seg", maintain_order=True)
         .agg(pl.col("start_ns").min().alias("us"), pl.col("end_ns").max().alias("ue"))

@@ -163,7 +163,8 @@ def replay_step(s: StepInput, rm: Removal) -> float:
         if part is not None and part.height:
             S = (pl.col("gap") + pl.col("dur")).cum_sum().over("stream")
             a = pl.lit(anchor_new) + (pl.col("rel_host") - anchor_old) - (pl.col("r_host") - r_anchor) + pl.col("lat")
-            out = part.select("stream", "rel_end", S.alias("S"), (a + pl.col("dur") - S).cum_max().over("stream").alias("base")).with_columns(
+            out = part.with_columns(S.alias("S")).select(  # S first: a window inside a window is refused by polars < 1.34
+                "stream", "rel_end", "S", (a + pl.col("dur") - pl.col("S")).cum_max().over("stream").alias("base")).with_columns(
                 (pl.col("S") + pl.max_horizontal("base", stream.replace_strict(ready, default=None, return_dtype=pl.Float64))).alias("ends"))
             for k, v in out.group_by("stream").agg(pl.col("ends").last()).iter_rows():
                 ready[int(k)] = float(v)
