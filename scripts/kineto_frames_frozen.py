@@ -28,7 +28,8 @@ import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"  # the package's source tree (src layout)
-sys.path.insert(0, str(SRC))
+if __name__ == "__main__":  # run as a script: the checkout's package. Imported (by the tests), the
+    sys.path.insert(0, str(SRC))  # importer's sys.path is left alone: processes it spawns inherit it
 
 from traceanalyzer.parsers import kineto  # noqa: E402
 
