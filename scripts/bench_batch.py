@@ -32,8 +32,8 @@ sys.path.insert(0, str(SRC))
 
 import polars as pl  # noqa: E402
 
-from traceanalyzer.batch import Store, run_batch  # noqa: E402
-from traceanalyzer.batch.engines import default_workers  # noqa: E402
+from traceanalyzer.store import Store, run_batch  # noqa: E402
+from traceanalyzer.store.engines import default_workers  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"
 VOLATILE = ["analysed_at", "seconds", "path", "write_id"]

@@ -45,7 +45,7 @@ from pathlib import Path
 # ---- where things are (one place: the package layout may move) -------------------------------
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"  # the package's source tree (src layout)
-STORE_MODULE = "traceanalyzer.batch.store"  # Store, FAULT_ENV, FAULT_LOG_ENV, file_stem
+STORE_MODULE = "traceanalyzer.store.database"  # Store, FAULT_ENV, FAULT_LOG_ENV, file_stem
 BATCH_MODULE = "traceanalyzer.batch"  # trend_frame, gate_check
 CLI = [sys.executable, "-m", "traceanalyzer"]
 FIXTURES = ROOT / "fixtures" / "kineto"

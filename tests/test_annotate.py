@@ -13,8 +13,8 @@ import pytest
 import traceanalyzer as ta
 from traceanalyzer.classify import BUCKETS
 from traceanalyzer.cli import main
-from traceanalyzer.report.tracks import CATEGORY
-from traceanalyzer.report.document import LABELS
+from traceanalyzer.views.tracks import CATEGORY
+from traceanalyzer.views.document import LABELS
 
 from conftest import DEMO, DLRM, FIXTURES, TRACES, real_gpu_traces, run_cli
 

@@ -11,11 +11,11 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import traceanalyzer as ta
-from traceanalyzer.batch import Store, discover_runs, gate_check, run_batch, trend_frame
+from traceanalyzer.store import Store, discover_runs, gate_check, run_batch, trend_frame
 from traceanalyzer import cache as parse_cache
 from traceanalyzer.cache import cache_key, file_sha256
 from traceanalyzer.parsers import load_cached
-from traceanalyzer.batch.discover import parse_date
+from traceanalyzer.store.discover import parse_date
 from traceanalyzer.classify import FIELDS
 
 from conftest import DEMO, DLRM, FIXTURES, ROOT, TRACES, run_cli

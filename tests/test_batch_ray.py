@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from traceanalyzer.batch import Store, run_batch
+from traceanalyzer.store import Store, run_batch
 
 from conftest import DEMO, DLRM
 

@@ -19,7 +19,7 @@ from traceanalyzer.classify import comm, rowbatches
 from traceanalyzer.reconciliation.busbw import achieved_busbw
 from traceanalyzer.classify.comm import TEXT_COLS, match_instances, summary
 from traceanalyzer.render import json as json_render
-from traceanalyzer.report import document as report_document
+from traceanalyzer.views import document as report_document
 
 from conftest import DLRM
 

@@ -99,8 +99,8 @@ def test_the_platform_only_lock_is_imported_where_the_store_locks():
     """``fcntl`` only inside ``Store.writer``: on a platform without it (Windows) every command
     still imports (fcntl blocked here as it is missing there)."""
     files = sorted(str(f.relative_to(PACKAGE.parent)) for f in PACKAGE.rglob("*.py") if "fcntl" in _imports(f))
-    assert files == ["traceanalyzer/batch/store.py"]
-    top = {a.name for n in ast.parse((PACKAGE / "batch" / "store.py").read_text()).body if isinstance(n, ast.Import) for a in n.names}
+    assert files == ["traceanalyzer/store/database.py"]
+    top = {a.name for n in ast.parse((PACKAGE / "store" / "database.py").read_text()).body if isinstance(n, ast.Import) for a in n.names}
     assert "fcntl" not in top
 
 

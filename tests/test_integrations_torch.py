@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import TRACES, needs_extra, run_cli
-from traceanalyzer.batch.store import Store
+from traceanalyzer.store.database import Store
 from traceanalyzer.integrations.torch import STORE_DIR, on_trace_ready
 
 try:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TRACES, needs_extra, run_cli
-from traceanalyzer.batch.store import Store
+from traceanalyzer.store.database import Store
 from traceanalyzer.integrations.torch import STORE_DIR
 
 SMALL = TRACES / "h200" / "small" / "rank0.pt.trace.json.gz"

@@ -152,7 +152,7 @@ def test_batch_json_exit_code_and_utc(nightly, tmp_path, capsysbinary):
     assert doc["ok"] is False and doc["runs"] == 4
     line = err.strip().splitlines()[-1]  # after the runs' warnings
     assert line.startswith("traceanalyzer: error: 1 of 4 run(s) failed") and line.endswith(": broken-2026-11-20")
-    from traceanalyzer.batch.store import Store
+    from traceanalyzer.store.database import Store
 
     runs = Store(store).runs()
     assert runs.height == 4  # the failed run is stored too, as failed
@@ -167,7 +167,7 @@ def test_batch_json_exit_code_and_utc(nightly, tmp_path, capsysbinary):
 
 
 def _store(nightly, tmp_path):
-    from traceanalyzer.batch import run_batch
+    from traceanalyzer.store import run_batch
 
     store = tmp_path / "store"
     run_batch([nightly], store, workers=1)
@@ -179,7 +179,7 @@ def test_trend_json_and_csv(nightly, tmp_path, capsysbinary):
     doc = _json(capsysbinary, "trend", "--store", store, "-f", "json")
     assert [r["run_id"] for r in doc["rows"]] == ["resnet-2026-11-18", "resnet-2026-11-19", "resnet-2026-11-20"]
     assert doc["metric"] == "step_time" and doc["unit"] == "ms" and doc["rows"][0]["change"] is None
-    from traceanalyzer.batch.store import Store
+    from traceanalyzer.store.database import Store
 
     runs = Store(store).runs().filter(pl.col("status") == "ok").sort("date")
     assert [r["value"] for r in doc["rows"]] == pytest.approx((runs["step_time_us"] / 1000).to_list(), rel=1e-12)

@@ -20,7 +20,7 @@ import traceanalyzer as ta
 from traceanalyzer.classify import BUCKETS
 from traceanalyzer.render.names import shorten
 from traceanalyzer.render.sections import NAME_WIDTH
-from traceanalyzer.report import document as report_model
+from traceanalyzer.views import document as report_model
 from traceanalyzer.render import html as html_render
 from traceanalyzer.render import markdown as md_render
 from traceanalyzer.render import plots
@@ -544,7 +544,7 @@ def test_more_timelines_hold_the_other_ranks_fastest_then_slowest_and_sum_to_the
 
 
 def test_more_timelines_stop_at_the_run_budget(monkeypatch):
-    from traceanalyzer.report import timelines
+    from traceanalyzer.views import timelines
 
     analysis = ta.analyze(ta.load(DLRM))
     full = report_model.build(analysis)

@@ -9,7 +9,7 @@ from traceanalyzer.baselines import read_nccl_tests
 from traceanalyzer.api.tables import analysis_with_tables
 from traceanalyzer.render import html, markdown
 from traceanalyzer.render.sections import num, waterfall_table
-from traceanalyzer.report import document
+from traceanalyzer.views import document
 
 from conftest import DEMO, DLRM, FIXTURES
 

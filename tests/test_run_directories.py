@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 import traceanalyzer as ta
-from traceanalyzer.batch import Store, discover_runs, run_batch
+from traceanalyzer.store import Store, discover_runs, run_batch
 
 from conftest import TRACES, needs_shared, run_cli
 

@@ -60,7 +60,7 @@ def fixed_clock(monkeypatch):
     """The report's ``generated_utc`` at a fixed time, so two reports can be compared byte for byte."""
     import importlib
 
-    document = importlib.import_module("traceanalyzer.report.document")
+    document = importlib.import_module("traceanalyzer.views.document")
 
     class Clock(real_datetime.datetime):
         @classmethod
@@ -261,8 +261,8 @@ def test_an_analysis_without_its_events_or_traces_says_what_it_lacks(tmp_path):
 
 
 def test_the_store_rows_of_a_loaded_analysis_are_those_batch_stores(tmp_path):
-    from traceanalyzer.batch import Store, run_batch
-    from traceanalyzer.batch.analyse import store_rows
+    from traceanalyzer.store import Store, run_batch
+    from traceanalyzer.store.analyse import store_rows
 
     run = tmp_path / "runs" / "dlrm" / "2026-11-19"
     shutil.copytree(DLRM, run)
@@ -277,7 +277,7 @@ def test_the_store_rows_of_a_loaded_analysis_are_those_batch_stores(tmp_path):
     assert fields == {k: row[k] for k in fields}
     assert steps.height == 8 and steps["duration_ns"].sum() == 128062000
     # written to a store of its own, the same Parquet rows
-    from traceanalyzer.batch.store import RUN_SCHEMA
+    from traceanalyzer.store.database import RUN_SCHEMA
 
     other = Store(tmp_path / "other")
     first = store.read("runs").drop("write_id")

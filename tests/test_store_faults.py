@@ -15,8 +15,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from traceanalyzer.batch import Store
-from traceanalyzer.batch.store import FAULT_ENV, FAULT_LOG_ENV
+from traceanalyzer.store import Store
+from traceanalyzer.store.database import FAULT_ENV, FAULT_LOG_ENV
 
 from conftest import FIXTURES, PYTHONPATH, ROOT
 

@@ -23,8 +23,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import traceanalyzer as ta
-from traceanalyzer.batch import Store, gate_check, run_batch, trend_frame
-from traceanalyzer.batch.store import FAULT_ENV, FAULT_POINTS, DamagedStoreFile, file_stem
+from traceanalyzer.store import Store, gate_check, run_batch, trend_frame
+from traceanalyzer.store.database import FAULT_ENV, FAULT_POINTS, DamagedStoreFile, file_stem
 
 from conftest import DEMO, DLRM, FIXTURES, PYTHONPATH, ROOT, run_cli
 

@@ -76,6 +76,5 @@ _API: dict[str, str] = {
 
 __all__ = [*_API, "__version__"]
 
-# a sub-package named like a verb (``traceanalyzer.report``, the report model) is reachable by
-# import, but loading it never replaces the verb (``traceanalyzer.report()``)
+# the verbs and types, imported on first use (no sub-package is named like one of them)
 __getattr__, __dir__ = lazy_attributes(__name__, _API)

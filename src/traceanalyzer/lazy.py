@@ -4,8 +4,8 @@
 libraries load), and ``traceanalyzer.reconciliation`` loads the run-configuration model only for
 the names that need it: each lists its names with the module that holds them, and
 :func:`lazy_attributes` makes the package import that module when a name is first read. A
-sub-module named like one of those attributes (the ``traceanalyzer.report`` package beside the
-``report`` verb) stays importable, and importing it never replaces the attribute.
+sub-module named like one of those attributes (``traceanalyzer.reconciliation.waterfall`` beside
+the ``waterfall`` function) stays importable, and importing it never replaces the attribute.
 """
 
 from __future__ import annotations

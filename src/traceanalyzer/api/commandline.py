@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 #: command does not import every package to register its options
 _VOCABULARY: dict[str, str] = {
     "BINARIES": "traceanalyzer.baselines",
-    "LAST_GOOD": "traceanalyzer.batch.gate",
-    "parse_threshold": "traceanalyzer.batch.gate",
-    "METRICS": "traceanalyzer.batch.trend",
+    "LAST_GOOD": "traceanalyzer.store.gate",
+    "parse_threshold": "traceanalyzer.store.gate",
+    "METRICS": "traceanalyzer.store.trend",
     "DEFAULT_BUS_BW_GBPS": "traceanalyzer.classify.comm",
     "TRANSFER_WARNING": "traceanalyzer.classify.comm",
     "SORT_KEYS": "traceanalyzer.classify.kernelstats",
@@ -155,7 +155,7 @@ def breakdown_view(analysis: Analysis, config: PathLike | None = None, *, ranks:
             view["stragglers"] = find_stragglers(analysis.steps)
             view["comm"] = (comm_spread(analysis.comm) if summary is not None and analysis.comm is not None and analysis.comm.height
                             else None)
-            from traceanalyzer.report.document import host_verdict
+            from traceanalyzer.views.document import host_verdict
 
             view["host_verdict"] = host_verdict(analysis)
             from traceanalyzer.reconciliation.advice import world_only_dims
@@ -222,7 +222,7 @@ def annotate_files(paths: list[PathLike], output: Path, outputs: Any, *, merge: 
     the inputs first, the traces analysed with their events, the annotated traces written
     (``options``: as :func:`analyse_files`')."""
     from traceanalyzer.parsers import discover
-    from traceanalyzer.report.annotate import check_output
+    from traceanalyzer.views.annotate import check_output
 
     check_output(outputs, output, sum(len(discover(Path(p))) for p in paths), merge)  # one file: one rank file or merge, else a directory
     analysis = analyse_files(paths, step_range, keep="events", **options)
@@ -447,7 +447,7 @@ def plan_parts(tokens: float | str, config: PathLike | None = None, megatron_arg
         measured = trace_measurement(cfg, an.steps, convention, flops, params)
     run_steps = None
     if store is not None:
-        from traceanalyzer.batch.trend import trend_frame
+        from traceanalyzer.store.trend import trend_frame
 
         run_steps = (trend_frame(store, "step_time", job=job)["value"] / 1e3).to_list()  # ms -> s
     return run_plan(tokens, cfg, params=params, convention=convention, flops=flops, measured=measured, margins=margins,
@@ -571,7 +571,7 @@ def report_document(analysis: Analysis, *, rank: int | None = None, config: Path
     timeline's rank (``rank``, else the slowest) given its GPU work again, classified with
     ``step_name`` and ``comm_kernels`` as the analysis was."""
     from traceanalyzer.engine import Options, with_rank_gpu
-    from traceanalyzer.report import document
+    from traceanalyzer.views import document
 
     shown = rank if rank is not None else document.default_rank(analysis)
     if shown is not None:  # the timeline's rank: its GPU work again (the workers kept only tables)
@@ -582,23 +582,23 @@ def report_document(analysis: Analysis, *, rank: int | None = None, config: Path
 
 
 def read_store(store: PathLike) -> Any:
-    """The batch store at ``store`` (:class:`~traceanalyzer.batch.store.Store`; its
+    """The batch store at ``store`` (:class:`~traceanalyzer.store.database.Store`; its
     ``warnings``: the damaged files a read skipped)."""
-    from traceanalyzer.batch.store import Store
+    from traceanalyzer.store.database import Store
 
     return Store(store)
 
 
 def trend_of(store: Any, metric: str = "step_time", since: Any = None, job: str | None = None) -> pl.DataFrame:
     """:func:`trend` of a store already open (:func:`read_store`)."""
-    from traceanalyzer.batch.trend import trend_frame
+    from traceanalyzer.store.trend import trend_frame
 
     return trend_frame(store, metric, since, job)
 
 
 def plot_trend(frame: pl.DataFrame, metric: str, fh: Any) -> None:
     """A PNG plot of a trend frame (:func:`trend`) written to ``fh``."""
-    from traceanalyzer.batch.trend import plot_trend as plot
+    from traceanalyzer.store.trend import plot_trend as plot
 
     plot(frame, metric, fh)
 
@@ -606,16 +606,16 @@ def plot_trend(frame: pl.DataFrame, metric: str, fh: Any) -> None:
 def gate_of(store: Any, baseline: str, threshold: float, job: str | None = None) -> list[Any]:
     """The verdict per job (``passed``, ``message``...) of :func:`gate` on a store already open
     (:func:`read_store`), ``threshold`` a fraction."""
-    from traceanalyzer.batch.gate import gate_check
+    from traceanalyzer.store.gate import gate_check
 
     return gate_check(store, baseline, threshold, job)
 
 
 def run_batch(roots: list[Path], store: Path, **options: Any) -> Any:
     """:func:`batch` with its progress reported through the callbacks of
-    :func:`traceanalyzer.batch.run_batch` (``on_plan``, ``on_done``, ``on_notice``); the summary
+    :func:`traceanalyzer.store.run_batch` (``on_plan``, ``on_done``, ``on_notice``); the summary
     object (see :func:`batch_summary`)."""
-    from traceanalyzer.batch import run_batch as run
+    from traceanalyzer.store import run_batch as run
 
     return run(roots, store, **options)
 

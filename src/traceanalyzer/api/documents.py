@@ -169,7 +169,7 @@ def report(
         (True, 8)
     """
     from traceanalyzer.outputs import Outputs
-    from traceanalyzer.report import document
+    from traceanalyzer.views import document
 
     if format is not None:
         _choice("format", format, ("html", "markdown", "json"))

@@ -67,11 +67,11 @@ def store_trace(
         ``report`` (the file written, or None).
     """
     from traceanalyzer.api import analyze
-    from traceanalyzer.batch.analyse import failed_result, run_result
-    from traceanalyzer.batch.store import FAULT_ENV
-    from traceanalyzer.batch.discover import RunSpec
-    from traceanalyzer.batch.loop import store_rank
-    from traceanalyzer.batch.store import Store
+    from traceanalyzer.store.analyse import failed_result, run_result
+    from traceanalyzer.store.database import FAULT_ENV
+    from traceanalyzer.store.discover import RunSpec
+    from traceanalyzer.store.loop import store_rank
+    from traceanalyzer.store.database import Store
 
     t0 = time.perf_counter()
     trace = Path(trace)
@@ -151,7 +151,7 @@ def rank_trend(store: PathLike, *, last: int = 10, job: str | None = None) -> pl
         ConfigError: a bad ``last``.
         InputNotFound: no store there, or no run of ``job``.
     """
-    from traceanalyzer.batch.ranks import rank_scores
-    from traceanalyzer.batch.store import Store
+    from traceanalyzer.store.ranks import rank_scores
+    from traceanalyzer.store.database import Store
 
     return rank_scores(Store(Path(store)), last, job)

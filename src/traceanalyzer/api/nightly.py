@@ -63,7 +63,7 @@ def batch(
         >>> s.analysed, s.ok
         (['dlrm-v100-8rank'], True)
     """
-    from traceanalyzer.batch import run_batch
+    from traceanalyzer.store import run_batch
     from traceanalyzer.engine import check_workers
 
     _choice("engine", engine, ("local", "ray"))
@@ -113,8 +113,8 @@ def trend(
         >>> ta.trend(store).select("job", "run_id").rows()
         [('dlrm-v100-8rank', 'dlrm-v100-8rank')]
     """
-    from traceanalyzer.batch.store import Store
-    from traceanalyzer.batch.trend import METRICS, trend_frame
+    from traceanalyzer.store.database import Store
+    from traceanalyzer.store.trend import METRICS, trend_frame
 
     _choice("metric", metric, tuple(METRICS))
     if since is not None:
@@ -162,8 +162,8 @@ def gate(
         >>> ta.gate(store)["passed"].to_list()
         [True]
     """
-    from traceanalyzer.batch.gate import gate_check, parse_threshold
-    from traceanalyzer.batch.store import Store
+    from traceanalyzer.store.gate import gate_check, parse_threshold
+    from traceanalyzer.store.database import Store
 
     if isinstance(max_regression, str):
         threshold = parse_threshold(max_regression)

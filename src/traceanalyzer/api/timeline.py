@@ -175,7 +175,7 @@ def annotate(
     """
     from traceanalyzer.outputs import Outputs
     from traceanalyzer.parsers import discover
-    from traceanalyzer.report.annotate import check_output
+    from traceanalyzer.views.annotate import check_output
 
     a = resolve(source, step_range, tables=("events", "gpu"), comm_kernels=comm_kernels, cache=cache, workers=workers)
     out = Path(_path(output, "output"))
@@ -187,16 +187,16 @@ def annotate(
 def _write_annotated(analysis: Any, output: Path, outputs: Any, merge: bool) -> list[Path]:
     """Write the annotated traces of an analysis holding its events; the files written.
 
-    The report model (:func:`traceanalyzer.report.annotate.annotate`) writes the rebuilt traces
+    The report model (:func:`traceanalyzer.views.annotate.annotate`) writes the rebuilt traces
     and names the Kineto rank files to annotate; each of those is read here, one at a time
     (its whole document: the file's own events are kept as written), given its tracks
-    (:func:`~traceanalyzer.report.annotate.add_tracks`) and written whole."""
+    (:func:`~traceanalyzer.views.annotate.add_tracks`) and written whole."""
     import gzip
 
     import orjson
 
     from traceanalyzer.parsers import kineto
-    from traceanalyzer.report.annotate import add_tracks, annotate as plan, track_runs
+    from traceanalyzer.views.annotate import add_tracks, annotate as plan, track_runs
 
     written, todo = plan(analysis, output, outputs, merge)
     if not todo:

@@ -18,7 +18,7 @@ from traceanalyzer.parsers import clean, kineto
 from traceanalyzer.schema import Trace
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".jsonl", ".nsys-rep")
-#: a batch run's manifest (:mod:`traceanalyzer.batch.discover`): not a file to warn about
+#: a batch run's manifest (:mod:`traceanalyzer.store.discover`): not a file to warn about
 RUN_MANIFEST = "traceanalyzer-run.toml"
 
 ProgressFn = Callable[[Path], None]

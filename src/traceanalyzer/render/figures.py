@@ -1,6 +1,6 @@
 """The HTML report's plots as inline SVG (:mod:`traceanalyzer.render.svg`), a hover text on
 every mark. Formatting only: each value and each hover number is read from the report model
-(:mod:`traceanalyzer.report.document`), in the tables' formats; the Markdown report keeps the
+(:mod:`traceanalyzer.views.document`), in the tables' formats; the Markdown report keeps the
 PNG plots of :mod:`traceanalyzer.render.plots` (same colours, same layout).
 """
 

@@ -1,6 +1,6 @@
 """Renderers of the regression gate's verdict: a JSON document and JUnit XML.
 
-Formatting only: every verdict comes from :func:`traceanalyzer.batch.gate.gate_check`.
+Formatting only: every verdict comes from :func:`traceanalyzer.store.gate.gate_check`.
 """
 
 from __future__ import annotations

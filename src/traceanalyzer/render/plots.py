@@ -1,6 +1,6 @@
 """Plots of a report model, as PNG bytes (matplotlib, Agg canvas: no display needed).
 
-Formatting only: every number comes from the report model (:mod:`traceanalyzer.report.document`).
+Formatting only: every number comes from the report model (:mod:`traceanalyzer.views.document`).
 Colours: the Okabe–Ito colour-blind-safe palette, one fixed colour per bucket in every plot and
 in the HTML/Markdown legends. Figures have a white background with mid-tone colours and dark
 text, so they stay legible when pasted into a light or a dark ticket theme.

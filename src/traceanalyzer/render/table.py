@@ -216,7 +216,7 @@ def cross_rank_table(analysis: Analysis) -> Table | None:
 
 def verdict_table(rows: list[dict[str, Any]] | None) -> Table | None:
     """The host/launch verdict per rank: ``rows`` are the report model's ``host_verdict``
-    (:func:`traceanalyzer.report.document.host_verdict`); none when the launches table was not computed."""
+    (:func:`traceanalyzer.views.document.host_verdict`); none when the launches table was not computed."""
     if not rows:
         return None
     t = Table(title="Host and launches per rank: is the step CPU-bound? (GPU waits on the host >= 10% of the step and "
@@ -249,7 +249,7 @@ def print_detail(analysis: Analysis, console: Console, summary: pl.DataFrame | N
     cross-rank; with ``summary`` (the ranks' distribution, which holds the idle causes) no
     per-rank idle table, and ``comm_summary`` (``classify.rankspread.comm_spread``) instead of
     one row per rank; ``stragglers``: the multi-step straggler table's rows; ``host_verdict``:
-    the per-rank host/launch verdict (:func:`traceanalyzer.report.document.host_verdict`)."""
+    the per-rank host/launch verdict (:func:`traceanalyzer.views.document.host_verdict`)."""
     comm = comm_summary_table(comm_summary) if summary is not None else comm_table(analysis, world_only)
     tables = (None if summary is not None else idle_table(analysis), verdict_table(host_verdict), comm, recompute_table(analysis),
               cross_rank_table(analysis), None if stragglers is None else stragglers_table(stragglers))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.batch.store import Store
+from traceanalyzer.store.database import Store
 from traceanalyzer.errors import ConfigError, InputNotFound
 
 DEFAULT_LAST = 10

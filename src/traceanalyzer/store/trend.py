@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.batch.store import Store
+from traceanalyzer.store.database import Store
 from traceanalyzer.errors import ConfigError, InputNotFound
 
 #: metric name -> (runs column, unit shown, scale from the column to that unit)
@@ -29,7 +29,7 @@ def trend_frame(store: str | os.PathLike[str] | Store, metric: str = "step_time"
     relative change from the job's previous run (null for the first).
 
     Damaged store files are skipped; pass a :class:`Store` to read which (``Store.warnings``).
-    Exit 4 (:class:`~traceanalyzer.batch.store.DamagedStoreFile`) only if no run can be read."""
+    Exit 4 (:class:`~traceanalyzer.store.database.DamagedStoreFile`) only if no run can be read."""
     if metric not in METRICS:
         raise ConfigError(f"unknown metric {metric!r}: one of {', '.join(METRICS)}")
     column, _, scale = METRICS[metric]

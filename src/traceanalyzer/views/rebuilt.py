@@ -4,7 +4,7 @@ tracks: ``annotate --merge`` (every rank in one file) and ``annotate`` of Nsight
 
 Layout: one process per rank (``pid`` = rank + 1, named ``rank R: <device>``, sorted by rank).
 Inside it, the classification first (thread 1: buckets, thread 2: steps; the events
-:func:`traceanalyzer.report.tracks.track_events` writes), then one thread per GPU stream
+:func:`traceanalyzer.views.tracks.track_events` writes), then one thread per GPU stream
 (``GPU <device> stream <S>``) and one per host thread (``host <pid> thread <tid>``), each event
 an ``X`` slice named as in the trace with ``cat`` its canonical kind. Timestamps are microseconds
 with 3 decimals relative to ``baseTimeNanoseconds`` (the earliest event of any rank), so every
@@ -22,8 +22,8 @@ import orjson
 import polars as pl
 
 from traceanalyzer.classify import Analysis
-from traceanalyzer.report.tracks import CATEGORY, TID_BUCKETS, TID_STEPS, _span, track_events
-from traceanalyzer.report.runs import bucket_runs, segments
+from traceanalyzer.views.tracks import CATEGORY, TID_BUCKETS, TID_STEPS, _span, track_events
+from traceanalyzer.views.runs import bucket_runs, segments
 from traceanalyzer.schema import GPU_WORK_KINDS
 
 #: first thread id of the trace's own tracks (below: the classification's)

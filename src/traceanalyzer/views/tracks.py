@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.classify import BUCKETS, Analysis
-from traceanalyzer.report.document import LABELS
+from traceanalyzer.views.document import LABELS
 
 CATEGORY = "traceanalyzer"
 PID_BASE = 0x7A000000  # far above Linux pids (<= 2**22) and device indices, below 2**31
@@ -50,7 +50,7 @@ def _span(start_ns: pl.Expr, end_ns: pl.Expr, base_ns: int) -> list[pl.Expr]:
 
 def track_events(analysis: Analysis, runs: pl.DataFrame, rank: int, base_ns: int, pid: int) -> list[dict]:
     """The added events of one rank (metadata first), ready to append to ``traceEvents``.
-    ``runs``: :func:`~traceanalyzer.report.document.bucket_runs` of the analysis."""
+    ``runs``: :func:`~traceanalyzer.views.document.bucket_runs` of the analysis."""
     runs = runs.filter(pl.col("rank") == rank)
     steps = analysis.steps.filter(pl.col("rank") == rank)
     label = pl.col("bucket").replace_strict(LABELS, return_dtype=pl.String)

@@ -1,7 +1,7 @@
 """The per-run part of a batch: a run's analysis -> its store rows.
 
 The rank files of every run are analysed by the engine (:mod:`traceanalyzer.engine`, scheduled
-in :mod:`traceanalyzer.batch.engines`); :func:`run_result` turns a run's analysis into a
+in :mod:`traceanalyzer.store.engines`); :func:`run_result` turns a run's analysis into a
 :class:`RunResult` (polars frames in the store's schema). It never raises for a bad trace — the
 error is part of the result — and never prints.
 """
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceanalyzer._version import __version__
-from traceanalyzer.batch.discover import RunSpec, fallback_date
-from traceanalyzer.batch.store import LOOP_RANK_FIELDS, PROFILER_STEP_FIELDS, RANK_SCHEMA, RUN_SCHEMA, STEP_SCHEMA
+from traceanalyzer.store.discover import RunSpec, fallback_date
+from traceanalyzer.store.database import LOOP_RANK_FIELDS, PROFILER_STEP_FIELDS, RANK_SCHEMA, RUN_SCHEMA, STEP_SCHEMA
 from traceanalyzer.classify import FIELDS
 from traceanalyzer.engine import WorkerDied  # noqa: F401 - re-exported: a run's worker died
 from traceanalyzer.classify.steps import DEFAULT_STEP

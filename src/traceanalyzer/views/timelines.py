@@ -22,7 +22,7 @@ _MS = 1e6  # ns per ms
 
 
 def timeline(runs: pl.DataFrame, windows: pl.DataFrame, rank: int) -> dict[str, Any]:
-    """One rank's timeline from ``runs`` (:func:`traceanalyzer.report.document.bucket_runs` of
+    """One rank's timeline from ``runs`` (:func:`traceanalyzer.views.document.bucket_runs` of
     that rank at least) and the step ``windows``."""
     win = windows.filter(pl.col("rank") == rank).sort("wstart_ns")
     runs = runs.filter(pl.col("rank") == rank).join(win.select("step", "wstart_ns"), on="step", how="left").sort("start_ns")

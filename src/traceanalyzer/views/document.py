@@ -31,13 +31,13 @@ from traceanalyzer.buckets import BUCKET_LABELS, BUCKETS, HOST_FIELDS
 from traceanalyzer.classify import Analysis
 from traceanalyzer.classify.rankspread import summarise_ranks
 from traceanalyzer.errors import TraceAnalyzerError
-from traceanalyzer.report import timelines
-from traceanalyzer.report.causes import CAUSE_LABELS, causes, host_verdict, rank_summary, stragglers
-from traceanalyzer.report.crossrank import straggler_costs
-from traceanalyzer.report.headline import LOSSES, headline
-from traceanalyzer.report.kernelrows import collective_efficiency, kernels, top_exposed, top_kernels
-from traceanalyzer.report.reconciled import normalize_waterfall, waterfall_section
-from traceanalyzer.report.runs import bucket_runs, exposed_by_kernel, segments
+from traceanalyzer.views import timelines
+from traceanalyzer.views.causes import CAUSE_LABELS, causes, host_verdict, rank_summary, stragglers
+from traceanalyzer.views.crossrank import straggler_costs
+from traceanalyzer.views.headline import LOSSES, headline
+from traceanalyzer.views.kernelrows import collective_efficiency, kernels, top_exposed, top_kernels
+from traceanalyzer.views.reconciled import normalize_waterfall, waterfall_section
+from traceanalyzer.views.runs import bucket_runs, exposed_by_kernel, segments
 
 SCHEMA_VERSION = 1
 SCHEMA_NAME = "traceanalyzer.report"
@@ -233,7 +233,7 @@ def _steps(steps: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 def _timelines(analysis: Analysis, seg: pl.DataFrame, ranks: list[dict[str, Any]], rank: int) -> dict[str, Any]:
-    """``timeline`` (the chosen rank) and ``more_timelines`` (:mod:`traceanalyzer.report.timelines`)."""
+    """``timeline`` (the chosen rank) and ``more_timelines`` (:mod:`traceanalyzer.views.timelines`)."""
     others = timelines.other_ranks(ranks, rank)
     runs = bucket_runs(analysis, seg.filter(pl.col("rank").is_in([rank, *others])))
     first = timelines.timeline(runs, analysis.windows, rank)

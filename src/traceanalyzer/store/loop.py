@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.batch.analyse import RunResult
-from traceanalyzer.batch.store import LOOP_RANK_FIELDS, RANK_SCHEMA, RUN_SCHEMA, STEP_SCHEMA, Store
+from traceanalyzer.store.analyse import RunResult
+from traceanalyzer.store.database import LOOP_RANK_FIELDS, RANK_SCHEMA, RUN_SCHEMA, STEP_SCHEMA, Store
 from traceanalyzer.classify import FIELDS
 
 

@@ -21,12 +21,12 @@ from typing import Callable, Sequence
 import polars as pl
 
 from traceanalyzer._version import __version__
-from traceanalyzer.batch.analyse import RunResult, failed_result, load_run_config
-from traceanalyzer.batch.discover import MANIFEST, RunSpec, discover_runs
-from traceanalyzer.batch.engines import analyse_run, execute
-from traceanalyzer.batch.gate import GateResult, gate_check
-from traceanalyzer.batch.store import Store, file_stem
-from traceanalyzer.batch.trend import METRICS, trend_frame
+from traceanalyzer.store.analyse import RunResult, failed_result, load_run_config
+from traceanalyzer.store.discover import MANIFEST, RunSpec, discover_runs
+from traceanalyzer.store.engines import analyse_run, execute
+from traceanalyzer.store.gate import GateResult, gate_check
+from traceanalyzer.store.database import Store, file_stem
+from traceanalyzer.store.trend import METRICS, trend_frame
 from traceanalyzer.cache import cache_key, file_sha256, resolve_dir
 from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.errors import ConfigError, InputNotFound, TraceAnalyzerError

@@ -7,7 +7,7 @@ to collide with the trace's own pids: Perfetto needs integer pids), with two thr
   named after the bucket (compute / recompute / exposed comm / other / idle), with
   ``args = {bucket, step, length_us, overlapped_comm_us}`` (``length_us``: the exact length;
   ``dur`` is the length as a viewer reading ``ts`` to the nanosecond sees it, see
-  :func:`traceanalyzer.report.tracks._span`);
+  :func:`traceanalyzer.views.tracks._span`);
 * ``steps``: one ``X`` event per step window with the step's partition in ``args`` (ms).
 
 Every added event has ``cat: "traceanalyzer"``, which the Kineto parser maps to kind ``other``:
@@ -26,8 +26,8 @@ import polars as pl
 from traceanalyzer.classify import Analysis
 from traceanalyzer.errors import OutputError
 from traceanalyzer.outputs import Outputs
-from traceanalyzer.report.runs import bucket_runs, segments
-from traceanalyzer.report.tracks import PID_BASE, track_events
+from traceanalyzer.views.runs import bucket_runs, segments
+from traceanalyzer.views.tracks import PID_BASE, track_events
 
 def _free_pid(analysis: Analysis, rank: int) -> int:
     used = set(analysis.trace.events.filter(pl.col("rank") == rank).get_column("pid").unique().to_list())
@@ -98,7 +98,7 @@ def annotate(analysis: Analysis, output: Path, outputs: Outputs | None = None,
     back for the API, which reads the file's own document and hands it to :func:`add_tracks`
     (the file's events unchanged and first, plus the classification tracks). Nsight Systems
     input, or ``merge``: a trace rebuilt from the canonical events
-    (:mod:`traceanalyzer.report.rebuilt`), one process per rank, written here; ``merge`` puts
+    (:mod:`traceanalyzer.views.rebuilt`), one process per rank, written here; ``merge`` puts
     every rank in one file. ``output``: see :func:`check_output` and :func:`targets`.
     ``outputs``: the command's inputs (no input is ever overwritten; each file is written whole
     or not at all). Every target is checked before anything is written.
@@ -111,14 +111,14 @@ def annotate(analysis: Analysis, output: Path, outputs: Outputs | None = None,
     for _r, f, _b in files:
         outputs.protect(f)
     if merge:
-        from traceanalyzer.report import rebuilt
+        from traceanalyzer.views import rebuilt
 
         target = merged_target(output)
         outputs.check(target)
         outputs.write_bytes(target, rebuilt.dumps(rebuilt.document(analysis), target.name.endswith(".gz")))
         return [target], []
     if not kineto_input:  # one output per input file (an Nsight Systems export may hold several ranks)
-        from traceanalyzer.report import rebuilt
+        from traceanalyzer.views import rebuilt
 
         by_file: dict[Path, list[int]] = {}
         for r, f, _b in files:

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from traceanalyzer.batch.analyse import RunResult, failed_result, run_result
-from traceanalyzer.batch.discover import RunSpec
+from traceanalyzer.store.analyse import RunResult, failed_result, run_result
+from traceanalyzer.store.discover import RunSpec
 from traceanalyzer.classify.steps import DEFAULT_STEP
 from traceanalyzer.engine import (  # noqa: F401 - default_workers: batch's API
     ENGINES, Options, RankResult, RankTask, WorkerDied, check_engine, default_workers, kineto_files, reduce_ranks, run_tasks,

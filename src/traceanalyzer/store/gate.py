@@ -25,7 +25,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traceanalyzer.batch.store import DamagedStoreFile, Store
+from traceanalyzer.store.database import DamagedStoreFile, Store
 from traceanalyzer.classify import BUCKETS
 from traceanalyzer.errors import ConfigError, InputNotFound
 
