@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"  # the package's source tree (src layout)
 STORE_MODULE = "traceanalyzer.store.database"  # Store, FAULT_ENV, FAULT_LOG_ENV, file_stem
-BATCH_MODULE = "traceanalyzer.batch"  # trend_frame, gate_check
+BATCH_MODULE = "traceanalyzer.store"  # trend_frame, gate_check
 CLI = [sys.executable, "-m", "traceanalyzer"]
 FIXTURES = ROOT / "fixtures" / "kineto"
 DLRM = sorted((FIXTURES / "dlrm-v100-8rank").iterdir())
