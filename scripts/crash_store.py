@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"  # the package's source tree (src layout)
 STORE_MODULE = "traceanalyzer.store.database"  # Store, FAULT_ENV, FAULT_LOG_ENV, file_stem
-BATCH_MODULE = "traceanalyzer.store"  # trend_frame, gate_check
+STORE_PACKAGE = "traceanalyzer.store"  # trend_frame, gate_check
 CLI = [sys.executable, "-m", "traceanalyzer"]
 FIXTURES = ROOT / "fixtures" / "kineto"
 DLRM = sorted((FIXTURES / "dlrm-v100-8rank").iterdir())
@@ -59,7 +59,7 @@ import importlib  # noqa: E402
 import polars as pl  # noqa: E402
 
 store_mod = importlib.import_module(STORE_MODULE)
-batch_mod = importlib.import_module(BATCH_MODULE)
+batch_mod = importlib.import_module(STORE_PACKAGE)
 Store = store_mod.Store
 VOLATILE = ["analysed_at", "seconds", "write_id", "path", "file"]  # when, how long, which write, where
 

@@ -68,10 +68,9 @@ def store_trace(
     """
     from traceanalyzer.api import analyze
     from traceanalyzer.store.analyse import failed_result, run_result
-    from traceanalyzer.store.database import FAULT_ENV
+    from traceanalyzer.store.database import FAULT_ENV, Store
     from traceanalyzer.store.discover import RunSpec
     from traceanalyzer.store.loop import store_rank
-    from traceanalyzer.store.database import Store
 
     t0 = time.perf_counter()
     trace = Path(trace)
