@@ -8,22 +8,17 @@ from typing import Annotated
 import typer
 
 from traceanalyzer.commands.common import (
-    CacheOpt, CommKernelOpt, QuietOpt, StepRangeOpt, WholeTraceOpt, WorkersOpt, comm_patterns, stderr_console, err_console, output_opt,
-    print_warnings, step_name, traces_arg,
+    comm_patterns, err_console, output_opt, print_warnings, shared_options, stderr_console, step_name,
 )
 from traceanalyzer.outputs import Outputs
 
 
+@shared_options
 def annotate(
-    paths: Annotated[list[Path], traces_arg()],
+    paths, *,
     output: Annotated[Path, output_opt(help="A name ending in .json or .json.gz: the one file to write (one rank file, or --merge). Any other name: a directory to write each rank's trace into (created if missing, not its parents). Never an input.")],
     merge: Annotated[bool, typer.Option("--merge", help="Write every rank into one trace (one process per rank, for Perfetto), rebuilt from the parsed events.")] = False,
-    step_range: StepRangeOpt = "ProfilerStep",
-    whole_trace: WholeTraceOpt = False,
-    comm_kernel: CommKernelOpt = None,
-    cache: CacheOpt = False,
-    workers: WorkersOpt = None,
-    quiet: QuietOpt = False,
+    step_range, whole_trace, comm_kernel, cache, workers, quiet,
 ) -> None:
     """Write the trace with tracks per rank showing compute / recompute / exposed comm / other / idle (open it in Perfetto UI).
 

@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer.api.commandline import BINARIES
-from traceanalyzer.outputs import Outputs
+from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
-    CacheOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, choices, err_console, config_opt, format_opt, positive_number,
+    choices, err_console, config_opt, format_opt, positive_number,
     print_warnings, trace_opt,
 )
 from traceanalyzer.commands.common import DocumentFormat
@@ -26,8 +26,10 @@ class Scope(str, Enum):
     inter = "inter"
 
 
+@shared_options
 def baseline(
     files: Annotated[Optional[list[Path]], typer.Argument(metavar="[FILE]...", help="nccl-tests output files (any *_perf binary; a log may hold several tests).", show_default=False)] = None,
+    *,
     topo: Annotated[Optional[Path], typer.Option("--topo", metavar="FILE", help="`nvidia-smi topo -m` output.", show_default=False)] = None,
     trace: Annotated[Optional[list[Path]], trace_opt("Trace file(s) or directory: set each collective against the baseline; repeatable.")] = None,
     config: Annotated[Optional[Path], config_opt("Run configuration (TOML): with --topo, flags TP groups that span non-NVLink pairs.")] = None,
@@ -39,16 +41,10 @@ def baseline(
     scope: Annotated[Optional[Scope], typer.Option("--scope", help="intra or inter (node), for files that do not list their hosts.")] = None,
     all_sizes: Annotated[bool, typer.Option("--all-sizes", help="Show messages below 1 MiB too.")] = False,
     format: Annotated[DocumentFormat, format_opt()] = DocumentFormat.table,  # type: ignore[valid-type]
-    output: OutputOpt = None,
-    step_range: StepRangeOpt = "ProfilerStep",
-    cache: CacheOpt = False,
-    workers: WorkersOpt = None,
-    quiet: QuietOpt = False,
+    output, step_range, cache, workers, quiet,
 ) -> None:
     """Health of the cluster's own baseline (nccl-tests, nvidia-smi topo -m) and, with --trace, the bus bandwidth each collective reached against it."""
-    outputs = Outputs([*(files or []), topo, *(trace or [])])
-    if output is not None:
-        outputs.check(output)
+    outputs = checked_outputs([*(files or []), topo, *(trace or [])], output)
     from traceanalyzer.api.commandline import baseline_parts
 
     sections, doc, warnings = baseline_parts(

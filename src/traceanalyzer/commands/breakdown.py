@@ -2,50 +2,38 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
-    AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, OutputOpt, QuietOpt, StepRangeOpt, TableFormat, WholeTraceOpt, WorkersOpt,
-    comm_patterns, stderr_console, config_opt, format_opt, positive_number, print_warnings, regex,
-    step_name, traces_arg,
+    Engine, TableFormat, comm_patterns, stderr_console, format_opt, positive_number, print_warnings, regex,
+    step_name,
 )
-from traceanalyzer.commands.common import RanksOpt, RankView, StrictOpt, strict_check
+from traceanalyzer.commands.common import strict_check
 from traceanalyzer.render.formats import write
 from traceanalyzer.render.frames import frame_bytes
 from traceanalyzer.render import json as json_render
 from traceanalyzer.api.commandline import DEFAULT_BUS_BW_GBPS
-from traceanalyzer.outputs import Outputs
 
 
+@shared_options
 def breakdown(
-    paths: Annotated[list[Path], traces_arg()],
+    paths,
+    *,
     format: Annotated[TableFormat, format_opt(
         "table: the terminal table; json: the full document; csv / parquet: one row per rank and step, "
         "exact integer nanoseconds (parquet needs -o or a pipe).")] = TableFormat.table,
-    output: OutputOpt = None,
-    step_range: StepRangeOpt = "ProfilerStep",
-    whole_trace: WholeTraceOpt = False,
+    output, step_range, whole_trace,
     detail: Annotated[bool, typer.Option("--detail", help="Also print the causes: idle by cause, communication by type/group, recomputed ops, cross-rank skew.")] = False,
     recompute_range: Annotated[Optional[str], typer.Option("--recompute-range", metavar="REGEX", help="Regex of extra host/NVTX ranges whose contents are recompute (e.g. 'CheckpointFunctionBackward').", callback=regex)] = None,
     bus_bw: Annotated[float, typer.Option("--bus-bw", metavar="GB/S", callback=positive_number, help="Bus bandwidth (GB/s) for estimating collective transfer time when only one rank of a group is loaded.")] = DEFAULT_BUS_BW_GBPS,
-    comm_kernel: CommKernelOpt = None,
-    config: Annotated[Optional[Path], config_opt("Run configuration (TOML): its [trace] section (comm_kernels) is applied.")] = None,
-    cache: CacheOpt = False,
-    workers: WorkersOpt = None,
-    engine: EngineOpt = Engine.local,
-    address: AddressOpt = None,
-    quiet: QuietOpt = False,
-    ranks: RanksOpt = RankView.auto,
-    strict: StrictOpt = False,
+    comm_kernel, config, cache, workers, engine, address, quiet, ranks, strict,
 ) -> None:
     """Split every rank's GPU time, per step, into compute / recompute / exposed comm / other / idle."""
     patterns = comm_patterns(comm_kernel, config)
-    outputs = Outputs([*paths, config])
-    if output is not None:
-        outputs.check(output)
+    outputs = checked_outputs([*paths, config], output)
     from traceanalyzer.api.commandline import breakdown_of
 
     analysis, view = breakdown_of(paths, step_name(step_range, whole_trace), views=format in (TableFormat.json, TableFormat.table) or strict,

@@ -14,16 +14,15 @@
 * :class:`Command`, :class:`Group`, :func:`param_kind`: from :mod:`traceanalyzer.commands.parsing`
   (the command line's parsing, the format rule, flags for Python names);
 * :func:`table_command`: the table commands (kernels, ops, launches, annotations) as declarations
-  of their own options, their verb and their renderer, the options they share declared once
-  (:data:`TABLE_OPTIONS`); warnings on stderr.
+  of their own options, their verb and their renderer; warnings on stderr;
+* :data:`SHARED_OPTIONS`: the options many commands take, declared once (:func:`shared_options`
+  gives them to a command that names them); :func:`checked_outputs`: a command's outputs guard.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import re
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -373,11 +372,11 @@ def strict_check(checks: list[dict] | None) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The table commands (kernels, ops, launches, annotations): each prints the frames of one view
-# of the trace files; a command is a declaration of its own options, its verb and its renderer.
+# The options many commands share, declared once: a command names them in its signature, without
+# an annotation (:func:`shared_options`), or in its list of parameters (:func:`table_command`).
 
-#: the options of the table commands, declared once: name -> (annotation, default)
-TABLE_OPTIONS: dict[str, tuple] = {
+#: the shared options: name -> (annotation, default)
+SHARED_OPTIONS: dict[str, tuple] = {
     "paths": (Annotated[list[Path], traces_arg()], inspect.Parameter.empty),
     "output": (OutputOpt, None),
     "step_range": (StepRangeOpt, "ProfilerStep"),
@@ -389,11 +388,43 @@ TABLE_OPTIONS: dict[str, tuple] = {
     "engine": (EngineOpt, Engine.local),
     "address": (AddressOpt, None),
     "quiet": (QuietOpt, False),
+    "ranks": (RanksOpt, RankView.auto),
+    "strict": (StrictOpt, False),
+    "all_rows": (AllRowsOpt, False),
 }
 
 
+def shared_options(command):
+    """A command whose parameters without an annotation are shared options (names of
+    :data:`SHARED_OPTIONS`): each is given its declaration and default, in the place the command
+    lists it (so ``--help`` lists the options in the command's order)."""
+    signature = inspect.signature(command, eval_str=True)
+    params = []
+    for p in signature.parameters.values():
+        if p.annotation is inspect.Parameter.empty:
+            annotation, default = SHARED_OPTIONS[p.name]  # a KeyError here is a typo in a command's signature
+            p = p.replace(annotation=annotation, default=default)
+        params.append(p)
+    command.__signature__ = signature.replace(parameters=params)
+    command.__annotations__ = {**{p.name: p.annotation for p in params}, "return": signature.return_annotation}
+    return command
+
+
+def checked_outputs(paths, output: Path | None, *more: Path | None) -> Outputs:
+    """The guard of a command's outputs (never over an input: ``paths`` and ``more``), with
+    ``output`` checked against them before any work."""
+    outputs = Outputs([*paths, *more])
+    if output is not None:
+        outputs.check(output)
+    return outputs
+
+
+# ---------------------------------------------------------------------------------------------
+# The table commands (kernels, ops, launches, annotations): each prints the frames of one view
+# of the trace files; a command is a declaration of its own options, its verb and its renderer.
+
 def table_command(name: str, doc: str, params: list, view, render, *, check=None, width: int = 160, file_width: int = 200):
-    """A table command: its parameters in the order of its help (a name of :data:`TABLE_OPTIONS`,
+    """A table command: its parameters in the order of its help (a name of :data:`SHARED_OPTIONS`,
     or ``(name, annotation, default)`` for one of its own), and what it runs: ``check(options)``
     (the values' checks, before any file is looked at), ``view(options) -> (result, analysis)``
     (one verb of :mod:`traceanalyzer.api.commandline`), ``render(result, analysis, format, options)``
@@ -402,7 +433,7 @@ def table_command(name: str, doc: str, params: list, view, render, *, check=None
     marker: none with ``--whole-trace``). The warnings of the analysis go to stderr after it."""
     signature = []
     for p in params:
-        pname, annotation, default = (p, *TABLE_OPTIONS[p]) if isinstance(p, str) else p
+        pname, annotation, default = (p, *SHARED_OPTIONS[p]) if isinstance(p, str) else p
         signature.append(inspect.Parameter(pname, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation))
 
     def command(**options) -> None:
@@ -410,9 +441,7 @@ def table_command(name: str, doc: str, params: list, view, render, *, check=None
             check(options)
         options["comm_kernels"] = comm_patterns(options["comm_kernel"], options.get("config"))
         options["steps"] = step_name(options["step_range"], options["whole_trace"])
-        outputs = Outputs([*options["paths"], options.get("config")])
-        if options["output"] is not None:
-            outputs.check(options["output"])
+        outputs = checked_outputs(options["paths"], options["output"], options.get("config"))
         result, analysis = view(options)
         fmt = formats.Format(options["format"])
         formats.write(render(result, analysis, fmt, options), options["output"], outputs, width=width, file_width=file_width)

@@ -2,41 +2,34 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands.common import (
-    CacheOpt, FrameFormat, QuietOpt, WorkersOpt, format_opt, stderr_console, output_opt, print_warnings, step_range_opt, traces_arg,
-)
-from traceanalyzer.outputs import Outputs
+from traceanalyzer.commands.common import FrameFormat, checked_outputs, format_opt, print_warnings, shared_options, stderr_console
 from traceanalyzer.render.formats import write
 
 
+@shared_options
 def critical_path(
-    paths: Annotated[list[Path], traces_arg()],
+    paths, *,
     step: Annotated[Optional[int], typer.Option("--step", metavar="STEP", help="Only this step (default: every step).")] = None,
     rank: Annotated[Optional[int], typer.Option("--rank", metavar="RANK", help="Only this rank, on its own (default: all ranks, linked through their collectives).")] = None,
     format: Annotated[FrameFormat, format_opt("table: summary + longest pieces; json: summary and every segment; csv: every segment.")] = FrameFormat.table,  # type: ignore[valid-type]
-    output: Annotated[Optional[Path], output_opt()] = None,
+    output,
     top: Annotated[int, typer.Option("--top", metavar="N", min=0, help="Longest pieces of the path listed in the table.")] = 10,
-    step_range: Annotated[str, step_range_opt()] = "ProfilerStep",
+    step_range,
     whole_trace: Annotated[bool, typer.Option("--whole-trace", help="Ignore step markers: each rank's whole trace is one step.")] = False,
     host_gaps: Annotated[bool, typer.Option("--host-gaps/--no-host-gaps", help="Weigh host time outside every op (Python between ops, sleeps, a slow "
                                              "data loader) as the host's (default); --no-host-gaps: only ops and runtime calls, as in HTA.")] = True,
     infer_waits: Annotated[bool, typer.Option("--infer-waits/--no-infer-waits", help="Link a kernel that started late to the kernel on another stream it waited for.")] = True,
-    workers: WorkersOpt = None,
-    cache: CacheOpt = False,
-    quiet: QuietOpt = False,
+    workers, cache, quiet,
 ) -> None:
     """The critical path of each step: the chain of host work, launches, kernels and waits that sets its length."""
     from traceanalyzer.api.commandline import critical_path_of
     from traceanalyzer.render import critpath as render
 
-    outputs = Outputs(paths)
-    if output is not None:
-        outputs.check(output)
+    outputs = checked_outputs(paths, output)
     cp = critical_path_of(paths, None if whole_trace else step_range, step=step, rank=rank, host_gaps=host_gaps, infer_waits=infer_waits,
                           cache=cache, workers=workers, quiet=quiet, console=stderr_console)
     if format is FrameFormat.table:

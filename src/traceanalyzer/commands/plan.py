@@ -7,12 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.outputs import Outputs
 from traceanalyzer.commands.common import DocumentFormat
 from traceanalyzer.render.predictions import emit
 from traceanalyzer.api.commandline import PLAN_CONVENTIONS, check_plan_mfu, parse_count, parse_range
+from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
-    CacheOpt, OutputOpt, QuietOpt, StepRangeOpt, WorkersOpt, choices, err_console, config_opt, format_opt, job_opt, non_negative_number,
+    choices, err_console, config_opt, format_opt, job_opt, non_negative_number,
     parsed_by, positive_number, store_opt, trace_opt,
 )
 
@@ -29,7 +29,9 @@ def _pue(ctx, param, value):
 PlanConvention = choices("PlanConvention", PLAN_CONVENTIONS)
 
 
+@shared_options
 def plan(
+    *,
     tokens: Annotated[str, typer.Option("--tokens", metavar="COUNT", callback=parsed_by(lambda t: parse_count(t, "`tokens`")), help="Training tokens: 15T, 300B, 1.5e13.")],
     config: Annotated[Optional[Path], config_opt("Run configuration (TOML): model size, GPU, GPU count.")] = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch arguments or a training log that prints them.")] = None,
@@ -48,16 +50,10 @@ def plan(
     job: Annotated[Optional[str], job_opt("With --store: only this job's runs.")] = None,
     margin: Annotated[Optional[list[str]], typer.Option("--margin", metavar="NAME=LOW-HIGH", help="Override a margin: NAME=LOW-HIGH (fractions or %), NAME one of framework, jitter, data, interruptions; repeatable.")] = None,
     format: Annotated[DocumentFormat, format_opt()] = DocumentFormat.table,  # type: ignore[valid-type]
-    output: OutputOpt = None,
-    step_range: StepRangeOpt = "ProfilerStep",
-    cache: CacheOpt = False,
-    workers: WorkersOpt = None,
-    quiet: QuietOpt = False,
+    output, step_range, cache, workers, quiet,
 ) -> None:
     """Total FLOPs, GPU-hours, wall-clock days, energy and cost of training on --tokens tokens, with margins."""
-    outputs = Outputs([config, megatron_args, *(trace or []), store])
-    if output is not None:
-        outputs.check(output)
+    outputs = checked_outputs([config, megatron_args, *(trace or []), store], output)
     from traceanalyzer.render.planning import plan_sections
 
     from traceanalyzer.api.commandline import plan_parts

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands.common import AllRowsOpt, ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
+from traceanalyzer.commands.common import checked_outputs, AllRowsOpt, ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
 from traceanalyzer.commands.common import require_config
 from traceanalyzer.api.commandline import CONVENTIONS, HFU_CONVENTIONS
 from traceanalyzer.commands.common import DocumentFormat
 from traceanalyzer.render.predictions import emit
-from traceanalyzer.outputs import Outputs
 
 
 Convention = choices("Convention", CONVENTIONS)
@@ -36,9 +35,7 @@ def predict(
     convention = getattr(convention, "value", convention)
     hfu = getattr(hfu, "value", hfu)
     require_config(config, megatron_args)
-    outputs = Outputs([config, megatron_args, vs])
-    if output is not None:
-        outputs.check(output)
+    outputs = checked_outputs([config, megatron_args, vs], output)
     from traceanalyzer.api.modelling import predict_parts
 
     doc, sections, warnings = predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline, all_rows=all_rows)

@@ -7,12 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
-    AddressOpt, CacheOpt, CommKernelOpt, Engine, EngineOpt, QuietOpt, StepRangeOpt, WholeTraceOpt, WorkersOpt, stderr_console,
-    comm_patterns, config_opt, format_opt, output_opt, print_warnings, step_name, traces_arg,
+    Engine, stderr_console,
+    comm_patterns, config_opt, format_opt, output_opt, print_warnings, step_name,
 )
-from traceanalyzer.commands.common import RanksOpt, RankView
-from traceanalyzer.outputs import Outputs
+from traceanalyzer.commands.common import RankView
 from traceanalyzer.render.formats import subset
 
 ReportFormat = subset("html", "markdown", "json")
@@ -42,24 +42,19 @@ def _command(paths: list[Path], config: Path | None, fmt, embed: bool, output: P
     return cmd
 
 
+@shared_options
 def report(
-    paths: Annotated[list[Path], traces_arg()],
+    paths,
+    *,
     output: Annotated[Optional[Path], output_opt("Required for html and markdown; json goes to stdout without it.")] = None,
     format: Annotated[ReportFormat, format_opt("html: one self-contained file; markdown: GitHub-flavoured, PNGs beside it; json: the full report model.")] = ReportFormat.html,
     config: Annotated[Optional[Path], config_opt("Run configuration (TOML) for achieved TFLOP/s, MFU and the waterfall; its [trace] section is applied.")] = None,
     embed: Annotated[bool, typer.Option("--embed", help="Markdown: embed the plots as data: URIs instead of PNG files beside it.")] = False,
     rank: Annotated[Optional[int], typer.Option("--rank", min=0, metavar="RANK", help="Rank whose per-step timeline is shown (default: the slowest).")] = None,
-    step_range: StepRangeOpt = "ProfilerStep",
-    whole_trace: WholeTraceOpt = False,
+    step_range, whole_trace,
     top: Annotated[int, typer.Option("--top", min=1, max=1000, metavar="N", help="Rows in the top-kernel and top-collective tables.")] = 10,
     baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", metavar="FILE", help="nccl-tests output of this cluster (repeatable): the collective-efficiency section sets each collective's bus bandwidth against it (default: the hardware table).")] = None,
-    comm_kernel: CommKernelOpt = None,
-    cache: CacheOpt = False,
-    workers: WorkersOpt = None,
-    engine: EngineOpt = Engine.local,
-    address: AddressOpt = None,
-    quiet: QuietOpt = False,
-    ranks: RanksOpt = RankView.auto,
+    comm_kernel, cache, workers, engine, address, quiet, ranks,
 ) -> None:
     """Write a report to attach to a ticket: headline, plots, top kernels and collectives, how to reproduce."""
     from traceanalyzer.api.documents import write_report
@@ -68,9 +63,7 @@ def report(
     if output is None and format is not ReportFormat.json:
         raise typer.BadParameter(f"--format {format.value} writes files: give the report file with -o", param_hint="'-o'")
     patterns = comm_patterns(comm_kernel, config)
-    outputs = Outputs([*paths, config, *(baseline or [])])
-    if output is not None:
-        outputs.check(output)
+    outputs = checked_outputs([*paths, config, *(baseline or [])], output)
     command = _command(paths, config, format, embed, output, rank, step_range, top, baseline, whole_trace)
     m, analysis = report_of(paths, rank=rank, config=config, step_range=step_range, step_name=step_name(step_range, whole_trace),
                             comm_kernels=patterns, top=top, baseline=baseline,

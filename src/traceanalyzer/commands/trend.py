@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from traceanalyzer.api.commandline import METRICS, plot_trend, read_store, trend_of
+from traceanalyzer.commands.common import checked_outputs
 from traceanalyzer.commands.common import (
     FrameFormat, JobOpt, StoreOpt, choices, format_opt, iso_date, output_opt, parsed_by, print_store_warnings,
 )
@@ -80,9 +81,7 @@ def _by_rank(store: Path, job: str | None, last: int, format, output: Path | Non
         from traceanalyzer.errors import ConfigError
 
         raise ConfigError("--plot draws a metric over time: it does not go with --by rank")
-    outputs = Outputs([store])
-    if output is not None:
-        outputs.check(output)
+    outputs = checked_outputs([store], output)
     frame = rank_trend(store, last=last, job=job)
     if format is TrendFormat.table:
         table = Table(title=f"ranks in each job's last {last} runs: slowest (longest mean step) or late arriver "

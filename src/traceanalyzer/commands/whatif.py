@@ -7,21 +7,22 @@ from typing import Annotated, Optional
 
 import typer
 
+from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
-    AllRowsOpt, CommKernelOpt, QuietOpt, WorkersOpt, config_opt, err_console, format_opt, non_negative_number, output_opt,
-    positive_number, print_warnings, step_range_opt,
+    config_opt, err_console, format_opt, non_negative_number, positive_number, print_warnings,
 )
 from traceanalyzer.commands.common import require_config
 from traceanalyzer.api.commandline import CONVENTIONS
-from traceanalyzer.outputs import Outputs
 from traceanalyzer.commands.common import DocumentFormat
 from traceanalyzer.render.predictions import emit
 
 
+@shared_options
 def whatif(
     trace: Annotated[Optional[Path], typer.Argument(help="Trace of the anchor run (file or directory of rank traces); "
                                                          "without it the analytic model of the configuration is the anchor.",
                                                     show_default=False)] = None,
+    *,
     config: Annotated[Optional[Path], config_opt("Run configuration of the anchor run (TOML).")] = None,
     megatron_args: Annotated[Optional[Path], typer.Option("--megatron-args", metavar="FILE", help="Megatron-LM launch script, arguments or a training log.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="A change KEY=VALUE (repeatable): tp pp vp dp cp ep micro_batch "
@@ -35,12 +36,7 @@ def whatif(
     baseline: Annotated[Optional[list[Path]], typer.Option("--baseline", metavar="FILE", help="nccl-tests output: bandwidth by message size and scope instead of the hardware table's.")] = None,
     convention: Annotated[Optional[str], typer.Option("--convention", metavar="NAME", help=f"FLOPs convention: {', '.join(CONVENTIONS)}.")] = None,
     format: Annotated[DocumentFormat, format_opt()] = DocumentFormat.table,  # type: ignore[valid-type]
-    output: Annotated[Optional[Path], output_opt()] = None,
-    step_range: Annotated[str, step_range_opt()] = "ProfilerStep",
-    comm_kernel: CommKernelOpt = None,
-    workers: WorkersOpt = None,
-    quiet: QuietOpt = False,
-    all_rows: AllRowsOpt = False,
+    output, step_range, comm_kernel, workers, quiet, all_rows,
 ) -> None:
     """What would another layout reach? Each measured term re-derived for the new layout; --search ranks them all."""
     from traceanalyzer.api.commandline import check_whatif_options, whatif_parts
@@ -49,9 +45,7 @@ def whatif(
     if not set_ and not search:
         raise typer.BadParameter("give the change with --set KEY=VALUE, or --search", param_hint="'--set'")
     require_config(config, megatron_args)
-    outputs = Outputs([trace, config, megatron_args, *(baseline or [])])
-    if output is not None:
-        outputs.check(output)
+    outputs = checked_outputs([trace, config, megatron_args, *(baseline or [])], output)
     sections, doc, warnings = whatif_parts(
         trace, config, megatron_args, sets=set_, search=search, top=top, capacity_gb=capacity_gb, reserve_gb=reserve_gb,
         baseline=baseline, convention=convention, step_range=step_range, comm_kernels=comm_kernel, workers=workers, quiet=quiet,
