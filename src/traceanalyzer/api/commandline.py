@@ -2,59 +2,27 @@
 :mod:`traceanalyzer.api`: its options go to one of these functions, and what they give goes
 to a renderer. Errors are worded with the command's options (``--config``, ``--reserve-gb``);
 ``console`` is where the progress of an analysis goes. The command modules import only this
-module, the verbs, the renderers and the ground (an import contract keeps it so).
+module, :mod:`traceanalyzer.api.commandoptions` (the vocabularies their options offer and the
+checks of their values), the verbs, the renderers and the ground (an import contract keeps it so).
 """
 
 from __future__ import annotations as _postponed  # postponed annotations; the name ``annotations`` is the verb's
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, cast
+from typing import TYPE_CHECKING, Any, Iterable
 
 import polars as pl
 
 from traceanalyzer.api._common import PathLike, _baseline
+from traceanalyzer.api.commandoptions import BadValue, check_selection
 from traceanalyzer.api.layouts import search_parts
 from traceanalyzer.api.loading import _saved, saved_with_tables
 from traceanalyzer.api.modelling import _baseline_tables, collective_busbw, waterfall_of
 from traceanalyzer.api.tables import analysis_with_tables, annotations, kernels, launches, ops, queue_length
 from traceanalyzer.classify.steps import DEFAULT_STEP
-from traceanalyzer.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
-
-#: the vocabularies the command line offers as choices and defaults, re-exported here (a command
-#: imports the API, never the package that defines them); each loads on first use, so that a
-#: command does not import every package to register its options
-_VOCABULARY: dict[str, str] = {
-    "BINARIES": "traceanalyzer.baselines",
-    "LAST_GOOD": "traceanalyzer.store.gate",
-    "parse_threshold": "traceanalyzer.store.gate",
-    "METRICS": "traceanalyzer.store.trend",
-    "DEFAULT_BUS_BW_GBPS": "traceanalyzer.classify.comm",
-    "TRANSFER_WARNING": "traceanalyzer.classify.comm",
-    "SORT_KEYS": "traceanalyzer.classify.kernelstats",
-    "ELEMENT_BYTES": "traceanalyzer.classify.roofline",
-    "CONVENTIONS": "traceanalyzer.model.config",
-    "HFU_CONVENTIONS": "traceanalyzer.model.flops",
-    "DEFAULT_RESERVE_GIB": "traceanalyzer.model.memory",
-    "GIB": "traceanalyzer.model.memory",
-    "PLAN_CONVENTIONS": "traceanalyzer.model.runplan",
-    "parse_count": "traceanalyzer.model.runplan",
-    "parse_range": "traceanalyzer.model.runplan",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _VOCABULARY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
 
 # ---------------------------------------------------------------------------------------------
 # what each command runs: its options go to one of these, what they give to a renderer
@@ -229,44 +197,6 @@ def annotate_files(paths: list[PathLike], output: Path, outputs: Any, *, merge: 
     return write_annotated(analysis, output, outputs, merge), analysis.warnings
 
 
-def check_table_filters(name: str | None, sort: str, precision: str | None, top: int | None) -> None:
-    """ConfigError for a bad ``--name`` regex, ``--sort`` key, ``--precision`` or ``--top``."""
-    from traceanalyzer.classify.tables import check_filters
-
-    check_filters(name, sort, precision, top)
-
-
-def check_range_regex(pattern: str | None) -> None:
-    """ConfigError unless ``pattern`` (``--name`` of ``annotations``) is a regex polars can use."""
-    from traceanalyzer.classify.annotation_ranges import check_regex
-
-    check_regex(pattern)
-
-
-class BadValue(InvalidArgument):
-    """A value of an argument (``param``, its Python name) that the input does not have (a rank,
-    a step): the command line's usage error naming the argument's flag (exit 2)."""
-
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.param = param
-
-
-def _check_selection(an: Analysis, rank: list[int] | None, step: list[int] | None) -> None:
-    """BadValue for a ``rank`` or ``step`` that is not in the trace, naming what there is."""
-    def listing(xs: list[int]) -> str:
-        return ", ".join(map(str, xs[:16])) + (", ..." if len(xs) > 16 else "")
-
-    ranks = sorted(set(an.steps.get_column("rank").to_list()))
-    steps = sorted(set(an.steps.get_column("step").to_list()))
-    bad = [r for r in rank or [] if r not in ranks]
-    if bad:
-        raise BadValue(f"no rank {bad[0]} with GPU work in the trace (ranks: {listing(ranks)})", "rank")
-    bad = [x for x in step or [] if x not in steps]
-    if bad:
-        raise BadValue(f"no step {bad[0]} in the trace (steps: {listing(steps)})", "step")
-
-
 def table_view(what: str, paths: Iterable[PathLike], *, name: str | None = None, rank: list[int] | None = None,
                step: list[int] | None = None, sort: str = "total", top: int | None = None, precision: str | None = None,
                step_range: str | None = DEFAULT_STEP, recompute_range: str | None = None, comm_kernels: Iterable[str] = (),
@@ -277,7 +207,7 @@ def table_view(what: str, paths: Iterable[PathLike], *, name: str | None = None,
     analysed once; a ``rank`` or ``step`` the trace does not have is a :class:`BadValue`."""
     an = analysis_with_tables(list(paths), step_range, recompute_range=recompute_range, cache=cache, comm_kernels=tuple(comm_kernels),
                               workers=workers, engine=engine, address=address, quiet=quiet)
-    _check_selection(an, rank, step)
+    check_selection(an, rank, step)
     verb = kernels if what == "kernels" else ops
     return verb(an, name=name, ranks=rank, steps=step, sort=sort, top=top, precision=precision), an
 
@@ -454,16 +384,6 @@ def plan_parts(tokens: float | str, config: PathLike | None = None, megatron_arg
                     run_step_times=run_steps, **options)
 
 
-def check_plan_mfu(text: str) -> None:
-    """ConfigError unless ``text`` (``--mfu``) is a fraction of the peak or a range of them."""
-    from traceanalyzer.errors import ConfigError
-    from traceanalyzer.model.runplan import parse_range
-
-    _lo, hi = cast("tuple[float, float]", parse_range(text, "`mfu`", percent_ok=True))  # None only for None
-    if hi > 1:
-        raise ConfigError(f"`mfu` {text!r}: a fraction of the peak (≤ 1, or a percentage)")
-
-
 def baseline_parts(files: Iterable[PathLike] | None = None, *, topo: PathLike | None = None, trace: Iterable[PathLike] | None = None,
                    config: PathLike | None = None, gpu: str | None = None, nvlink_gbps: float | None = None,
                    net_gbps: float | None = None, collective: str | None = None, nranks: int | None = None,
@@ -502,20 +422,6 @@ def baseline_parts(files: Iterable[PathLike] | None = None, *, topo: PathLike | 
             sections.append(exposed_split_section(split))
         doc["collectives"] = {"summary": summ_c.to_dicts(), "instances": per.to_dicts(), "exposed_split": split.to_dicts()}
     return sections, doc, warnings
-
-
-def check_whatif_options(convention: str | None, capacity_gb: float | None, reserve_gb: float | None) -> None:
-    """ConfigError for a ``--convention``, ``--capacity-gb`` or ``--reserve-gb`` of ``whatif``
-    that cannot be."""
-    from traceanalyzer.errors import ConfigError
-    from traceanalyzer.model.config import CONVENTIONS
-    from traceanalyzer.model.validate import check_positive
-
-    if convention is not None and convention not in CONVENTIONS:
-        raise ConfigError(f"`convention` {convention!r} is not one of {', '.join(CONVENTIONS)}")
-    check_positive("`capacity_gb`", capacity_gb)
-    if reserve_gb is not None and reserve_gb < 0:
-        raise ConfigError(f"`reserve_gb` {reserve_gb} must not be negative")
 
 
 def whatif_parts(trace: PathLike | None, config: PathLike | None, megatron_args: PathLike | None = None, *,
@@ -581,19 +487,14 @@ def report_document(analysis: Analysis, *, rank: int | None = None, config: Path
     return model, analysis
 
 
-def read_store(store: PathLike) -> Any:
-    """The batch store at ``store`` (:class:`~traceanalyzer.store.database.Store`; its
-    ``warnings``: the damaged files a read skipped)."""
+def trend_parts(store: PathLike, metric: str = "step_time", since: Any = None, job: str | None = None) -> tuple[pl.DataFrame, list[str]]:
+    """(the frame of :func:`~traceanalyzer.api.trend`, the damaged files the read of the batch
+    ``store`` skipped) of ``trend``."""
     from traceanalyzer.store.database import Store
-
-    return Store(store)
-
-
-def trend_of(store: Any, metric: str = "step_time", since: Any = None, job: str | None = None) -> pl.DataFrame:
-    """:func:`trend` of a store already open (:func:`read_store`)."""
     from traceanalyzer.store.trend import trend_frame
 
-    return trend_frame(store, metric, since, job)
+    st = Store(store)
+    return trend_frame(st, metric, since, job), list(st.warnings)
 
 
 def plot_trend(frame: pl.DataFrame, metric: str, fh: Any) -> None:
@@ -603,12 +504,14 @@ def plot_trend(frame: pl.DataFrame, metric: str, fh: Any) -> None:
     plot(frame, metric, fh)
 
 
-def gate_of(store: Any, baseline: str, threshold: float, job: str | None = None) -> list[Any]:
-    """The verdict per job (``passed``, ``message``...) of :func:`gate` on a store already open
-    (:func:`read_store`), ``threshold`` a fraction."""
+def gate_parts(store: PathLike, baseline: str, threshold: float, job: str | None = None) -> tuple[list[Any], list[str]]:
+    """(the verdict per job of :func:`~traceanalyzer.api.gate` (``passed``, ``message``...), the
+    damaged files the read of the batch ``store`` skipped) of ``gate``, ``threshold`` a fraction."""
+    from traceanalyzer.store.database import Store
     from traceanalyzer.store.gate import gate_check
 
-    return gate_check(store, baseline, threshold, job)
+    st = Store(store)
+    return gate_check(st, baseline, threshold, job), list(st.warnings)
 
 
 def run_batch(roots: list[Path], store: Path, **options: Any) -> Any:

@@ -24,7 +24,7 @@ class By(str, Enum):
 
 
 def _check(o: dict) -> None:
-    from traceanalyzer.api.commandline import check_range_regex
+    from traceanalyzer.api.commandoptions import check_range_regex
 
     check_range_regex(o["name"])
 

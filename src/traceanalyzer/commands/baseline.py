@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.api.commandline import BINARIES
+from traceanalyzer.api.commandoptions import BINARIES
 from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
     choices, err_console, config_opt, format_opt, positive_number,

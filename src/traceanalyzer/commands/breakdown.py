@@ -15,7 +15,7 @@ from traceanalyzer.commands.common import strict_check
 from traceanalyzer.render.formats import write
 from traceanalyzer.render.frames import frame_bytes
 from traceanalyzer.render import json as json_render
-from traceanalyzer.api.commandline import DEFAULT_BUS_BW_GBPS
+from traceanalyzer.api.commandoptions import DEFAULT_BUS_BW_GBPS
 
 
 @shared_options

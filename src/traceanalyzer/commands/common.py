@@ -329,17 +329,11 @@ def print_warnings(warnings: list[str], *, shows_transfer: bool = True) -> None:
     """Each warning on a line of stderr; a view that does not show collectives' wait/transfer split
     (``shows_transfer=False``: breakdown without --detail, kernels, launches...) leaves out the
     warnings about how it was estimated (the JSON of a view that has the split keeps them)."""
-    from traceanalyzer.api.commandline import TRANSFER_WARNING
+    from traceanalyzer.api.commandoptions import TRANSFER_WARNING
 
     for w in warnings:
         if shows_transfer or not w.startswith(TRANSFER_WARNING):
             stderr_console().print(warning_line(w), soft_wrap=True)
-
-
-def print_store_warnings(store) -> None:
-    """The damaged files a read of a batch store skipped (names printed as they are, no markup)."""
-    for w in store.warnings:
-        stderr_console().print(warning_line(w), soft_wrap=True)
 
 
 class RankView(str, Enum):

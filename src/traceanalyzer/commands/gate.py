@@ -7,10 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.api.commandline import LAST_GOOD, gate_of, parse_threshold, read_store
-from traceanalyzer.commands.common import StoreOpt, format_opt, output_opt, parsed_by, print_store_warnings
+from traceanalyzer.api.commandline import gate_parts
+from traceanalyzer.api.commandoptions import LAST_GOOD, parse_threshold
+from traceanalyzer.commands.common import StoreOpt, format_opt, output_opt, parsed_by, checked_outputs, print_warnings
 from traceanalyzer.errors import GateFailed
-from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.formats import subset, write
 
 GateFormat = subset("text", "json")
@@ -29,36 +29,19 @@ def gate(
 
     The outputs (-o, --junit) are written before the exit code is set, pass or fail."""
     threshold = parse_threshold(max_regression)
-    outputs = Outputs([store])
-    for o in (output, junit):
-        if o is not None:
-            outputs.check(o)
-    st = read_store(store)
-    results = gate_of(st, baseline, threshold, job)
-    print_store_warnings(st)  # the damaged files skipped (an error above is one line on its own)
-    failed = [r for r in results if not r.passed]
+    outputs = checked_outputs([store], output)
+    if junit is not None:
+        outputs.check(junit)
+    results, warnings = gate_parts(store, baseline, threshold, job)
+    print_warnings(warnings)  # the damaged files skipped (an error above is one line on its own)
     from traceanalyzer.render import gate as render
 
-    if format is GateFormat.json:
-        write(render.json_bytes(results, baseline, threshold, job), output, outputs)
-    elif results and all(r.passed and r.baseline is None for r in results):
-        # a store too short to compare anything: one line, not one per job
-        write(f"gate: no job has a baseline yet ({len(results)} job(s), each with one successful run): nothing to compare, passed.\n",
-              output, outputs)
-    else:
-        write("".join(r.message + "\n" for r in results), output, outputs)  # one line per job, a failed job's explanation included
+    write(render.json_bytes(results, baseline, threshold, job) if format is GateFormat.json else render.text(results), output, outputs)
     if junit is not None:
         outputs.write_bytes(junit, render.junit_xml(results, threshold))
-    if failed:
-        from traceanalyzer.errors import few
-
-        where = "in " + str(output) if output is not None else "above"
-        if len(failed) == 1:
-            r = failed[0]
-            what = (f"run {r.latest} (job {r.job}) regressed {r.change:+.1%} against baseline {r.baseline}, above the "
-                    f"{threshold:.1%} limit" if r.change is not None else f"run {r.latest} (job {r.job}) could not be analysed")
-            raise GateFailed(f"gate failed: {what} (explained {where})")
-        raise GateFailed(f"gate failed for {len(failed)} of {len(results)} job(s): {few(r.job for r in failed)} (each explained {where})")
+    failed = render.failure(results, threshold, "in " + str(output) if output is not None else "above")
+    if failed is not None:
+        raise GateFailed(failed)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from traceanalyzer.commands.common import Engine, TableFormat, choices, format_opt, regex, table_command
-from traceanalyzer.api.commandline import ELEMENT_BYTES, SORT_KEYS
+from traceanalyzer.api.commandoptions import ELEMENT_BYTES, SORT_KEYS
 
 Precision = choices("Precision", ELEMENT_BYTES)
 Sort = choices("Sort", SORT_KEYS)
@@ -28,7 +28,7 @@ DEFAULT_TOP = 20
 
 
 def _check(o: dict) -> None:
-    from traceanalyzer.api.commandline import check_table_filters
+    from traceanalyzer.api.commandoptions import check_table_filters
 
     o["sort"] = Sort(o["sort"]).value
     o["precision"] = None if o["precision"] is None else Precision(o["precision"]).value

@@ -11,7 +11,7 @@ from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
     DocumentFormat, FrameFormat, config_opt, format_opt, non_negative_number, print_warnings, traces_arg,
 )
-from traceanalyzer.api.commandline import DEFAULT_RESERVE_GIB, GIB
+from traceanalyzer.api.commandoptions import DEFAULT_RESERVE_GIB, GIB
 from traceanalyzer.render.formats import write
 
 
@@ -36,25 +36,18 @@ def memory(
         raise typer.BadParameter("give a trace, a run configuration (-c run.toml) or both", param_hint="'TRACE' / '-c'")
     result = memory_verb(paths or None, config, megatron_args=megatron_args, reserve_gib=reserve, step_range=step_range,
                          cache=cache, workers=workers, quiet=quiet)
-    reserve_bytes = reserve * GIB
+    from traceanalyzer.render import memory as render
+
     if format is FrameFormat.json:
         from traceanalyzer.render.json import dumps
-        from traceanalyzer.render.memory import document
 
-        write(dumps(document(result, reserve_bytes)), output, outputs)
+        write(dumps(render.document(result, reserve * GIB)), output, outputs)
     elif format is FrameFormat.csv:
-        write((result.timeline if paths else result.predicted).write_csv(), output, outputs)
+        write(render.csv_text(result, measured=bool(paths)), output, outputs)
     else:
-        from traceanalyzer.render.memory import estimate_sections, measured_sections
         from traceanalyzer.render.predictions import emit
 
-        sections = []
-        total = None
-        if result.estimate is not None:
-            sections += estimate_sections(result.estimate, result.fit.to_dicts()[0])
-            total = result.estimate.total_bytes
-        sections += measured_sections(result.measured, result.copies, total)
-        emit(sections, DocumentFormat.table, {}, output, outputs)
+        emit(render.sections(result), DocumentFormat.table, {}, output, outputs)
     print_warnings(result.warnings)
 
 

@@ -9,7 +9,7 @@ import typer
 
 from traceanalyzer.commands.common import DocumentFormat
 from traceanalyzer.render.predictions import emit
-from traceanalyzer.api.commandline import PLAN_CONVENTIONS, check_plan_mfu, parse_count, parse_range
+from traceanalyzer.api.commandoptions import PLAN_CONVENTIONS, check_plan_mfu, parse_count, parse_range
 from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
     choices, err_console, config_opt, format_opt, job_opt, non_negative_number,

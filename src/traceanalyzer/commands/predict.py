@@ -9,7 +9,7 @@ import typer
 
 from traceanalyzer.commands.common import checked_outputs, AllRowsOpt, ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
 from traceanalyzer.commands.common import require_config
-from traceanalyzer.api.commandline import CONVENTIONS, HFU_CONVENTIONS
+from traceanalyzer.api.commandoptions import CONVENTIONS, HFU_CONVENTIONS
 from traceanalyzer.commands.common import DocumentFormat
 from traceanalyzer.render.predictions import emit
 

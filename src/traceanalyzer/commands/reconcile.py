@@ -13,7 +13,8 @@ from traceanalyzer.commands.common import (
     err_console, format_opt, print_warnings, require_config, trace_arg,
 )
 from traceanalyzer.api._common import public
-from traceanalyzer.api.commandline import CONVENTIONS, HFU_CONVENTIONS, compare_of, reconcile_parts
+from traceanalyzer.api.commandline import compare_of, reconcile_parts
+from traceanalyzer.api.commandoptions import CONVENTIONS, HFU_CONVENTIONS
 from traceanalyzer.errors import ConfigError
 from traceanalyzer.render.predictions import emit, waterfall_sections
 

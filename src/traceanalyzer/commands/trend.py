@@ -7,16 +7,15 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
-from traceanalyzer.api.commandline import METRICS, plot_trend, read_store, trend_of
-from traceanalyzer.commands.common import checked_outputs
+from traceanalyzer.api.commandline import plot_trend, trend_parts
+from traceanalyzer.api.commandoptions import METRICS
 from traceanalyzer.commands.common import (
-    FrameFormat, JobOpt, StoreOpt, choices, format_opt, iso_date, output_opt, parsed_by, print_store_warnings,
+    FrameFormat, JobOpt, StoreOpt, checked_outputs, choices, format_opt, iso_date, output_opt, parsed_by, print_warnings,
 )
-from traceanalyzer.outputs import Outputs
 from traceanalyzer.render.formats import write
 from traceanalyzer.render.frames import frame_bytes
+from traceanalyzer.render import trend as render
 
 Metric = choices("Metric", METRICS)
 
@@ -45,23 +44,15 @@ def trend(
         return _by_rank(store, job, last, format, output, plot)
     metric_name = getattr(metric, "value", metric)
     if output is not None and plot is None and format is TrendFormat.table and output.suffix.lower() == ".png":
-        plot, output = output, None  # `-o trend.png`: the plot, as before --plot existed
-    outputs = Outputs([store])  # an output inside the store must not replace a stored run
-    for o in (output, plot):
-        if o is not None:
-            outputs.check(o)
-    st = read_store(store)
-    frame = trend_of(st, metric_name, since, job)
-    print_store_warnings(st)  # the damaged files skipped (an error above is one line on its own)
+        plot, output = output, None  # `-o trend.png` with the table format: the plot, as --plot
+    outputs = checked_outputs([store], output)  # an output inside the store must not replace a stored run
+    if plot is not None:
+        outputs.check(plot)
+    frame, warnings = trend_parts(store, metric_name, since, job)
+    print_warnings(warnings)  # the damaged files skipped (an error above is one line on its own)
     unit = METRICS[metric_name][1]
     if format is TrendFormat.table:
-        table = Table(title=f"{metric_name} ({unit}) per run", title_justify="left")
-        for col in ("date", "job", "run", f"{metric_name} {unit}", "vs previous"):
-            table.add_column(col, justify="right" if col not in ("job", "run") else "left")
-        for r in frame.iter_rows(named=True):  # one row per run
-            v, c = r["value"], r["change"]
-            table.add_row(str(r["date"]), r["job"], r["run_id"], "" if v is None else f"{v:.3f}", "" if c is None else f"{c:+.1%}")
-        write(lambda console: console.print(table), output, outputs, width=160)
+        write(render.metric_table(frame, metric_name, unit), output, outputs, width=160)
     else:
         write(frame_bytes(frame, format.value, schema="traceanalyzer.trend",
                           extra={"schema_version": 1, "metric": metric_name, "unit": unit, "since": since, "job": job}), output, outputs)
@@ -84,14 +75,7 @@ def _by_rank(store: Path, job: str | None, last: int, format, output: Path | Non
     outputs = checked_outputs([store], output)
     frame = rank_trend(store, last=last, job=job)
     if format is TrendFormat.table:
-        table = Table(title=f"ranks in each job's last {last} runs: slowest (longest mean step) or late arriver "
-                      "(least exposed communication: the others waited for it)", title_justify="left")
-        for col in ("job", "rank", "host", "runs", "slowest", "late arriver", "either", "mean step ms"):
-            table.add_column(col, justify="left" if col in ("job", "host") else "right")
-        for r in frame.iter_rows(named=True):  # one row per rank
-            table.add_row(r["job"], str(r["rank"]), r["host"] or "", f"{r['runs']}/{r['out_of']}", str(r["slowest"]),
-                          str(r["late_arriver"]), str(r["either"]), f"{r['mean_step_time_ms']:.3f}")
-        write(lambda console: console.print(table), output, outputs, width=160)
+        write(render.rank_table(frame, last), output, outputs, width=160)
     else:
         write(frame_bytes(frame, format.value, schema="traceanalyzer.rank_trend", extra={"schema_version": 1, "last": last, "job": job}),
               output, outputs)

@@ -12,7 +12,7 @@ from traceanalyzer.commands.common import (
     config_opt, err_console, format_opt, non_negative_number, positive_number, print_warnings,
 )
 from traceanalyzer.commands.common import require_config
-from traceanalyzer.api.commandline import CONVENTIONS
+from traceanalyzer.api.commandoptions import CONVENTIONS
 from traceanalyzer.commands.common import DocumentFormat
 from traceanalyzer.render.predictions import emit
 
@@ -39,7 +39,8 @@ def whatif(
     output, step_range, comm_kernel, workers, quiet, all_rows,
 ) -> None:
     """What would another layout reach? Each measured term re-derived for the new layout; --search ranks them all."""
-    from traceanalyzer.api.commandline import check_whatif_options, whatif_parts
+    from traceanalyzer.api.commandline import whatif_parts
+    from traceanalyzer.api.commandoptions import check_whatif_options
 
     check_whatif_options(convention, capacity_gb, reserve_gb)
     if not set_ and not search:

@@ -70,3 +70,27 @@ def junit_xml(results: Sequence[Verdict], threshold: float) -> bytes:
     ET.indent(suites)
     data: bytes = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
     return data + b"\n"
+
+
+def text(results: Sequence[Verdict]) -> str:
+    """The text verdict: a line per job (a failed job's explanation included), or one line when
+    no job has a baseline yet (a store too short to compare anything)."""
+    if results and all(r.passed and r.baseline is None for r in results):
+        return f"gate: no job has a baseline yet ({len(results)} job(s), each with one successful run): nothing to compare, passed.\n"
+    return "".join(r.message + "\n" for r in results)
+
+
+def failure(results: Sequence[Verdict], threshold: float, where: str) -> str | None:
+    """The one line the gate fails with (``where``: where the explanation was written), or None
+    when every job passed."""
+    from traceanalyzer.errors import few
+
+    failed = [r for r in results if not r.passed]
+    if not failed:
+        return None
+    if len(failed) == 1:
+        r = failed[0]
+        what = (f"run {r.latest} (job {r.job}) regressed {r.change:+.1%} against baseline {r.baseline}, above the "
+                f"{threshold:.1%} limit" if r.change is not None else f"run {r.latest} (job {r.job}) could not be analysed")
+        return f"gate failed: {what} (explained {where})"
+    return f"gate failed for {len(failed)} of {len(results)} job(s): {few(r.job for r in failed)} (each explained {where})"

@@ -78,3 +78,21 @@ def document(result: Any, reserve_bytes: float, with_timeline: bool = True) -> d
         doc["timeline"] = result.timeline.to_dict(as_series=False)
     doc["warnings"] = result.warnings
     return doc
+
+
+def sections(result: Any) -> list[Section]:
+    """The sections of ``memory``'s table: the prediction (when a configuration was given) and
+    the measured peaks beside it."""
+    out: list[Section] = []
+    total = None
+    if result.estimate is not None:
+        out += estimate_sections(result.estimate, result.fit.to_dicts()[0])
+        total = result.estimate.total_bytes
+    return out + measured_sections(result.measured, result.copies, total)
+
+
+def csv_text(result: Any, measured: bool) -> str:
+    """``memory``'s CSV: the allocator timeline when a trace was ``measured``, else the predicted
+    components."""
+    frame: pl.DataFrame = result.timeline if measured else result.predicted
+    return frame.write_csv()

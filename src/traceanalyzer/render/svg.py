@@ -72,7 +72,7 @@ def _open(width: float, height: float, label: str, plot_id: str) -> list[str]:
     return [
         f'<svg class="plot" id="{escape(plot_id)}" role="img" aria-label="{escape(label)}" viewBox="0 0 {_n(width)} {_n(height)}" '
         f'width="{_n(width)}" height="{_n(height)}" xmlns="http://www.w3.org/2000/svg" {FONT} font-size="11">',
-        f'<rect width="100%" height="100%" fill="#ffffff"/>',
+        '<rect width="100%" height="100%" fill="#ffffff"/>',
     ]
 
 
