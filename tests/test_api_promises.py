@@ -204,13 +204,13 @@ def test_the_optional_table_registry():
 
 
 def test_the_vocabularies_the_api_re_exports():
-    """The option vocabularies ``traceanalyzer.api.commandline`` re-exports for the command line
+    """The option vocabularies ``traceanalyzer.api.commandoptions`` re-exports for the command line
     (named in strings, loaded on first use) are the defining modules' own objects; other names
     are not there, and the public verbs' module holds none of them."""
     import importlib
 
     from traceanalyzer import api as verbs
-    from traceanalyzer.api import commandline as api
+    from traceanalyzer.api import commandoptions as api
 
     assert not any(hasattr(verbs, name) for name in api._VOCABULARY)
 
