@@ -12,7 +12,8 @@ import json
 import pytest
 
 import traceanalyzer as ta
-from traceanalyzer.reconciliation.findings import MAX_FINDINGS, findings, run_config
+from traceanalyzer.api.loading import pricing_configuration
+from traceanalyzer.reconciliation.findings import MAX_FINDINGS, findings
 
 from conftest import ROOT, TRACES, run_cli
 
@@ -98,4 +99,4 @@ def test_reconcile_says_when_the_configuration_contradicts_the_trace(tmp_path):
     # the right configuration: no contradiction
     ok = run_cli("reconcile", _trace("recompute"), "-c", CFG, "-q")
     assert "the configuration has no recompute" not in ok.stderr and "but the trace ran on" not in ok.stderr
-    assert run_config(tmp_path / "missing.toml") is None
+    assert pricing_configuration(tmp_path / "missing.toml") is None

@@ -4,6 +4,7 @@ Markdown renderings against the JSON (every displayed number), images, self-cont
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import re
 import sys
@@ -17,6 +18,7 @@ import pytest
 from PIL import Image
 
 import traceanalyzer as ta
+from traceanalyzer.api.loading import input_fingerprints, run_configuration
 from traceanalyzer.classify import BUCKETS
 from traceanalyzer.render.names import shorten
 from traceanalyzer.render.sections import NAME_WIDTH
@@ -31,8 +33,11 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LOSSES = ["recompute", "exposed_comm", "other", "idle"]
 
 
-def _model(path, **kw):
-    return report_model.build(ta.analyze(ta.load(path)), **kw)
+def _model(path, config=None, **kw):
+    """The report model as the API builds it: the run configuration loaded and the inputs
+    fingerprinted beforehand (the model reads no file)."""
+    analysis = ta.analyze(ta.load(path))
+    return report_model.build(analysis, config=run_configuration(config), inputs=input_fingerprints(analysis.trace.sources, config), **kw)
 
 
 def _get(doc, path):
@@ -184,7 +189,7 @@ def test_report_buckets_equal_the_independent_count_on_every_real_trace(path, re
     """The report's mean step and buckets (ms) against the steps counted independently from the
     raw JSON (tests/data/hta_reference.json ``raw_steps``, where compute includes recompute)."""
     analysis = ta.analyze(ta.load(path))
-    m = report_model.build(analysis, top=1000)
+    m = report_model.build(analysis, top=1000, inputs=input_fingerprints(analysis.trace.sources))
     orjson.dumps(m)  # JSON-ready
     [r] = m["ranks"]
     n = len(ref)
@@ -456,6 +461,7 @@ def test_waterfall_from_the_reconciler_feeds_headline_plot_and_tables():
     assert wf["residual_tflops"] == pytest.approx(0.0, abs=1e-9)
     assert m["headline"]["mfu"] == direct["mfu"]
     assert m["reproduce"]["inputs"][-1]["role"] == "config"
+    assert m["reproduce"]["inputs"][-1]["sha256"] == hashlib.sha256(cfg.read_bytes()).hexdigest()
     images = plots.render_all(m)
     assert list(images) == ["partition", "timeline", "waterfall", "heatmap"]
     _check_png(images["waterfall"])
@@ -516,6 +522,25 @@ def test_report_errors_are_one_line_with_exit_codes(tmp_path, capsys):
     assert doc["timeline"]["rank"] == 0 and doc["reproduce"]["command"][:2] == ["traceanalyzer", "report"]
     assert "--rank" in doc["reproduce"]["command"]
 
+
+def test_the_api_reads_the_run_configuration_and_fingerprints_the_inputs(tmp_path):
+    """The report model reads no file: ``ta.report`` loads the run configuration and
+    fingerprints the inputs; a model built without them records no input."""
+    from traceanalyzer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no such run configuration file"):
+        ta.report(DEMO, config=tmp_path / "missing.toml")
+    assert report_model.build(ta.analyze(ta.load(DEMO)))["reproduce"]["inputs"] == []
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "a.parquet").write_bytes(b"12345")
+    (tmp_path / "run.toml").write_bytes(b"x")
+    got = input_fingerprints([tmp_path / "export", tmp_path / "gone.json"], tmp_path / "run.toml")
+    assert got == [
+        {"path": str(tmp_path / "export"), "role": "trace", "size_bytes": 5, "sha256": None},
+        {"path": str(tmp_path / "gone.json"), "role": "trace", "size_bytes": None, "sha256": None},
+        {"path": str(tmp_path / "run.toml"), "role": "config", "size_bytes": 1, "sha256": hashlib.sha256(b"x").hexdigest()},
+    ]
+    assert ta.report(DEMO).to_dict()["reproduce"]["inputs"][0]["sha256"] == hashlib.sha256(Path(DEMO).read_bytes()).hexdigest()
 
 def test_chosen_rank_sets_the_timeline(tmp_path):
     m = _model(DLRM, rank=6)

@@ -16,7 +16,7 @@ import polars as pl
 from traceanalyzer.api._common import PathLike, _baseline
 from traceanalyzer.api.commandoptions import BadValue, check_selection
 from traceanalyzer.api.layouts import search_parts
-from traceanalyzer.api.loading import _saved, saved_with_tables
+from traceanalyzer.api.loading import _saved, input_fingerprints, pricing_configuration, run_configuration, saved_with_tables
 from traceanalyzer.api.modelling import _baseline_tables, collective_busbw, waterfall_of
 from traceanalyzer.api.tables import analysis_with_tables, annotations, kernels, launches, ops, queue_length
 from traceanalyzer.classify.steps import DEFAULT_STEP
@@ -108,11 +108,11 @@ def breakdown_view(analysis: Analysis, config: PathLike | None = None, *, ranks:
     ``findings`` (the profiler findings, with the run configuration's), and for the table ``summary`` (the ranks' distribution, when
     ``ranks`` asks for it), ``stragglers``, ``comm`` (the spread of communication) and
     ``host_verdict`` (the host / launch verdict rows; with ``detail``)."""
-    from traceanalyzer.reconciliation.findings import findings, run_config
+    from traceanalyzer.reconciliation.findings import findings
     from traceanalyzer.reconciliation.integrity import integrity
 
     checks = integrity(analysis)
-    view: dict[str, Any] = {"integrity": checks, "findings": findings(analysis, run_config(config), checks=checks)}
+    view: dict[str, Any] = {"integrity": checks, "findings": findings(analysis, pricing_configuration(config), checks=checks)}
     if table:
         from traceanalyzer.classify.rankspread import comm_spread, rank_spread, summarise_ranks
         from traceanalyzer.classify.stragglers import stragglers as find_stragglers
@@ -296,9 +296,9 @@ def advice_check(a: Analysis, b: Analysis, config: PathLike | None = None) -> li
     """The findings of ``a`` (priced with ``config`` when given) with what ``b`` measured beside
     each: ``compare``'s check of the advice against the next run."""
     from traceanalyzer.reconciliation.advicecheck import check_advice
-    from traceanalyzer.reconciliation.findings import findings, run_config
+    from traceanalyzer.reconciliation.findings import findings
 
-    return check_advice(findings(a, run_config(config)), a, b)
+    return check_advice(findings(a, pricing_configuration(config)), a, b)
 
 
 def compare_waterfalls(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -482,8 +482,8 @@ def report_document(analysis: Analysis, *, rank: int | None = None, config: Path
     shown = rank if rank is not None else document.default_rank(analysis)
     if shown is not None:  # the timeline's rank: its GPU work again (the workers kept only tables)
         analysis = with_rank_gpu(analysis, shown, Options(step_name=step_name, comm_kernels=tuple(comm_kernels)))
-    model = document.build(analysis, rank=rank, config=config, step_range=step_range, top=top, baseline=baseline,
-                           command=command, ranks=ranks)
+    model = document.build(analysis, rank=rank, config=run_configuration(config), inputs=input_fingerprints(analysis.trace.sources, config),
+                           step_range=step_range, top=top, baseline=baseline, command=command, ranks=ranks)
     return model, analysis
 
 

@@ -12,7 +12,7 @@ import polars as pl
 from traceanalyzer.api._arguments import checked
 from traceanalyzer.api._common import PathLike, Source, _choice, _source_arg
 from traceanalyzer.api._deprecation import RENAMED_IN, renamed_parameter
-from traceanalyzer.api.loading import analyze
+from traceanalyzer.api.loading import analyze, input_fingerprints, run_configuration
 from traceanalyzer.api.tables import analysis_with_tables
 from traceanalyzer.errors import InvalidArgument
 from traceanalyzer.results import ReportModel
@@ -186,7 +186,9 @@ def report(
         raise InvalidArgument(f"rank: expected an integer, got {type(rank).__name__} {rank!r}")
     if rank is not None and rank not in a.trace.ranks:
         raise InvalidArgument(f"rank: no rank {rank} in the trace (ranks: {a.trace.ranks[:16]})")
-    model = document.build(a, rank=rank, config=Path(config) if config is not None else None, top=top, ranks=show_ranks)
+    cfg = run_configuration(config)
+    inputs = input_fingerprints(a.trace.sources, config)
+    model = document.build(a, rank=rank, config=cfg, inputs=inputs, top=top, ranks=show_ranks)
     if output is None:
         return ReportModel.from_dict(model)
     out = Path(output)

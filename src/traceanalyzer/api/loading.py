@@ -1,10 +1,12 @@
 """Loading a trace and classifying it, and the one place that turns what a verb is given (a path, a
-:class:`~traceanalyzer.schema.Trace` or an :class:`~traceanalyzer.classify.Analysis`) into an analysis.
+:class:`~traceanalyzer.schema.Trace` or an :class:`~traceanalyzer.classify.Analysis`) into an analysis;
+and what a report reads besides the trace: its run configuration and its inputs' fingerprints.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, cast
@@ -19,6 +21,7 @@ from traceanalyzer.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from traceanalyzer.classify import Analysis
+    from traceanalyzer.model.config import RunConfig
     from traceanalyzer.schema import Trace
 
 
@@ -445,3 +448,67 @@ def resolve(source: Source, step_range: str | None = DEFAULT_STEP, *, tables: It
     run.setdefault("quiet", True)
     result = analyse(paths, o, **run)
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# what a report reads besides the trace: the run configuration and the inputs' fingerprints
+
+
+def run_configuration(path: PathLike | None) -> RunConfig | None:
+    """The run configuration (TOML) at ``path``, loaded for a report (the reconciler's waterfall
+    and the findings' prices); None without a path. ConfigError: no such file, or not a valid
+    run configuration."""
+    if path is None:
+        return None
+    from traceanalyzer.errors import ConfigError
+    from traceanalyzer.model import load_config
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("no such run configuration file", p)
+    return load_config(p, None)
+
+
+def pricing_configuration(path: PathLike | None) -> RunConfig | None:
+    """The run configuration at ``path`` when it can price the findings
+    (:func:`traceanalyzer.reconciliation.findings.pricing_config`), else None: no path, a file
+    that is not a valid run configuration, or one without a model."""
+    if path is None:
+        return None
+    from traceanalyzer.errors import TraceAnalyzerError
+    from traceanalyzer.model import load_config
+    from traceanalyzer.reconciliation.findings import pricing_config
+
+    try:
+        cfg = load_config(path)
+    except TraceAnalyzerError:
+        return None
+    return pricing_config(cfg)
+
+
+def input_fingerprints(sources: Iterable[PathLike], config: PathLike | None = None) -> list[dict[str, Any]]:
+    """What a report records of its inputs (``reproduce.inputs``): each trace source (role
+    ``trace``), then the run configuration (role ``config``), each as ``path``, ``role``,
+    ``size_bytes`` and ``sha256`` (a directory, an nsys Parquet/Arrow export: its files' total
+    size and no digest; a path that cannot be read: None for both)."""
+    inputs = [_fingerprint(Path(s), "trace") for s in sources]
+    if config is not None:
+        inputs.append(_fingerprint(Path(config), "config"))
+    return inputs
+
+
+def _fingerprint(path: Path, role: str) -> dict[str, Any]:
+    info: dict[str, Any] = {"path": str(path), "role": role, "size_bytes": None, "sha256": None}
+    try:
+        if path.is_file():
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 22), b""):
+                    h.update(chunk)
+            info["size_bytes"] = path.stat().st_size
+            info["sha256"] = h.hexdigest()
+        elif path.is_dir():
+            info["size_bytes"] = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        pass
+    return info

@@ -116,10 +116,11 @@ def store_trace(
 
 def _extras(analysis: Any, config: PathLike | None) -> dict[str, Any]:
     """The findings' top losses and the profiler-cost estimate (where the breakdown has it)."""
-    from traceanalyzer.reconciliation.findings import findings, run_config
+    from traceanalyzer.api.loading import pricing_configuration
+    from traceanalyzer.reconciliation.findings import findings
     from traceanalyzer.render.json import document
 
-    found = findings(analysis, run_config(config))
+    found = findings(analysis, pricing_configuration(config))
     doc = document(analysis, found)
     out: dict[str, Any] = {
         "top_losses": [{k: f.get(k) for k in ("loss", "label", "ms_per_step", "share_of_step")} for f in found[:TOP_LOSSES]],

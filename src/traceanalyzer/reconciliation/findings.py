@@ -25,12 +25,14 @@ Every finding is a dict: ``loss`` (key), ``label``, ``ms_per_step`` (mean over t
 
 from __future__ import annotations
 
-import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from traceanalyzer.schema import COSTLY_PROFILER_OPTIONS as COSTLY
+
+if TYPE_CHECKING:
+    from traceanalyzer.model.config import RunConfig
 
 MAX_FINDINGS = 5
 #: a loss smaller than this share of the mean step is not a finding
@@ -155,17 +157,10 @@ def _replay_gain(st: pl.DataFrame, loss: str) -> tuple[float | None, str | None]
                   + (f" (the {st.height - got.height} rank-steps without a replay left out)" if got.height < st.height else ""))
 
 
-def run_config(path: str | os.PathLike[str] | None) -> Any:
-    """The run configuration at ``path`` for pricing findings, or None (no path; a file without a
-    model, e.g. only a ``[trace]`` section: the findings then say they cannot be priced)."""
-    if path is None:
-        return None
-    from traceanalyzer.errors import TraceAnalyzerError
-    from traceanalyzer.model import load_config
-
-    try:
-        cfg = load_config(path)
-    except TraceAnalyzerError:
+def pricing_config(cfg: RunConfig | None) -> RunConfig | None:
+    """The run configuration ``cfg`` when it can price findings, or None (none given; one without
+    a model, e.g. only a ``[trace]`` section: the findings then say they cannot be priced)."""
+    if cfg is None:
         return None
     return cfg if cfg.model.layers or cfg.model.fwd_flops_per_sample else None
 

@@ -18,11 +18,9 @@ communication by dimension, stragglers, the ranks' distribution, the host verdic
 
 from __future__ import annotations
 
-import hashlib
 import os
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -38,6 +36,9 @@ from traceanalyzer.views.headline import LOSSES, headline
 from traceanalyzer.views.kernelrows import collective_efficiency, kernels, top_exposed, top_kernels
 from traceanalyzer.views.reconciled import normalize_waterfall, waterfall_section
 from traceanalyzer.views.runs import bucket_runs, exposed_by_kernel, segments
+
+if TYPE_CHECKING:
+    from traceanalyzer.model.config import RunConfig
 
 SCHEMA_VERSION = 1
 SCHEMA_NAME = "traceanalyzer.report"
@@ -61,7 +62,8 @@ def build(
     analysis: Analysis,
     *,
     rank: int | None = None,
-    config: str | os.PathLike[str] | None = None,
+    config: RunConfig | None = None,
+    inputs: list[dict[str, Any]] | None = None,
     command: list[str] | None = None,
     step_range: str = "ProfilerStep",
     top: int = 10,
@@ -75,7 +77,10 @@ def build(
     ``ranks``: ``auto`` / ``all`` / ``summary``: whether ``rank_summary`` (the ranks'
     distribution, shown instead of one row per rank) is filled (see
     :func:`traceanalyzer.classify.rankspread.summarise_ranks`); ``ranks`` always lists every rank.
-    ``config``: run configuration for the reconciler (TFLOP/s, MFU, waterfall), when available.
+    ``config``: the run configuration, loaded by the API, for the reconciler (TFLOP/s, MFU,
+    waterfall) and the findings' prices, when available.
+    ``inputs``: the input files' fingerprints the API took (``path``, ``role``, ``size_bytes``,
+    ``sha256``), recorded in ``reproduce.inputs`` (none: an empty list).
     ``command``: the command line that produced the report (recorded for reproduction).
     ``baseline``: the cluster's nccl-tests frame (:func:`traceanalyzer.baselines.read_nccl_tests`)
     for the collective-efficiency section (without it: the hardware table's figure).
@@ -98,16 +103,13 @@ def build(
 
     wf, wf_notes = waterfall_section(analysis, config)
     notes.extend(wf_notes)
-    from traceanalyzer.reconciliation.findings import findings, run_config  # noqa: PLC0415
+    from traceanalyzer.reconciliation.findings import findings, pricing_config  # noqa: PLC0415
 
     from traceanalyzer.reconciliation.integrity import integrity  # noqa: PLC0415
 
     checks = integrity(analysis)
-    found = findings(analysis, run_config(config), checks=checks)
+    found = findings(analysis, pricing_config(config), checks=checks)
     head = headline(totals, ranks, slowest, wf, found)
-    inputs = [_file_info(Path(s), "trace") for s in analysis.trace.sources]
-    if config is not None:
-        inputs.append(_file_info(Path(config), "config"))
 
     return {
         "schema": SCHEMA_NAME,
@@ -117,7 +119,7 @@ def build(
         "reproduce": {
             "command": command,
             "cwd": os.getcwd(),
-            "inputs": inputs,
+            "inputs": list(inputs or []),
         },
         "job": _job(analysis, step_range),
         "buckets": [{"key": b, "label": LABELS[b]} for b in BUCKETS],
@@ -239,20 +241,3 @@ def _timelines(analysis: Analysis, seg: pl.DataFrame, ranks: list[dict[str, Any]
     first = timelines.timeline(runs, analysis.windows, rank)
     more = timelines.more_timelines(runs, analysis.windows, others, len(first["runs"]["step"]))
     return {"timeline": first, "more_timelines": more}
-
-
-def _file_info(path: Path, role: str) -> dict[str, Any]:
-    info: dict[str, Any] = {"path": str(path), "role": role, "size_bytes": None, "sha256": None}
-    try:
-        if path.is_file():
-            h = hashlib.sha256()
-            with open(path, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 22), b""):
-                    h.update(chunk)
-            info["size_bytes"] = path.stat().st_size
-            info["sha256"] = h.hexdigest()
-        elif path.is_dir():  # an nsys parquet/arrow export directory
-            info["size_bytes"] = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-    except OSError:
-        pass
-    return info

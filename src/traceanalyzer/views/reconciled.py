@@ -4,31 +4,28 @@ configuration is given, mapped to the section ``docs/report-schema.md`` document
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceanalyzer.classify import Analysis
-from traceanalyzer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from traceanalyzer.model.config import RunConfig
 
 
-def waterfall_section(analysis: Analysis, config: str | os.PathLike[str] | None) -> tuple[dict[str, Any] | None, list[str]]:
-    """The ``waterfall`` section, from the reconciler when it is installed and a config is given.
+def waterfall_section(analysis: Analysis, config: RunConfig | None) -> tuple[dict[str, Any] | None, list[str]]:
+    """The ``waterfall`` section, from the reconciler when it is installed and a run configuration
+    (loaded by the API) is given.
 
-    Calls ``traceanalyzer.reconciliation.waterfall(analysis, load_config(config))``; its dict holds
+    Calls ``traceanalyzer.reconciliation.waterfall(analysis, config)``; its dict holds
     ``achieved_tflops``, ``peak_tflops``, ``mfu``, ``hfu``, ``convention`` and ``terms`` (each
     ``{term, tflops, ...}``, ``achieved`` first; peak = achieved + sum of the loss terms).
     :func:`normalize_waterfall` maps that to the section documented in ``docs/report-schema.md``.
     """
     if config is None:
         return None, []
-    config = Path(config)
-    if not config.is_file():
-        raise ConfigError("no such run configuration file", config)
-    from traceanalyzer.model import load_config  # noqa: PLC0415 (model and reconciler load lazily)
-    from traceanalyzer.reconciliation import waterfall  # noqa: PLC0415
+    from traceanalyzer.reconciliation import waterfall  # noqa: PLC0415 (the reconciler loads lazily)
 
-    result = waterfall(analysis, load_config(config, None))
+    result = waterfall(analysis, config)
     wf = normalize_waterfall(result)
     if wf is None:
         return None, ["the reconciler returned no usable waterfall (need achieved_tflops and peak_tflops)"]
