@@ -204,7 +204,7 @@ def test_recompute_contradiction_threshold_and_sentences():
     # recompute configured, none measured; any measured recompute, however little, is no contradiction
     assert recompute_contradiction(_recompute("full"), 0, 10_000) == [
         "the configuration recomputes ([recompute] granularity = 'full') but the trace shows no recomputed "
-        "kernel: check the configuration, or name the recompute ranges (--recompute-range)"]
+        "kernel: check the configuration, or name the recompute ranges (`recompute_range`)"]
     assert recompute_contradiction(_recompute("selective"), 1, 10_000) == []
     # the whole (1 ns) step recomputed: 100 %
     assert "recomputes 100.0 % of the step" in recompute_contradiction(none, 1, 1)[0]

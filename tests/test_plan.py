@@ -172,3 +172,24 @@ def test_jitter_across_stored_runs():
     assert q["margins"]["jitter"]["source"].startswith("assumed") and any("only 1 stored run" in n for n in q["notes"])
     r = run_cli("plan", "--tokens", "1T", "--params", "1B", "--tflops", "100", "--store", "/nonexistent/store")
     assert r.returncode == 3 and r.stderr.count("\n") == 1
+
+
+def test_notes_name_python_arguments_and_the_command_line_names_its_flags():
+    """What the plan leaves out is said in the caller's words: the Python API names its
+    arguments (``gpu_power_w``), the command line its flags (``--gpu-power-w``), in the table and
+    in the JSON it writes alike."""
+    p = ta.plan("15T", params="70B", mfu=0.4, gpu="H100 SXM")
+    assert "no `gpu_power_w`: energy left out" in p.notes
+    assert "no `price_per_gpu_hour`: cost left out" in p.notes
+    assert "no GPU count (`gpus` or [hardware] num_gpus): wall-clock days left out" in p.notes
+    assert not any("--" in n for n in p.notes)
+    cli = run_cli("plan", "--params", "70B", "--tokens", "15T", "--mfu", "0.4", "--gpu", "H100 SXM", "-f", "json")
+    assert cli.returncode == 0, cli.stderr
+    import json
+
+    notes = json.loads(cli.stdout)["plan"]["notes"]
+    assert "no --gpu-power-w: energy left out" in notes and "no --price-per-gpu-hour: cost left out" in notes
+    assert "no GPU count (--gpus or [hardware] num_gpus): wall-clock days left out" in notes
+    assert not any("`" in n for n in notes)
+    table = run_cli("plan", "--params", "70B", "--tokens", "15T", "--mfu", "0.4", "--gpu", "H100 SXM")
+    assert "no --gpu-power-w: energy left out" in table.stdout and "`" not in table.stdout

@@ -37,7 +37,10 @@ def test_plan_is_the_plan_command_document():
     r = run_cli("plan", "--tokens", "15T", "--params", "405B", "--mfu", "38-43%", "--gpu", "H100 SXM", "--gpus", "16384", "-f", "json")
     assert r.returncode == 0, r.stderr
     cli = orjson.loads(r.stdout)["plan"]
-    assert _json(p.to_dict()) == cli
+    # the same document, its notes in each caller's words: the API's arguments, the command's flags
+    assert {**_json(p.to_dict()), "notes": None} == {**cli, "notes": None}
+    assert p.notes == ["no `gpu_power_w`: energy left out", "no `price_per_gpu_hour`: cost left out"]
+    assert cli["notes"] == ["no --gpu-power-w: energy left out", "no --price-per-gpu-hour: cost left out"]
     _fields_match(p)
     assert ta.PlanResult.from_dict(cli).gpu_hours == cli["gpu_hours"] == _json(p.gpu_hours)
     assert p.total_flops == 6 * 405e9 * 15e12 and p.cost is None and p.energy_mwh is None  # no price, no power given

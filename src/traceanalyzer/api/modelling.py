@@ -423,7 +423,7 @@ def predict_parts(config: PathLike | RunConfig | None, megatron_args: PathLike |
         batches = [unit * m for m in SPREAD_MICROBATCHES]
         spread = True
         warnings.append(f"the global batch is unknown: the prediction is shown for {len(batches)} global batches "
-                        f"({batches[0]}–{batches[-1]}); give [batch] global_batch or --global-batch for one answer")
+                        f"({batches[0]}–{batches[-1]}); give [batch] global_batch or `global_batch` for one answer")
     preds = [predict_run(cfg, convention=convention, kernel_efficiency=kernel_efficiency, global_batch=g, hfu=hfu,
                          baseline=base)
              for g in batches]

@@ -465,7 +465,7 @@ def comm_warnings(coll: pl.DataFrame, meta: pl.DataFrame) -> list[str]:
             f"rank {ranks}: part of a {silent.item(0, 'world_size')}-rank job but no communication kernel was found "
             "(no NCCL/RCCL, DeepEP, NVSHMEM, userbuffers, custom all-reduce or MSCCL++ kernel, none launched by "
             "record_param_comms): all its GPU time is counted as compute/other; if it communicates with kernels "
-            "of another library, name them with --comm-kernel REGEX"
+            "of another library, name them in `comm_kernels` (regexes of their names)"
         )
     if coll.height:
         unknown = coll.get_column("transfer_ns").null_count()

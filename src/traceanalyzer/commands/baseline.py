@@ -11,6 +11,7 @@ import typer
 from traceanalyzer.api.commandoptions import BINARIES
 from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
+    flagged,
     choices, err_console, config_opt, format_opt, positive_number,
     print_warnings, trace_opt,
 )
@@ -52,7 +53,7 @@ def baseline(
         collective=getattr(collective, "value", collective), nranks=nranks, scope=getattr(scope, "value", scope), all_sizes=all_sizes,
         step_range=step_range, cache=cache, workers=workers, quiet=quiet, console=err_console)
     print_warnings(warnings)
-    emit(sections, format, doc, output, outputs)
+    emit(sections, format, flagged(doc), output, outputs)
 
 
 def register(app: typer.Typer) -> None:

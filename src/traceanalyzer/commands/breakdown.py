@@ -8,6 +8,7 @@ import typer
 
 from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
+    flagged,
     Engine, TableFormat, comm_patterns, stderr_console, format_opt, positive_number, print_warnings, regex,
     step_name,
 )
@@ -41,7 +42,7 @@ def breakdown(
                                   recompute_pattern=recompute_range, bus_bw_gbps=bus_bw, cache=cache, workers=workers,
                                   engine=Engine(engine).value, address=address, quiet=quiet, comm_kernels=patterns, console=stderr_console)
     if format is TableFormat.json:
-        write(json_render.dumps(json_render.document(analysis, view["findings"], view["integrity"])), output, outputs)
+        write(json_render.dumps(flagged(json_render.document(analysis, view["findings"], view["integrity"]))), output, outputs)
     elif format is not TableFormat.table:
         write(frame_bytes(json_render.steps_table(analysis), format.value), output, outputs)
     else:

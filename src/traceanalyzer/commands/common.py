@@ -325,15 +325,25 @@ def warning_line(text: str) -> Text:
     return Text.assemble(("warning:", "yellow"), " ", text)
 
 
+def flagged(doc: dict) -> dict:
+    """A document the command line writes, its ``warnings`` and ``notes`` naming the command
+    line's flags where the layers below name Python arguments (:func:`~traceanalyzer.commands.flags.as_flags`)."""
+    from traceanalyzer.commands.flags import as_flags
+
+    return {**doc, **{key: [as_flags(w) if isinstance(w, str) else w for w in doc[key]]
+                      for key in ("warnings", "notes") if isinstance(doc.get(key), list)}}
+
+
 def print_warnings(warnings: list[str], *, shows_transfer: bool = True) -> None:
     """Each warning on a line of stderr; a view that does not show collectives' wait/transfer split
     (``shows_transfer=False``: breakdown without --detail, kernels, launches...) leaves out the
     warnings about how it was estimated (the JSON of a view that has the split keeps them)."""
     from traceanalyzer.api.commandoptions import TRANSFER_WARNING
+    from traceanalyzer.commands.flags import as_flags
 
     for w in warnings:
         if shows_transfer or not w.startswith(TRANSFER_WARNING):
-            stderr_console().print(warning_line(w), soft_wrap=True)
+            stderr_console().print(warning_line(as_flags(w)), soft_wrap=True)
 
 
 class RankView(str, Enum):

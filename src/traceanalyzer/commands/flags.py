@@ -11,7 +11,7 @@ _FLAGS = {
     "`sets`": "--set", "`margins`": "--margin", "`reserve_gib`": "--reserve", "`n_gpus`": "--gpus",
     **{f"`{name}`": "--" + name.replace("_", "-") for name in (
         "step_range", "address", "engine", "search", "name", "sort", "precision", "top", "merge", "rank", "config", "topo",
-        "trace", "tokens", "step", "params", "pue", "gpu_power_w", "price_per_gpu_hour", "tflops", "mfu", "margin", "convention",
+        "trace", "tokens", "step", "params", "gpus", "recompute_range", "global_batch", "pue", "gpu_power_w", "price_per_gpu_hour", "tflops", "mfu", "margin", "convention",
         "capacity_gb", "reserve_gb", "since", "max_regression", "last", "whole_trace")},
 }
 

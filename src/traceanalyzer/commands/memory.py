@@ -9,6 +9,7 @@ import typer
 
 from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
+    flagged,
     DocumentFormat, FrameFormat, config_opt, format_opt, non_negative_number, print_warnings, traces_arg,
 )
 from traceanalyzer.api.commandoptions import DEFAULT_RESERVE_GIB, GIB
@@ -41,7 +42,7 @@ def memory(
     if format is FrameFormat.json:
         from traceanalyzer.render.json import dumps
 
-        write(dumps(render.document(result, reserve * GIB)), output, outputs)
+        write(dumps(flagged(render.document(result, reserve * GIB))), output, outputs)
     elif format is FrameFormat.csv:
         write(render.csv_text(result, measured=bool(paths)), output, outputs)
     else:

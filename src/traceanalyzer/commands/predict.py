@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from traceanalyzer.commands.common import checked_outputs, AllRowsOpt, ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
+from traceanalyzer.commands.common import flagged, checked_outputs, AllRowsOpt, ConfigOpt, OutputOpt, choices, format_opt, fraction, print_warnings
 from traceanalyzer.commands.common import require_config
 from traceanalyzer.api.commandoptions import CONVENTIONS, HFU_CONVENTIONS
 from traceanalyzer.commands.common import DocumentFormat
@@ -39,7 +39,7 @@ def predict(
     from traceanalyzer.api.modelling import predict_parts
 
     doc, sections, warnings = predict_parts(config, megatron_args, vs, global_batch, convention, hfu, kernel_efficiency, baseline, all_rows=all_rows)
-    emit(sections, format, doc, output, outputs)
+    emit(sections, format, flagged(doc), output, outputs)
     print_warnings(warnings)
 
 

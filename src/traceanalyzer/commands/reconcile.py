@@ -9,6 +9,7 @@ import typer
 
 from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
+    flagged,
     ConfigOpt, DocumentFormat, choices, config_opt,
     err_console, format_opt, print_warnings, require_config, trace_arg,
 )
@@ -43,7 +44,7 @@ def reconcile(
     wf, warnings = reconcile_parts(trace, config, megatron_args, convention=getattr(convention, "value", convention), step_range=step_range,
                                    hfu=getattr(hfu, "value", hfu), workers=workers, quiet=quiet, comm_kernels=comm_kernel,
                                    baseline=baseline, cache=cache, console=err_console)
-    emit(waterfall_sections(wf, all_rows), format, {"schema": "traceanalyzer.reconcile", "schema_version": 1, **public(wf)}, output, outputs)
+    emit(waterfall_sections(wf, all_rows), format, flagged({"schema": "traceanalyzer.reconcile", "schema_version": 1, **public(wf)}), output, outputs)
     print_warnings(warnings, shows_transfer=False)
 
 
@@ -72,7 +73,7 @@ def compare(
     sections, doc, warnings = compare_of(trace_a, trace_b, ca, cb, convention=getattr(convention, "value", convention),
                                          step_range=step_range, whole_trace=whole_trace, comm_kernels=comm_kernel, cache=cache,
                                          workers=workers, quiet=quiet, all_rows=all_rows, console=err_console)
-    emit(sections, format, doc, output, outputs)
+    emit(sections, format, flagged(doc), output, outputs)
     print_warnings(warnings, shows_transfer=False)
 
 

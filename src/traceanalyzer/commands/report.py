@@ -9,6 +9,7 @@ import typer
 
 from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
+    flagged,
     Engine, stderr_console,
     comm_patterns, config_opt, format_opt, output_opt, print_warnings, step_name,
 )
@@ -69,7 +70,7 @@ def report(
                             comm_kernels=patterns, top=top, baseline=baseline,
                             command=command + ([] if ranks is RankView.auto else ["--ranks", ranks.value]), ranks=ranks.value,
                             cache=cache, workers=workers, engine=Engine(engine).value, address=address, quiet=quiet, console=stderr_console)
-    write_report(m, output, format.value, outputs, embed=embed)
+    write_report(flagged(m), output, format.value, outputs, embed=embed)
     print_warnings([*analysis.warnings, *m["notes"]])
 
 

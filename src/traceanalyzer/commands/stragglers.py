@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from traceanalyzer.commands.common import (
+    flagged,
     checked_outputs, comm_patterns, format_opt, non_negative_number, print_warnings, shared_options, stderr_console, step_name,
 )
 from traceanalyzer.render.formats import subset, write
@@ -35,7 +36,7 @@ def stragglers(
     if format is StragglerFormat.table:
         write(lambda console: render.print_view(view, console, top), output, outputs, width=160)
     else:
-        write(render.json_bytes(view, tolerance), output, outputs)
+        write(render.json_bytes(flagged(view), tolerance), output, outputs)
     print_warnings([*analysis.warnings, *view["warnings"]], shows_transfer=True)
 
 

@@ -102,7 +102,7 @@ def count_params(cfg: RunConfig) -> float:
     the output projection (the PaLM count; a tied input embedding is not counted twice)."""
     m = cfg.model
     need = cfg.need
-    what = "the parameter count (or give --params)"
+    what = "the parameter count (or give `params`)"
     L, h = need(m.layers, "[model] layers", what), need(m.hidden, "[model] hidden", what)
     need(m.heads, "[model] heads", what)
     V = need(m.vocab, "[model] vocab", what)
@@ -303,9 +303,9 @@ def plan_run(
         "notes": notes,
     }
     if n_gpus is None:
-        notes.append("no GPU count (--gpus or [hardware] num_gpus): wall-clock days left out")
+        notes.append("no GPU count (`gpus` or [hardware] num_gpus): wall-clock days left out")
     if gpu_power_w is None:
-        notes.append("no --gpu-power-w: energy left out")
+        notes.append("no `gpu_power_w`: energy left out")
     if price_per_gpu_hour is None:
-        notes.append("no --price-per-gpu-hour: cost left out")
+        notes.append("no `price_per_gpu_hour`: cost left out")
     return out

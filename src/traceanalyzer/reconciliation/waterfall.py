@@ -63,7 +63,7 @@ def recompute_contradiction(cfg: RunConfig, recompute_ns: int, total_ns: int) ->
                 f"{100 * share:.1f} % of the step: the FLOPs, the HFU and any what-if from it are off; set [recompute] granularity"]
     if g != "none" and recompute_ns == 0:
         return [f"the configuration recomputes ([recompute] granularity = {g!r}) but the trace shows no recomputed "
-                "kernel: check the configuration, or name the recompute ranges (--recompute-range)"]
+                "kernel: check the configuration, or name the recompute ranges (`recompute_range`)"]
     return []
 
 
