@@ -157,9 +157,9 @@ def gate(
     Example:
         >>> import tempfile
         >>> import traceanalyzer as ta
-        >>> store = tempfile.mkdtemp()
-        >>> _ = ta.batch("fixtures/kineto/dlrm-v100-8rank", store, cache=False)
-        >>> ta.gate(store)["passed"].to_list()
+        >>> with tempfile.TemporaryDirectory() as store:
+        ...     _ = ta.batch("fixtures/kineto/dlrm-v100-8rank", store, cache=False)
+        ...     ta.gate(store)["passed"].to_list()
         [True]
     """
     from traceanalyzer.store.gate import gate_check, parse_threshold
