@@ -42,7 +42,7 @@ import orjson
 import polars as pl
 
 from traceanalyzer._version import __version__
-from traceanalyzer.errors import InputNotFound, InvalidAnalysisFile, InvalidTrace
+from traceanalyzer.errors import InputNotFound, InvalidAnalysisFile, InvalidTrace, open_input
 from traceanalyzer.results import Analysis
 from traceanalyzer.schema import Trace
 
@@ -188,15 +188,10 @@ def write(analysis: Analysis, path: str | os.PathLike[str]) -> Path:
 
 
 def _open(path: Path) -> zipfile.ZipFile:
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(30 + 8 + len(MIMETYPE))
-    except FileNotFoundError:
-        raise InputNotFound("no such file", path) from None
-    except IsADirectoryError:
-        raise InvalidAnalysisFile("not a saved analysis (a directory)", path) from None
-    except OSError as exc:
-        raise InputNotFound(f"cannot read: {exc.strerror or exc}", path) from None
+    if path.is_dir():
+        raise InvalidAnalysisFile("not a saved analysis (a directory)", path)
+    with open_input(path) as fh:
+        head = fh.read(30 + 8 + len(MIMETYPE))
     if not _magic(head):
         raise InvalidAnalysisFile(f"not a saved traceanalyzer analysis (no '{MIMETYPE.decode()}' header)", path)
     try:

@@ -12,7 +12,6 @@ import sys
 
 import typer
 
-from traceanalyzer._version import __version__
 import traceanalyzer as _ta
 from traceanalyzer.commands.common import NoColorOpt, VersionOpt
 from traceanalyzer.commands.parsing import Group

@@ -53,6 +53,21 @@ class InternalFailure(TraceAnalyzerError, exit_code=1):
 class InputNotFound(TraceAnalyzerError, exit_code=3): ...
 
 
+def open_input(path):
+    """``open(path, "rb")`` with every way it can fail turned into :class:`InputNotFound` naming
+    the file (exit 3): no such file, permission denied, a directory, any other OSError."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise InputNotFound("no such file", path) from None
+    except PermissionError:
+        raise InputNotFound("permission denied", path) from None
+    except IsADirectoryError:
+        raise InputNotFound("is a directory", path) from None
+    except OSError as exc:
+        raise InputNotFound(f"cannot read: {exc.strerror or exc}", path) from None
+
+
 class OutputError(TraceAnalyzerError, exit_code=3):
     """An output cannot be written (or would overwrite an input): exit 3, naming the output path."""
 

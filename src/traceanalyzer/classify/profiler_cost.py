@@ -185,7 +185,7 @@ def _rank(rank: int, ev: pl.DataFrame, win: pl.DataFrame, opts: list[str], costs
             "host_ops": (*_clip(ops_lo, ops_hi, ws, we), False),
             "sync": (inp.sync_start, inp.sync_end, True),  # not anchors, and their wait taken out
         }).items():
-            if lo.len() == 0:
+            if len(lo) == 0:
                 gains[name] = 0
                 continue
             gains[name] = int(round(max(e1 - replay_step(inp, step_rm.plus(lo, hi, drop)), 0.0)))

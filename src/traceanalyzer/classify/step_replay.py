@@ -27,15 +27,17 @@ callers compare two replays of one step (with and without the removed time) rath
 replay with the trace, so what the replay does not model (waits between streams, the launch
 queue's depth) cancels out of the difference.
 
-The arrays are polars Series (anything ``pl.Series`` takes is accepted): the per-stream
-recurrences are running sums and maxima over the stream (``cum_sum().over``), so the replay
-needs no other array library.
+The arrays are NumPy arrays (a polars Series, a list or an array is accepted): a step holds a
+few thousand items and is replayed several times (each cause priced is one replay), so the
+per-stream recurrences are running sums and maxima over each stream's slice of one sorted
+array, without a query per replay.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 #: the largest queue gap between two items of one stream that is still the GPU's own (beyond it
@@ -50,32 +52,98 @@ def i64(x=()) -> pl.Series:
     return x.cast(pl.Int64) if isinstance(x, pl.Series) else pl.Series(values=x, dtype=pl.Int64)
 
 
-def f64(x=()) -> pl.Series:
-    return x.cast(pl.Float64) if isinstance(x, pl.Series) else pl.Series(values=x, dtype=pl.Float64)
+def _ints(x=()) -> np.ndarray:
+    """``x`` (a Series, a list, an array) as an int64 array."""
+    if isinstance(x, pl.Series):
+        return x.cast(pl.Int64).to_numpy()
+    return np.asarray(x, dtype=np.int64).reshape(-1)
+
+
+def _floats(x=()) -> np.ndarray:
+    if isinstance(x, pl.Series):
+        return x.cast(pl.Float64).to_numpy()
+    return np.asarray(x, dtype=np.float64).reshape(-1)
 
 
 @dataclass
 class StepInput:
-    """One step of one rank, as Int64 Series (ns on the trace's clock)."""
+    """One step of one rank (ns on the trace's clock), its arrays as int64 NumPy arrays."""
 
     wstart: int
     wend: int
     #: GPU items launched in the step: start, end, stream (an integer code), launch (-1: unknown)
-    start: pl.Series
-    end: pl.Series
-    stream: pl.Series
-    launch: pl.Series
+    start: np.ndarray
+    end: np.ndarray
+    stream: np.ndarray
+    launch: np.ndarray
     #: per stream code, when the work launched before the step ends on it (absent: idle)
     ready: dict[int, int] = field(default_factory=dict)
     #: the host's synchronisations in the step: start, end (sorted by start, not overlapping)
-    sync_start: pl.Series = field(default_factory=i64)
-    sync_end: pl.Series = field(default_factory=i64)
+    sync_start: np.ndarray = field(default_factory=_ints)
+    sync_end: np.ndarray = field(default_factory=_ints)
     #: the launch latency of the rank (ns)
     latency: int = DEFAULT_LATENCY_NS
 
     def __post_init__(self) -> None:
-        self.start, self.end, self.stream, self.launch = (i64(x) for x in (self.start, self.end, self.stream, self.launch))
-        self.sync_start, self.sync_end = i64(self.sync_start), i64(self.sync_end)
+        self.start, self.end, self.stream, self.launch = (_ints(x) for x in (self.start, self.end, self.stream, self.launch))
+        self.sync_start, self.sync_end = _ints(self.sync_start), _ints(self.sync_end)
+        self._items: _Items | None = None
+
+    def items(self) -> _Items:
+        """What every replay of the step shares: its items sorted by stream and start, with
+        their durations, latencies and queue gaps (made once, on the first replay)."""
+        if self._items is None:
+            self._items = _Items(self)
+        return self._items
+
+
+class _Items:
+    """A step's GPU items in stream order (by stream, then start, ties in the trace's order)."""
+
+    def __init__(self, s: StepInput) -> None:
+        w0 = s.wstart
+        order = np.lexsort((s.start, s.stream))  # stable: ties keep their order
+        start, end, stream, launch = s.start[order], s.end[order], s.stream[order], s.launch[order]
+        known = launch >= 0
+        self.host_t = np.where(known, launch, start)  # when the host launched it (its start if unknown)
+        self.rel_host = (self.host_t - w0).astype(np.float64)
+        self.lat = np.where(known, np.minimum(np.maximum(start - launch, 0), s.latency), 0).astype(np.float64)
+        self.dur = (end - start).astype(np.float64)
+        self.rel_end = (end - w0).astype(np.float64)
+        # each item's own queue gap behind the item before it on its stream (in the trace), capped;
+        # the first of a stream: behind the work launched before the step, when there is some
+        first = np.ones(len(stream), dtype=bool)
+        first[1:] = stream[1:] != stream[:-1]
+        prev_end = np.empty(len(end), dtype=np.int64)
+        prev_end[1:] = end[:-1]
+        has_prev = ~first
+        for i in np.flatnonzero(first):
+            r = s.ready.get(int(stream[i]))
+            if r is not None:
+                prev_end[i], has_prev[i] = r, True
+        gap = np.full(len(start), QUEUE_GAP_NS, dtype=np.int64)
+        gap[has_prev] = np.clip(start[has_prev] - prev_end[has_prev], 0, QUEUE_GAP_NS)
+        self.gap = gap.astype(np.float64)
+        self.stream = stream
+        self.n_sync = len(s.sync_start)
+        self.seg = np.searchsorted(s.sync_start, self.host_t, side="right") if self.n_sync else np.zeros(len(start), dtype=np.int64)
+        self._segments: dict[bool, list[tuple[np.ndarray, list[tuple[int, int, int]]]]] = {}
+
+    def segments(self, use_syncs: bool) -> list[tuple[np.ndarray, list[tuple[int, int, int]]]]:
+        """Per host segment (between two synchronisations; one segment without them): the
+        indices of its items, in stream order, and its streams as ``(code, first, stop)`` runs
+        of those indices."""
+        if use_syncs not in self._segments:
+            n = self.n_sync if use_syncs else 0
+            out = []
+            for seg_i in range(n + 1):
+                idx = np.flatnonzero(self.seg == seg_i) if n else np.arange(len(self.stream))
+                st = self.stream[idx]
+                cuts = np.flatnonzero(st[1:] != st[:-1]) + 1
+                bounds = np.concatenate(([0], cuts, [len(idx)]))
+                out.append((idx, [(int(st[a]), int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]))
+            self._segments[use_syncs] = out
+        return self._segments[use_syncs]
 
 
 @dataclass
@@ -83,38 +151,39 @@ class Removal:
     """Host time to take out: ``cost`` ns at each of ``points`` (sorted), and the sorted,
     disjoint ``[lo, hi)`` intervals; ``drop_syncs``: the synchronisations are no anchors."""
 
-    points: pl.Series = field(default_factory=i64)
-    cost: pl.Series = field(default_factory=f64)
-    lo: pl.Series = field(default_factory=i64)
-    hi: pl.Series = field(default_factory=i64)
+    points: np.ndarray = field(default_factory=_ints)
+    cost: np.ndarray = field(default_factory=_floats)
+    lo: np.ndarray = field(default_factory=_ints)
+    hi: np.ndarray = field(default_factory=_ints)
     drop_syncs: bool = False
 
     def __post_init__(self) -> None:
-        self.points, self.cost, self.lo, self.hi = i64(self.points), f64(self.cost), i64(self.lo), i64(self.hi)
-        self._cum = pl.concat([f64([0.0]), self.cost.cum_sum()])
-        self._before = pl.concat([f64([0.0]), (self.hi - self.lo).cast(pl.Float64).cum_sum()])
+        self.points, self.cost, self.lo, self.hi = _ints(self.points), _floats(self.cost), _ints(self.lo), _ints(self.hi)
+        self._cum = np.concatenate(([0.0], np.cumsum(self.cost)))
+        self._before = np.concatenate(([0.0], np.cumsum((self.hi - self.lo).astype(np.float64))))
 
-    def removed(self, t) -> pl.Series:
+    def removed(self, t) -> np.ndarray:
         """R(t): the host time removed before each time of ``t``."""
-        t = i64(t)
-        out = self._cum.gather(self.points.search_sorted(t, side="left"))
-        if self.lo.len():
-            i = self.lo.search_sorted(t, side="right").cast(pl.Int64) - 1  # the interval starting at or before t
-            ic = i.clip(lower_bound=0)
-            d = pl.DataFrame({"t": t, "ok": i >= 0, "lo": self.lo.gather(ic), "hi": self.hi.gather(ic), "b": self._before.gather(ic), "out": out})
-            inside = pl.when(pl.col("ok")).then(pl.min_horizontal("t", "hi") - pl.col("lo")).otherwise(0)
-            out = d.select(pl.col("out") + pl.when(pl.col("ok")).then(pl.col("b") + pl.max_horizontal(inside, 0)).otherwise(0.0)).to_series()
+        t = _ints(t)
+        out = self._cum[np.searchsorted(self.points, t, side="left")]
+        if len(self.lo):
+            i = np.searchsorted(self.lo, t, side="right") - 1  # the interval starting at or before t
+            ok = i >= 0
+            ic = np.maximum(i, 0)
+            inside = np.maximum(np.minimum(t, self.hi[ic]) - self.lo[ic], 0)
+            out = out + np.where(ok, self._before[ic] + inside, 0.0)
         return out
 
-    def plus(self, lo, hi, drop_syncs: bool = False) -> "Removal":
+    def plus(self, lo, hi, drop_syncs: bool = False) -> Removal:
         """These costs with the intervals ``[lo, hi)`` removed too (merged with the own)."""
-        lo2, hi2 = union(pl.concat([self.lo, i64(lo)]), pl.concat([self.hi, i64(hi)]))
+        lo2, hi2 = union(np.concatenate((self.lo, _ints(lo))), np.concatenate((self.hi, _ints(hi))))
         return Removal(self.points, self.cost, lo2, hi2, drop_syncs or self.drop_syncs)
 
 
 def union(lo, hi) -> tuple[pl.Series, pl.Series]:
     """The union of intervals ``[lo, hi)`` as sorted disjoint intervals."""
-    d = pl.DataFrame({"lo": i64(lo), "hi": i64(hi)}).filter(pl.col("hi") > pl.col("lo")).sort("lo", maintain_order=True)
+    d = pl.DataFrame({"lo": i64(lo) if isinstance(lo, pl.Series) else _ints(lo), "hi": i64(hi) if isinstance(hi, pl.Series) else _ints(hi)}
+                     ).filter(pl.col("hi") > pl.col("lo")).sort("lo", maintain_order=True)
     reach = pl.col("hi").cum_max()
     d = d.with_columns(reach.alias("reach"), (pl.col("lo") > reach.shift(1)).fill_null(True).alias("opens"))
     return d.filter("opens").get_column("lo"), d.filter(pl.col("opens").shift(-1, fill_value=True)).get_column("reach")
@@ -123,64 +192,49 @@ def union(lo, hi) -> tuple[pl.Series, pl.Series]:
 def replay_step(s: StepInput, rm: Removal) -> float:
     """The step's length (ns) replayed with ``rm`` taken out of its host time (module doc).
 
-    Vectorised: between two synchronisations the host map is one shift, and on each stream the
-    items' ends follow ``end_i = max(a_i + d_i, end_(i-1) + g_i + d_i)`` (``a_i`` the moved launch
-    plus latency, ``d_i`` the duration, ``g_i`` the queue gap), whose solution is
+    Between two synchronisations the host map is one shift, and on each stream the items' ends
+    follow ``end_i = max(a_i + d_i, end_(i-1) + g_i + d_i)`` (``a_i`` the moved launch plus
+    latency, ``d_i`` the duration, ``g_i`` the queue gap), whose solution is
     ``end_i = S_i + max(max_(j<=i) (a_j + d_j - S_j), ready)`` with ``S_i`` the running sum of
     ``g + d``: a running maximum per stream, no loop over items. Times are relative to the
     step's start (float64 holds them exactly to well below a nanosecond)."""
     w0 = s.wstart
-    n_sync = 0 if rm.drop_syncs else s.sync_start.len()
-    known = s.launch >= 0
-    host_t = pl.select(pl.when(pl.lit(known)).then(pl.lit(s.launch)).otherwise(pl.lit(s.start))).to_series()
-    seg = s.sync_start.head(n_sync).search_sorted(host_t, side="right") if n_sync else pl.repeat(0, host_t.len(), dtype=pl.UInt32, eager=True)
-    start, end, launch, stream = pl.col("start"), pl.col("end"), pl.col("launch"), pl.col("stream")
-    first = stream != stream.shift(1)
-    prev_end = pl.when(first.fill_null(True)).then(stream.replace_strict(s.ready, default=None, return_dtype=pl.Int64)).otherwise(end.shift(1))
-    items = pl.DataFrame({
-        "start": s.start, "end": s.end, "stream": s.stream, "launch": s.launch, "seg": seg,
-        "rel_host": (host_t - w0).cast(pl.Float64), "r_host": rm.removed(host_t),
-    }).with_columns(
-        pl.when(launch >= 0).then(pl.min_horizontal(pl.max_horizontal(start - launch, 0), s.latency)).otherwise(0).cast(pl.Float64).alias("lat"),
-        (end - start).cast(pl.Float64).alias("dur"),
-        (end - w0).cast(pl.Float64).alias("rel_end"),
-    ).sort("stream", "start", maintain_order=True).with_columns(
-        # each item's own queue gap behind the item before it on its stream (in the trace), capped
-        prev_end.alias("prev_end"),
-    ).with_columns(
-        pl.when(pl.col("prev_end").is_null()).then(QUEUE_GAP_NS).otherwise((start - pl.col("prev_end")).clip(0, QUEUE_GAP_NS))
-        .cast(pl.Float64).alias("gap"),
-    )
-    by_seg = items.partition_by("seg", as_dict=True, maintain_order=True) if n_sync else {(0,): items}
+    it = s.items()
+    n_sync = 0 if rm.drop_syncs else it.n_sync
+    r_host = rm.removed(it.host_t)
     ready = {int(k): float(v - w0) for k, v in s.ready.items()}
     gpu_end = float("-inf")
     anchor_old, anchor_new = 0.0, 0.0
-    r_anchor = rm.removed([w0]).item()
+    r_anchor = float(rm.removed([w0])[0])
     done_old = float(max(s.ready.values(), default=w0) - w0)
     done_new = done_old
+    segments = it.segments(not rm.drop_syncs)
     for seg_i in range(n_sync + 1):
-        part = by_seg.get((seg_i,))
-        if part is not None and part.height:
-            S = (pl.col("gap") + pl.col("dur")).cum_sum().over("stream")
-            a = pl.lit(anchor_new) + (pl.col("rel_host") - anchor_old) - (pl.col("r_host") - r_anchor) + pl.col("lat")
-            out = part.with_columns(S.alias("S")).select(  # S first: a window inside a window is refused by polars < 1.34
-                "stream", "rel_end", "S", (a + pl.col("dur") - pl.col("S")).cum_max().over("stream").alias("base")).with_columns(
-                (pl.col("S") + pl.max_horizontal("base", stream.replace_strict(ready, default=None, return_dtype=pl.Float64))).alias("ends"))
-            for k, v in out.group_by("stream").agg(pl.col("ends").last()).iter_rows():
-                ready[int(k)] = float(v)
-            hi_new, hi_old = out.select(pl.col("ends").max(), pl.col("rel_end").max()).row(0)
+        idx, runs = segments[seg_i]
+        if len(idx):
+            a = anchor_new + (it.rel_host[idx] - anchor_old) - (r_host[idx] - r_anchor) + it.lat[idx]
+            gd, dur = it.gap[idx] + it.dur[idx], it.dur[idx]
+            hi_new = float("-inf")
+            for code, lo_i, hi_i in runs:
+                S = np.cumsum(gd[lo_i:hi_i])
+                base = np.maximum.accumulate(a[lo_i:hi_i] + dur[lo_i:hi_i] - S)
+                r = ready.get(code)
+                ends = S + (base if r is None else np.maximum(base, r))
+                ready[code] = float(ends[-1])
+                hi_new = max(hi_new, float(ends.max()))
+            hi_old = float(it.rel_end[idx].max())
             gpu_end = max(gpu_end, hi_new)
             done_new, done_old = max(done_new, hi_new), max(done_old, hi_old)
         if seg_i == n_sync:
             break
-        a0, b0 = s.sync_start[seg_i], s.sync_end[seg_i]
-        ra, rb = rm.removed([a0, b0]).to_list()
+        a0, b0 = int(s.sync_start[seg_i]), int(s.sync_end[seg_i])
+        ra, rb = (float(x) for x in rm.removed([a0, b0]))
         a_rel, b_rel = float(a0 - w0), float(b0 - w0)
         a_new = anchor_new + (a_rel - anchor_old) - (ra - r_anchor)
         if done_old > b_rel:  # the call did not wait for all of it (another stream): not an anchor
             continue
         tail = b_rel - max(a_rel, done_old)  # what the call took after the GPU had finished
-        anchor_old, anchor_new, r_anchor = b_rel, max(a_new, done_new) + tail, float(rb)
-    r_end = rm.removed([s.wend]).item()
+        anchor_old, anchor_new, r_anchor = b_rel, max(a_new, done_new) + tail, rb
+    r_end = float(rm.removed([s.wend])[0])
     host_end = anchor_new + (float(s.wend - w0) - anchor_old) - (r_end - r_anchor)
     return max(host_end, gpu_end)

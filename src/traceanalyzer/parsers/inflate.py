@@ -19,7 +19,7 @@ import threading
 import zlib
 from pathlib import Path
 
-from traceanalyzer.errors import BadSetting, InputNotFound, InvalidTrace, TraceAnalyzerError  # noqa: F401 (BadSetting: re-exported)
+from traceanalyzer.errors import BadSetting, InputNotFound, InvalidTrace, TraceAnalyzerError, open_input  # noqa: F401 (BadSetting: re-exported)
 
 try:  # zlib-ng inflates 2.2-2.4x as fast as the stdlib's zlib, with its API and error messages
     from zlib_ng import zlib_ng as _inflater
@@ -33,20 +33,6 @@ DEFAULT_MAX_RATIO = 200
 #: ... once it has inflated to more than this many bytes (small files may inflate as they like)
 RATIO_FLOOR = 256 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
-
-
-def open_trace(path: Path):
-    """``open(path, "rb")`` with every way it can fail turned into :class:`InputNotFound`."""
-    try:
-        return open(path, "rb")
-    except FileNotFoundError:
-        raise InputNotFound("no such file", path) from None
-    except PermissionError:
-        raise InputNotFound("permission denied", path) from None
-    except IsADirectoryError:
-        raise InputNotFound("is a directory", path) from None
-    except OSError as exc:
-        raise InputNotFound(f"cannot read: {exc.strerror or exc}", path) from None
 
 
 def _size(text: str) -> int:
@@ -116,7 +102,7 @@ class Stream:
 
     def blocks(self):
         path, block = self.path, self.block
-        with open_trace(path) as fh:
+        with open_input(path) as fh:
             reported = 0  # file bytes reported to ``progress`` (compressed bytes consumed, for gzip)
 
             def report(upto: int) -> None:

@@ -32,11 +32,10 @@ import msgspec
 import orjson
 import polars as pl
 
-from traceanalyzer.errors import InvalidTrace, OutOfMemory, TraceAnalyzerError
+from traceanalyzer.errors import InvalidTrace, OutOfMemory
 from traceanalyzer.parsers import decoder
 from traceanalyzer.parsers import clean, inflate
 from traceanalyzer.parsers.categories import GPU_TIMELINE_KINDS, KIND_OF_CAT, MTIA_DMA_KIND
-from traceanalyzer.parsers.inflate import open_trace  # noqa: F401  (re-exported for callers)
 from traceanalyzer.parsers.kineto_events import (
     RAW_SCHEMA,
     decode_native,

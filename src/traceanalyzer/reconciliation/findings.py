@@ -173,7 +173,6 @@ def _options(analysis, file: str) -> list[str]:
 
 def _profiler_costs(analysis) -> list[str]:
     """The costly profiler options any rank's file was recorded with (its header)."""
-    from traceanalyzer.classify.launches import LAUNCH_BOUND_SHARE
 
     meta = analysis.trace.meta
     if "file" not in meta.columns:

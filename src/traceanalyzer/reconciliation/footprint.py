@@ -9,7 +9,6 @@ components and verdict frames).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 
 import polars as pl
