@@ -162,7 +162,6 @@ def step_flops(cfg: RunConfig, convention: str | None = None, global_batch: int 
     logits_tok = 6 * h * V
 
     attn_linear, attn_core, mlp, logits = (float(x) * T for x in (attn_linear_tok, core_tok, mlp_tok, logits_tok))
-    attn_linear + attn_core + mlp
     gran = cfg.recompute.granularity
     core_fwd = attn_core * (4 / 14 if conv == "torch" else 1 / 3)  # one forward of the core attention
     # PyTorch's non-reentrant checkpoint stops recomputing once the last tensor the backward needs
