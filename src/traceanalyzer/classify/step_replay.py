@@ -181,12 +181,17 @@ class Removal:
 
 
 def union(lo, hi) -> tuple[pl.Series, pl.Series]:
-    """The union of intervals ``[lo, hi)`` as sorted disjoint intervals."""
-    d = pl.DataFrame({"lo": i64(lo) if isinstance(lo, pl.Series) else _ints(lo), "hi": i64(hi) if isinstance(hi, pl.Series) else _ints(hi)}
-                     ).filter(pl.col("hi") > pl.col("lo")).sort("lo", maintain_order=True)
-    reach = pl.col("hi").cum_max()
-    d = d.with_columns(reach.alias("reach"), (pl.col("lo") > reach.shift(1)).fill_null(True).alias("opens"))
-    return d.filter("opens").get_column("lo"), d.filter(pl.col("opens").shift(-1, fill_value=True)).get_column("reach")
+    """The union of intervals ``[lo, hi)`` as sorted disjoint intervals (Int64 Series)."""
+    lo, hi = _ints(lo), _ints(hi)
+    keep = hi > lo
+    order = np.argsort(lo[keep], kind="stable")
+    lo, hi = lo[keep][order], hi[keep][order]
+    reach = np.maximum.accumulate(hi) if len(hi) else hi  # how far the intervals so far reach
+    opens = np.ones(len(lo), dtype=bool)
+    opens[1:] = lo[1:] > reach[:-1]  # an interval past every earlier one opens a new piece
+    closes = np.ones(len(lo), dtype=bool)
+    closes[:-1] = opens[1:]  # the last interval before one that opens closes its piece
+    return pl.Series(lo[opens], dtype=pl.Int64), pl.Series(reach[closes], dtype=pl.Int64)
 
 
 def replay_step(s: StepInput, rm: Removal) -> float:
