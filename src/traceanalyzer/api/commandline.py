@@ -16,7 +16,7 @@ import polars as pl
 from traceanalyzer.api._common import PathLike, _baseline
 from traceanalyzer.api.commandoptions import BadValue, check_selection
 from traceanalyzer.api.layouts import search_parts
-from traceanalyzer.api.loading import _saved, input_fingerprints, pricing_configuration, run_configuration, saved_with_tables
+from traceanalyzer.api.loading import input_fingerprints, pricing_configuration, resolve, run_configuration
 from traceanalyzer.api.modelling import _baseline_tables, collective_busbw, waterfall_of
 from traceanalyzer.api.tables import analysis_with_tables, annotations, kernels, launches, ops, queue_length
 from traceanalyzer.classify.steps import DEFAULT_STEP
@@ -53,18 +53,11 @@ def analyse_files(
     :data:`traceanalyzer.engine.TABLES`). A saved analysis (``.taz``, given alone) is read
     instead, with the options it was saved with, and given the tables ``keep`` and ``extras``
     name."""
-    from traceanalyzer.engine import KEEP, Options, analyse
+    from traceanalyzer.engine import KEEP
 
-    paths = list(paths)
-    saved = _saved(paths)
-    if saved is not None:
-        return saved_with_tables(saved, *KEEP[keep], *extras)
-    opts = Options(step_name=step_name, recompute_pattern=recompute_pattern, cache=cache,
-                   comm_kernels=tuple(comm_kernels or ()), tables=frozenset({*KEEP[keep], *extras}))
-    if bus_bw_gbps is not None:
-        opts.bus_bw_gbps = bus_bw_gbps
-    analysis: Analysis = analyse([Path(p) for p in paths], opts, engine=engine, workers=workers, address=address, quiet=quiet, console=console)
-    return analysis
+    return resolve(list(paths), step_name, tables=(*KEEP[keep], *extras), recompute_range=recompute_pattern, bus_bw_gbps=bus_bw_gbps,
+                   comm_kernels=tuple(comm_kernels or ()), cache=cache, workers=workers, engine=engine, address=address, quiet=quiet,
+                   console=console)
 
 
 def load_config(config: PathLike | None = None, megatron_args: PathLike | None = None) -> Any:
