@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-# the points, computed per rank by the worker (polars only: no NumPy on the rank workers)
+# the points, computed per rank by the worker
 from traceanalyzer.classify.replaypoints import ARRIVE, END, POINT_SCHEMA, START, rank_points  # noqa: F401
 
 
