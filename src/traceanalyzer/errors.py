@@ -6,6 +6,9 @@ problem, and an exit code from :data:`EXIT_CODES`. Nothing else reaches the user
 
 from __future__ import annotations
 
+import os
+from typing import BinaryIO
+
 #: Exit codes of the ``traceanalyzer`` command (also listed in the README).
 EXIT_CODES = {
     0: "success (warnings, if any, went to stderr)",
@@ -53,7 +56,7 @@ class InternalFailure(TraceAnalyzerError, exit_code=1):
 class InputNotFound(TraceAnalyzerError, exit_code=3): ...
 
 
-def open_input(path):
+def open_input(path: str | os.PathLike[str]) -> BinaryIO:
     """``open(path, "rb")`` with every way it can fail turned into :class:`InputNotFound` naming
     the file (exit 3): no such file, permission denied, a directory, any other OSError."""
     try:
