@@ -356,6 +356,32 @@ except Interrupted as exc:
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
 
 
+def test_a_signal_that_native_code_prints_is_not_printed_or_lost():
+    """Native code that calls back into Python (an import from a library's own thread pool or
+    callback) may hand the error to ``PyErr_Print``, which shows it with ``sys.excepthook``:
+    an Interrupted raised there printed "Traceback ... Interrupted: SIGINT" before the one
+    "interrupted" line. Inside the block it is kept, not printed, and raised when the block
+    ends; any other error is still printed as before."""
+    code = """
+import ctypes, signal, sys
+from traceanalyzer.interrupts import Interrupted, catch_signals
+def native(code):  # C code that runs Python and prints the error it cannot return (PyErr_Print)
+    return ctypes.pythonapi.PyRun_SimpleString(code)
+try:
+    with catch_signals():
+        native(b"import signal; signal.raise_signal(signal.SIGINT); sum(range(1000))")
+        native(b"raise ValueError('shown')")
+        print("went on")
+except Interrupted as exc:
+    print("raised at the end:", exc.exit_code)
+print(sys.excepthook is sys.__excepthook__)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT)
+    assert done.stdout.split("\n")[:3] == ["went on", "raised at the end: 130", "True"], done.stdout + done.stderr
+    assert "Interrupted" not in done.stderr, done.stderr
+    assert "ValueError: shown" in done.stderr
+
+
 def test_a_signal_turned_into_another_exception_by_native_code_is_still_a_signal():
     """polars calls back into Python; an Interrupted raised there comes out as a TypeError
     ("... is not a Polars data type"). The signal block still ends in Interrupted, and a handler

@@ -87,11 +87,23 @@ def catch_signals() -> Iterator[None]:
         else:
             hook(info)
 
+    excepthook = sys.excepthook
+
+    def printed(kind, value, tb) -> None:
+        # native code that calls back into Python (an import from a library's own thread pool
+        # or callback) may hand an error it cannot return to PyErr_Print, which shows it with
+        # sys.excepthook: an Interrupted raised there would print a traceback; keep it instead
+        if isinstance(value, Interrupted):
+            swallowed.append(value)
+        else:
+            excepthook(kind, value, tb)
+
     sys.unraisablehook = unraisable
+    sys.excepthook = printed
     _received.clear()
     try:
         yield
-        if swallowed:  # a signal whose Interrupted a callback could not propagate
+        if swallowed:  # a signal whose Interrupted a callback could not propagate, or was printed
             raise swallowed[0]
     except Interrupted:
         raise
@@ -102,6 +114,7 @@ def catch_signals() -> Iterator[None]:
     finally:
         _received.clear()
         sys.unraisablehook = hook
+        sys.excepthook = excepthook
         for s, h in previous.items():
             signal.signal(s, h)
 
