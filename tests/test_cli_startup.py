@@ -181,3 +181,38 @@ def test_simple_spellings_are_converted_here_without_typers_adapter(monkeypatch)
                               ("output", None, None), ("comm_kernel", None, ()), ("help", None, None), ("quiet", True, True)]:
         got = coercion.Coercion(by_name[name]).coerce(value, param=by_name[name], ctx=ctx)
         assert got == want and type(got) is type(want), (name, value, got)
+
+
+PROBE_STDERR = PROBE.replace('"-q"]', '"-q"]\nsys.argv.remove("-q")')
+
+
+@pytest.mark.parametrize("trace", shared_or_skip([TRACES / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"],
+                                                 "the HTA traces"))
+def test_warnings_and_progress_on_a_non_terminal_load_no_rich(trace):
+    """54 MB of JSON (past the size that shows progress) with a warning to print, stderr a pipe:
+    no bar can show and rich would print the warning as plain text, so rich is not loaded; the
+    warning is the one line rich printed (checked against rich itself below)."""
+    r = subprocess.run([sys.executable, "-c", PROBE_STDERR, str(trace)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    loaded = set(r.stdout.rsplit("\n#", 1)[1].split())
+    assert _among(loaded - _typer_loads(), ("rich",)) == []
+    assert r.stderr == ("warning: collective wait/transfer for 2020 of 2020 kernels is unknown: the trace gives no byte count "
+                        "and not all ranks of its group are loaded\n")
+
+
+@pytest.mark.parametrize("text", ["plain", "tab\there and\tthere", "carriage\rreturn, bell\a, form\ffeed",
+                                  ":smile: [bold]not markup[/bold] :warning:", "ünïcödé — ok", "two\nlines\tx"])
+def test_a_stderr_line_without_rich_is_what_rich_printed(text, capsys):
+    """The plain path of ``stderr_line`` (stderr not a terminal) writes what rich's console wrote
+    there: control characters removed, tabs expanded, no markup or emoji codes read."""
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    from traceanalyzer.commands.common import stderr_line
+
+    buf = io.StringIO()
+    Console(file=buf, highlight=False, markup=False).print(Text.assemble(("warning:", "yellow"), " ", text), soft_wrap=True)
+    stderr_line(text, "warning:")
+    assert capsys.readouterr().err == buf.getvalue()

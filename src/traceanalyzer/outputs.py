@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -273,3 +274,18 @@ def progress_lines_asked() -> bool:
     import os
 
     return os.environ.get(PROGRESS_ENV, "").strip().lower() in ("lines", "1", "yes", "true")
+
+
+#: the variables by which rich's console treats a stream as a terminal, or not, whatever it is
+RICH_TERMINAL_VARIABLES = ("FORCE_COLOR", "TTY_COMPATIBLE", "FORCE_TERMINAL")
+
+
+def may_be_terminal() -> bool:
+    """Whether rich could find stderr a terminal: it is one, or the environment may say so
+    (rich decides then); False for a file, a pipe or a notebook's stream."""
+    if any(v in os.environ for v in RICH_TERMINAL_VARIABLES):
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError, OSError):  # no stderr, or a closed one
+        return False

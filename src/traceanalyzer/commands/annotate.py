@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from traceanalyzer.commands.common import (
-    comm_patterns, err_console, output_opt, print_warnings, shared_options, stderr_console, step_name,
+    comm_patterns, output_opt, print_warnings, shared_options, stderr_console, stderr_line, step_name,
 )
 from traceanalyzer.outputs import Outputs
 
@@ -31,7 +31,7 @@ def annotate(
                                        workers=workers, quiet=quiet, comm_kernels=patterns, console=stderr_console)
     print_warnings(warnings)
     for f in written:
-        err_console.print(f"wrote {f}", highlight=False, soft_wrap=True)
+        stderr_line(f"wrote {f}")
 
 
 def register(app: typer.Typer) -> None:

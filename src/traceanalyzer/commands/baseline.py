@@ -12,7 +12,7 @@ from traceanalyzer.api.commandoptions import BINARIES
 from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
     flagged,
-    choices, err_console, config_opt, format_opt, positive_number,
+    choices, stderr_console, config_opt, format_opt, positive_number,
     print_warnings, trace_opt,
 )
 from traceanalyzer.commands.common import DocumentFormat
@@ -51,7 +51,7 @@ def baseline(
     sections, doc, warnings = baseline_parts(
         files, topo=topo, trace=trace, config=config, gpu=gpu, nvlink_gbps=nvlink_gbps, net_gbps=net_gbps,
         collective=getattr(collective, "value", collective), nranks=nranks, scope=getattr(scope, "value", scope), all_sizes=all_sizes,
-        step_range=step_range, cache=cache, workers=workers, quiet=quiet, console=err_console)
+        step_range=step_range, cache=cache, workers=workers, quiet=quiet, console=stderr_console)
     print_warnings(warnings)
     emit(sections, format, flagged(doc), output, outputs)
 

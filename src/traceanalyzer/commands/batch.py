@@ -11,8 +11,8 @@ import typer
 from traceanalyzer.api.nightly import batch_summary
 from traceanalyzer.api.commandline import run_batch
 from traceanalyzer.commands.common import (
-    AddressOpt, CacheOpt, Engine, EngineOpt, OutputOpt, StepRangeOpt, config_opt, err_console, format_opt, store_opt,
-    warning_line,
+    AddressOpt, CacheOpt, Engine, EngineOpt, OutputOpt, StepRangeOpt, config_opt, format_opt, store_opt,
+    stderr_console, stderr_line,
 )
 
 
@@ -57,7 +57,7 @@ def batch(
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         progress = Progress(TextColumn("analysing runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TimeRemainingColumn(), TextColumn("{task.description}", markup=False), console=err_console, transient=True)
+                            TimeRemainingColumn(), TextColumn("{task.description}", markup=False), console=stderr_console(), transient=True)
     task = None
 
     def on_plan(n: int) -> None:
@@ -80,7 +80,7 @@ def batch(
     try:
         summary = run_batch(roots, store, force=force, engine=engine.value, workers=workers, address=address,
                             config=config, step_range=step_range, cache=cache, on_plan=on_plan, on_done=on_done,
-                            on_notice=lambda msg: err_console.print(f"batch: {msg}", markup=False, soft_wrap=True, highlight=False))
+                            on_notice=lambda msg: stderr_line(f"batch: {msg}"))
     finally:
         if progress is not None:
             progress.stop()
@@ -106,7 +106,7 @@ def batch(
         write(text, output, outputs, width=160)
     for run_id, warns in summary.warnings.items():
         for w in warns:
-            err_console.print(warning_line(f"{run_id}: {w}"), soft_wrap=True)
+            stderr_line(f"{run_id}: {w}", "warning:")
     if summary.failed:
         from traceanalyzer.errors import RunsFailed, few
 

@@ -13,7 +13,7 @@ from traceanalyzer.api.commandoptions import PLAN_CONVENTIONS, check_plan_mfu, p
 from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
     flagged,
-    choices, err_console, config_opt, format_opt, job_opt, non_negative_number,
+    choices, stderr_console, config_opt, format_opt, job_opt, non_negative_number,
     parsed_by, positive_number, store_opt, trace_opt,
 )
 
@@ -61,7 +61,7 @@ def plan(
 
     p = flagged(plan_parts(tokens, config, megatron_args, trace=trace, convention=getattr(convention, "value", convention),
                            hardware_flops=hardware_flops, params=params, store=store, job=job, margin=margin, step_range=step_range,
-                           cache=cache, workers=workers, quiet=quiet, console=err_console, gpus=gpus, tflops=tflops, mfu=mfu, gpu=gpu,
+                           cache=cache, workers=workers, quiet=quiet, console=stderr_console, gpus=gpus, tflops=tflops, mfu=mfu, gpu=gpu,
                            price_per_gpu_hour=price_per_gpu_hour, gpu_power_w=gpu_power_w, pue=pue))
     emit(plan_sections(p), format, {"schema": "traceanalyzer.plan", "schema_version": 1, "plan": p}, output, outputs)
 

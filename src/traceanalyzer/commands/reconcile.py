@@ -11,7 +11,7 @@ from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
     flagged,
     ConfigOpt, DocumentFormat, choices, config_opt,
-    err_console, format_opt, print_warnings, require_config, trace_arg,
+    stderr_console, format_opt, print_warnings, require_config, trace_arg,
 )
 from traceanalyzer.api._common import public
 from traceanalyzer.api.commandline import compare_of, reconcile_parts
@@ -43,7 +43,7 @@ def reconcile(
     outputs = checked_outputs([trace, config, megatron_args, *(baseline or [])], output)
     wf, warnings = reconcile_parts(trace, config, megatron_args, convention=getattr(convention, "value", convention), step_range=step_range,
                                    hfu=getattr(hfu, "value", hfu), workers=workers, quiet=quiet, comm_kernels=comm_kernel,
-                                   baseline=baseline, cache=cache, console=err_console)
+                                   baseline=baseline, cache=cache, console=stderr_console)
     emit(waterfall_sections(wf, all_rows), format, flagged({"schema": "traceanalyzer.reconcile", "schema_version": 1, **public(wf)}), output, outputs)
     print_warnings(warnings, shows_transfer=False)
 
@@ -72,7 +72,7 @@ def compare(
     outputs = checked_outputs([trace_a, trace_b, ca, cb], output)
     sections, doc, warnings = compare_of(trace_a, trace_b, ca, cb, convention=getattr(convention, "value", convention),
                                          step_range=step_range, whole_trace=whole_trace, comm_kernels=comm_kernel, cache=cache,
-                                         workers=workers, quiet=quiet, all_rows=all_rows, console=err_console)
+                                         workers=workers, quiet=quiet, all_rows=all_rows, console=stderr_console)
     emit(sections, format, flagged(doc), output, outputs)
     print_warnings(warnings, shows_transfer=False)
 

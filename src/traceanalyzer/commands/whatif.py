@@ -10,7 +10,7 @@ import typer
 from traceanalyzer.commands.common import shared_options, checked_outputs
 from traceanalyzer.commands.common import (
     flagged,
-    config_opt, err_console, format_opt, non_negative_number, positive_number, print_warnings,
+    config_opt, stderr_console, format_opt, non_negative_number, positive_number, print_warnings,
 )
 from traceanalyzer.commands.common import require_config
 from traceanalyzer.api.commandoptions import CONVENTIONS
@@ -51,7 +51,7 @@ def whatif(
     sections, doc, warnings = whatif_parts(
         trace, config, megatron_args, sets=set_, search=search, top=top, capacity_gb=capacity_gb, reserve_gb=reserve_gb,
         baseline=baseline, convention=convention, step_range=step_range, comm_kernels=comm_kernel, workers=workers, quiet=quiet,
-        all_rows=all_rows, console=err_console)
+        all_rows=all_rows, console=stderr_console)
     emit(sections, format, flagged(doc), output, outputs)
     print_warnings(warnings, shows_transfer=False)
 

@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from traceanalyzer.outputs import may_be_terminal
 from traceanalyzer.outputs import progress_lines_asked as lines_asked
 
 #: about a second of decoding on one core
@@ -62,14 +63,17 @@ class JobProgress:
         self._bar = None
         self._task = None
         big = not quiet and sum(json_bytes(f) for f in files if f.is_file()) > SHOW_BYTES
+        # rich (0.015-0.08 s to import) only where a bar can be shown: stderr a terminal, or rich
+        # told by the environment to treat it as one
         if big and console is not None and not hasattr(console, "is_terminal"):
-            console = console()  # a function that makes the console: only where progress is shown
-        if console is None and big:  # rich (about 0.08 s to import) only where progress is shown
+            console = console() if may_be_terminal() else None  # a function that makes the console
+        elif console is None and big and may_be_terminal():
             from rich.console import Console
 
             console = Console(stderr=True, highlight=False)
         self.console = console
-        self.mode = "bar" if big and console.is_terminal else ("lines" if big and lines_asked() else "quiet")
+        bar = big and console is not None and console.is_terminal
+        self.mode = "bar" if bar else ("lines" if big and lines_asked() else "quiet")
         self._t0 = time.perf_counter()
         if self.mode == "bar":
             from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn,
