@@ -216,3 +216,26 @@ def test_a_stderr_line_without_rich_is_what_rich_printed(text, capsys):
     Console(file=buf, highlight=False, markup=False).print(Text.assemble(("warning:", "yellow"), " ", text), soft_wrap=True)
     stderr_line(text, "warning:")
     assert capsys.readouterr().err == buf.getvalue()
+
+
+PROBE_ANY = """
+import atexit, runpy, sys
+sys.argv = ["traceanalyzer", *sys.argv[1:]]
+atexit.register(lambda: print("\\n#" + " ".join(sorted(sys.modules)), flush=True))  # the CLI's exit runs it
+runpy.run_module("traceanalyzer", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("args", [["kernels", "-f", "csv"], ["ops", "-f", "json"], ["critical-path", "-f", "json"],
+                                  ["critical-path", "-f", "csv"], ["launches", "-f", "csv"], ["breakdown", "-f", "csv"]])
+def test_json_and_csv_out_load_no_rich(args, tmp_path):
+    """A view written as JSON or CSV to a file, stderr a pipe: its renderer builds no rich table, so
+    rich is not loaded (beyond what typer itself loads)."""
+    out = tmp_path / f"out.{args[-1]}"
+    r = subprocess.run([sys.executable, "-c", PROBE_ANY, args[0], str(DEMO), *args[1:], "-o", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 100
+    loaded = set(r.stdout.rsplit("\n#", 1)[1].split())
+    assert "polars" in loaded
+    assert _among(loaded - _typer_loads(), ("rich",)) == []

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.console import Console, JustifyMethod
-from rich.table import Table
-
 from traceanalyzer._version import __version__
 from traceanalyzer.buckets import BUCKET_LABELS, CP_BUCKETS
 
 if TYPE_CHECKING:
+    from rich.console import Console, JustifyMethod
+    from rich.table import Table
+
     from traceanalyzer.results import CriticalPath
 
 SCHEMA = "traceanalyzer.critical_path"  # traceanalyzer/schemas/critical_path.schema.json
@@ -20,6 +20,8 @@ LABELS = {**BUCKET_LABELS, "host": "host"}
 
 
 def summary_table(cp: CriticalPath) -> Table:
+    from rich.table import Table  # rich only for the table format (JSON and CSV out need none)
+
     table = Table(title="Critical path per step: length (ms) and share of each bucket on it", title_justify="left",
                   caption=("host: the host's ops and the time between them (Python, sleeps, data loading): a host stall is on the "
                            "path as the host's; --no-host-gaps: ops only, as HTA" if cp.host_gaps else
@@ -43,6 +45,8 @@ def summary_table(cp: CriticalPath) -> Table:
 
 
 def segments_table(cp: CriticalPath, top: int) -> Table:
+    from rich.table import Table
+
     table = Table(title=f"Longest pieces of the path (top {top})", title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (("step", "right"), ("rank", "right"), ("ms", "right"), ("what", "left"),
                                                       ("bucket", "left"), ("where", "left"), ("name", "left"))

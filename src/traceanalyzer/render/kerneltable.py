@@ -4,14 +4,16 @@ only: every number comes from :mod:`traceanalyzer.classify.kernelstats` / ``opst
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import polars as pl
-from rich.table import Table
 
 from traceanalyzer._version import __version__
 from traceanalyzer.render import units
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 SCHEMA_VERSION = 1
 
@@ -51,6 +53,8 @@ def kernel_rich_table(frame: pl.DataFrame, title: str, caption: str | None = Non
     (:func:`traceanalyzer.render.names.shorten`), every time column in one unit."""
     from traceanalyzer.render.names import shorten
 
+    from rich.table import Table  # rich only for the table format (JSON and CSV out need none)
+
     t = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
     times = _time_columns(frame, {"total_ns": "total", "mean_ns": "mean", "p50_ns": "p50", "p99_ns": "p99", "bucket_ns": "bucket time"})
     heads = ["kernel", "bucket", "stream", "calls", *[h for h, _ in times.values()], "share", "TFLOP/s", "roofline"]
@@ -68,6 +72,8 @@ def kernel_rich_table(frame: pl.DataFrame, title: str, caption: str | None = Non
 def op_rich_table(frame: pl.DataFrame, title: str, caption: str | None = None) -> Table:
     """The op table for a terminal: every time column in one unit."""
     from traceanalyzer.render.names import shorten
+
+    from rich.table import Table  # rich only for the table format (JSON and CSV out need none)
 
     t = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
     times = _time_columns(frame, {"total_ns": "host total", "mean_ns": "host mean", "p99_ns": "host p99"})
