@@ -114,15 +114,15 @@ def test_workers_are_separate_processes_with_capped_polars_threads():
     assert {r.pid for r in inproc} == {os.getpid()}
 
 
-def test_workers_get_one_jemalloc_arena_per_polars_thread_unless_told_otherwise():
+def test_workers_get_one_jemalloc_arena_per_polars_thread_and_large_blocks_from_them_unless_told_otherwise():
     from traceanalyzer.engine.pool import malloc_env
 
-    assert malloc_env(1, {}) == {"MALLOC_MMAP_THRESHOLD_": str(1 << 20), "_RJEM_MALLOC_CONF": "narenas:1"}
+    assert malloc_env(1, {}) == {"MALLOC_MMAP_THRESHOLD_": str(1 << 20), "_RJEM_MALLOC_CONF": "narenas:1,oversize_threshold:0"}
     # polars' own settings (in this process's environment once it is imported) stay, before ours
-    assert malloc_env(2, {"_RJEM_MALLOC_CONF": "dirty_decay_ms:500"})["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:500,narenas:2"
+    assert malloc_env(2, {"_RJEM_MALLOC_CONF": "dirty_decay_ms:500"})["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:500,narenas:2,oversize_threshold:0"
     # what the user set wins
-    mine = malloc_env(2, {"_RJEM_MALLOC_CONF": "narenas:4", "MALLOC_MMAP_THRESHOLD_": "0"})
-    assert mine == {"MALLOC_MMAP_THRESHOLD_": "0", "_RJEM_MALLOC_CONF": "narenas:4"}
+    mine = malloc_env(2, {"_RJEM_MALLOC_CONF": "narenas:4,oversize_threshold:1048576", "MALLOC_MMAP_THRESHOLD_": "0"})
+    assert mine == {"MALLOC_MMAP_THRESHOLD_": "0", "_RJEM_MALLOC_CONF": "narenas:4,oversize_threshold:1048576"}
     # the coordinator's environment is given back after the pool
     before = {k: os.environ.get(k) for k in ("_RJEM_MALLOC_CONF", "MALLOC_MMAP_THRESHOLD_", "POLARS_MAX_THREADS")}
     files = sorted(DLRM.iterdir())[:2]
@@ -138,20 +138,26 @@ def test_the_command_line_gives_its_own_process_one_arena_per_polars_thread(monk
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("POLARS_MAX_THREADS", "3")
     _arenas()
-    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:3" and os.environ[USER_RJEM] == ""
+    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:3,oversize_threshold:0" and os.environ[USER_RJEM] == ""
     # its workers get theirs, not the command's
-    assert malloc_env(1)["_RJEM_MALLOC_CONF"] == "narenas:1"
+    assert malloc_env(1)["_RJEM_MALLOC_CONF"] == "narenas:1,oversize_threshold:0"
     # what the user set stays, for the command and its workers
     monkeypatch.delenv(USER_RJEM)
     monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:4,dirty_decay_ms:100")
     _arenas()
-    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:4,dirty_decay_ms:100"
-    assert malloc_env(1)["_RJEM_MALLOC_CONF"] == "narenas:4,dirty_decay_ms:100"
+    assert os.environ["_RJEM_MALLOC_CONF"] == "narenas:4,dirty_decay_ms:100,oversize_threshold:0"
+    assert malloc_env(1)["_RJEM_MALLOC_CONF"] == "narenas:4,dirty_decay_ms:100,oversize_threshold:0"
     monkeypatch.delenv(USER_RJEM)
     monkeypatch.setenv("_RJEM_MALLOC_CONF", "dirty_decay_ms:100")
     _arenas()
-    assert os.environ["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:100,narenas:3"
-    assert malloc_env(2)["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:100,narenas:2"
+    assert os.environ["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:100,narenas:3,oversize_threshold:0"
+    assert malloc_env(2)["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:100,narenas:2,oversize_threshold:0"
+    # no thread count to go by: the arenas are jemalloc's, the rest is added all the same
+    monkeypatch.delenv(USER_RJEM)
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "")
+    monkeypatch.setenv("POLARS_MAX_THREADS", "many")
+    _arenas()
+    assert os.environ["_RJEM_MALLOC_CONF"] == "oversize_threshold:0"
 
 
 class _Dying:

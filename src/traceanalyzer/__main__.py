@@ -23,21 +23,21 @@ USER_RJEM = "_TRACEANALYZER_RJEM_MALLOC_CONF"
 
 
 def _arenas() -> None:
-    """One jemalloc arena per polars thread in this process (``narenas`` in
-    ``_RJEM_MALLOC_CONF``, read by polars' allocator when polars is imported, which has not
-    happened yet), unless the value names some already: a large file analysed here peaks ~60 MiB
-    lower at 200 MB of JSON on two cores, same CPU (docs/performance.md, "Worker memory")."""
+    """The allocator's settings of :mod:`traceanalyzer._allocator` in ``_RJEM_MALLOC_CONF``
+    (read by polars' allocator when polars is imported, which has not happened yet): one jemalloc
+    arena per polars thread in this process, unless the value names some already (a large file
+    analysed here peaks ~60 MiB lower at 200 MB of JSON on two cores, same CPU:
+    docs/performance.md, "Worker memory"), and large allocations from those arenas."""
+    from traceanalyzer._allocator import jemalloc_conf
+
     conf = os.environ.get("_RJEM_MALLOC_CONF", "")
     os.environ.setdefault(USER_RJEM, conf)
-    if "narenas" in conf:
-        return
     threads = os.environ.get("POLARS_MAX_THREADS", "")
     try:
         n = int(threads) if threads.strip() else len(os.sched_getaffinity(0))
     except (ValueError, AttributeError):  # not a number (polars reports it), not Linux
-        return
-    if n >= 1:
-        os.environ["_RJEM_MALLOC_CONF"] = f"{conf},narenas:{n}" if conf else f"narenas:{n}"
+        n = 0
+    os.environ["_RJEM_MALLOC_CONF"] = jemalloc_conf(conf, n if n >= 1 else None)
 
 
 def entry() -> None:

@@ -28,6 +28,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from traceanalyzer._allocator import jemalloc_conf
 from traceanalyzer.engine.rank import RankResult, RankTask, analyse_rank_file, default_workers
 from traceanalyzer.errors import ConfigError, TraceAnalyzerError
 
@@ -50,15 +51,14 @@ def malloc_env(threads: int, environ=os.environ) -> dict[str, str]:
     thread and each polars thread allocate from their own, so memory freed by one query was not
     reused by the next one that ran on another thread: ~80 MiB less peak RSS on a 200 MB rank
     file with one arena, same CPU. Polars puts its own settings in ``_RJEM_MALLOC_CONF`` when it
-    is imported (this process has) and adds the inherited value after them; the arenas are
-    added unless the value names some already."""
+    is imported (this process has) and adds the inherited value after them; the arenas (and
+    the other settings of :mod:`traceanalyzer._allocator`) are added unless the value names them
+    already."""
     env = {k: environ.get(k) or v for k, v in _MALLOC_ENV.items()}
     # the command line gave its own process arenas of its own (``__main__``): the value it was
     # started with is the one to build on
     conf = environ.get("_TRACEANALYZER_RJEM_MALLOC_CONF", environ.get("_RJEM_MALLOC_CONF")) or ""
-    if "narenas" not in conf:
-        conf = f"{conf},narenas:{max(1, threads)}" if conf else f"narenas:{max(1, threads)}"
-    env["_RJEM_MALLOC_CONF"] = conf
+    env["_RJEM_MALLOC_CONF"] = jemalloc_conf(conf, threads)
     return env
 
 

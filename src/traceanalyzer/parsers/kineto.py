@@ -575,8 +575,8 @@ def _parse_blocks(path: Path, stream: inflate.Stream, blocks) -> tuple[pl.DataFr
     searched = 0
     size = len(buf)
     for block in blocks:
-        if size + len(block) > len(buf):  # more room (the buffer only grows: its pages are reused)
-            buf.extend(bytes(size + len(block) - len(buf)))
+        # past the buffer's end the assignment grows it (it only grows: its pages are reused);
+        # no zeros written first
         buf[size : size + len(block)] = block
         size += len(block)
         if size - 1 < _CHUNK:
