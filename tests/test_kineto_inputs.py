@@ -369,3 +369,54 @@ def test_a_kernel_at_t0_a_minute_before_the_rest_is_dropped_with_a_count(tmp_pat
         "(more than 1 ms earlier: absurd timestamps)"
     ]
     assert_frame_equal(ta.breakdown(a), ta.breakdown(b))
+
+
+def _outcome(path):
+    """What the streaming parse of ``path`` gives: its frame, meta and warnings, or its error."""
+    try:
+        df, meta, warnings = kineto.parse_file(path)
+    except Exception as exc:  # noqa: BLE001 - the error is the outcome compared
+        return type(exc).__name__, str(exc)
+    return df.rows(), meta, warnings
+
+
+def _damaged_traces(tmp_path):
+    """The demo trace as it is and damaged in the ways that change which decoder reads a chunk
+    or where the parse stops: a string that is not UTF-8 and a value of the wrong type (the
+    compiled decoder leaves those chunks to the Python decoders), malformed JSON in the middle,
+    a gzip stream corrupt after malformed JSON, a gzip stream cut short."""
+    raw = gzip.decompress(DEMO.read_bytes())
+    n = len(raw)
+    at = raw.index(b'"ph": "X"', n // 2)
+    out = {"plain.json": raw,
+           "latin1.json": raw.replace(b'"batched_transpose_16x32_half"', b'"batched_transpose_16x32_half_\xe9"'),
+           "wrong-type.json": raw[:at] + raw[at:].replace(b'"ts": ', b'"ts": "x', 1).replace(b', "dur"', b'", "dur"', 1),
+           "malformed.json": raw[: n * 2 // 5] + b'{"ph": "X",, }\n' + raw[n * 2 // 5:]}
+    bad_gz = bytearray(gzip.compress(out["malformed.json"], 1))
+    bad_gz[len(bad_gz) * 4 // 5: len(bad_gz) * 4 // 5 + 64] = bytes(64)
+    out["malformed-then-corrupt.json.gz"] = bytes(bad_gz)
+    out["cut.json.gz"] = gzip.compress(raw, 1)[: len(gzip.compress(raw, 1)) * 7 // 10]
+    paths = []
+    for name, data in out.items():
+        (tmp_path / name).write_bytes(data)
+        paths.append(tmp_path / name)
+    return paths
+
+
+def test_chunks_decoded_in_a_thread_give_what_chunks_decoded_in_turn_give(tmp_path, monkeypatch):
+    """The compiled decoder reads each chunk in a thread while the next one is read: in many
+    small chunks, on the demo trace whole and damaged, the frames, warnings and errors are those
+    of decoding the chunks one after the other. (With the Python decoder, the one this file
+    also runs under, both ways decode in turn.)"""
+    monkeypatch.setattr(kineto, "_CHUNK", 1 << 16)
+    monkeypatch.setattr(kineto, "_BLOCK", 1 << 14)
+    outcomes = []
+    for path in _damaged_traces(tmp_path):
+        monkeypatch.setattr(kineto, "_PIPELINED", True)
+        threaded = _outcome(path)
+        monkeypatch.setattr(kineto, "_PIPELINED", False)
+        in_turn = _outcome(path)
+        assert threaded == in_turn, path.name
+        outcomes.append((path.name, "error" if isinstance(threaded[0], str) else "frame"))
+    # the damage reached the parse: some inputs read, some refused
+    assert {o for _, o in outcomes} == {"error", "frame"}, outcomes
