@@ -277,7 +277,7 @@ def progress_lines_asked() -> bool:
 
 
 #: the variables by which rich's console treats a stream as a terminal, or not, whatever it is
-RICH_TERMINAL_VARIABLES = ("FORCE_COLOR", "TTY_COMPATIBLE", "FORCE_TERMINAL")
+RICH_TERMINAL_VARIABLES = ("FORCE_COLOR", "TTY_COMPATIBLE")
 
 
 def may_be_terminal() -> bool:

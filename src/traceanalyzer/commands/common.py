@@ -35,12 +35,10 @@ from traceanalyzer.outputs import Outputs, may_be_terminal
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.text import Text
 
 #: names this module gives the commands, made on first use: rich (about 20 ms to import) loads
 #: only for a command that prints with it, never for JSON out with nothing to say on stderr
 _LAZY = {
-    "err_console": None,  # stderr_console()
     "NoTrailingSpaces": "traceanalyzer.render.console", "out_console": "traceanalyzer.render.console",
     "terminal_width": "traceanalyzer.render.console",
     # the command line's parsing (they import this module's options)
@@ -52,8 +50,6 @@ _LAZY = {
 def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if _LAZY[name] is None:
-        return stderr_console()
     import importlib
 
     value = getattr(importlib.import_module(_LAZY[name]), name)
@@ -63,7 +59,7 @@ def __getattr__(name: str):
 
 @functools.lru_cache(maxsize=1)
 def stderr_console() -> Console:
-    """The console of stderr (``err_console``): progress, warnings. ``markup=False``: user text
+    """The console of stderr: progress, and warnings on a terminal (:func:`stderr_line`). ``markup=False``: user text
     (kernel, category, file names) is printed as it is."""
     from rich.console import Console
 
@@ -317,13 +313,6 @@ def comm_patterns(cli: list[str] | None, config: Path | None = None, megatron_ar
     from traceanalyzer.api.commandline import comm_patterns as patterns
 
     return patterns(cli, config, megatron_args)
-
-
-def warning_line(text: str) -> Text:
-    """``warning: <text>`` with the label coloured and the text printed as it is (no markup)."""
-    from rich.text import Text
-
-    return Text.assemble(("warning:", "yellow"), " ", text)
 
 
 def flagged(doc: dict) -> dict:

@@ -554,15 +554,13 @@ class _Decoding:
         self.piece = self.view[: j + 1]
         self.future = pool.submit(decode_native, module, self.piece)
 
-    def decoded(self, path: Path):
-        """Wait for the decode; the chunk's raw frame, or (rarely) its part by the Python
-        decoders, which need the bytes (first chunk event: ``first``, filled in by the caller).
-        The buffer is free afterwards."""
+    def decoded(self, path: Path, first: int):
+        """Wait for the decode; the chunk's raw frame, or (rarely) its whole part by the Python
+        decoders, which read the bytes here and now (its first event is event ``first``). The
+        buffer is free afterwards."""
         try:
             native = self.future.result()
-            if native is None:  # left to the Python decoders: they read the bytes, here and now
-                return _events_part(self.piece, path, 0, native=None)
-            return native
+            return native if native is not None else _events_part(self.piece, path, first, native=None)
         finally:
             self.release()
 
@@ -572,16 +570,10 @@ class _Decoding:
         self.buf[self.j] = self.saved
 
 
-def _part_of(decoded, first: int) -> _Part:
-    """The part of a chunk from :meth:`_Decoding.decoded`: its raw frame framed with its first
-    event's number, or the part the Python decoders made (numbered again)."""
-    if isinstance(decoded, _Part):
-        if first:  # the Python decoders numbered its begin/end rows from 0
-            decoded.begin_end = decoded.begin_end.with_columns(pl.col("order") + first)
-        return decoded
-    part = _chunk_frame(decoded, first)
-    part.counts["utf8"] = 0
-    return part
+def _part_of(decoded, path: Path, first: int) -> _Part:
+    """The part of a chunk from :meth:`_Decoding.decoded`: the one the Python decoders made, or
+    the compiled decoder's frame made into one (:func:`_events_part`, the bytes not needed)."""
+    return decoded if isinstance(decoded, _Part) else _events_part(None, path, first, native=decoded)
 
 
 def _parse_streaming(path: Path, progress: Callable[[int], None] | None = None) -> tuple[pl.DataFrame, dict, list[str]]:
@@ -655,7 +647,7 @@ def _parse_blocks(path: Path, stream: inflate.Stream, blocks) -> tuple[pl.DataFr
                 # being decoded gives, as when the chunks were decoded one after the other
                 if decoding is not None:
                     pending, decoding = decoding, None
-                    pending.decoded(path)
+                    pending.decoded(path, n_events)
                 raise
             # past the buffer's end the assignment grows it (it only grows: its pages are
             # reused); no zeros written first
@@ -678,14 +670,14 @@ def _parse_blocks(path: Path, stream: inflate.Stream, blocks) -> tuple[pl.DataFr
                 before = None
                 if decoding is not None:  # the chunk before: decoded, its buffer free again
                     pending, decoding = decoding, None
-                    before, spare = pending.decoded(path), pending.buf
+                    before, spare = pending.decoded(path, n_events), pending.buf
                 assert spare is not None
                 spare[:rest] = buf[cut - 1 : size]  # the rest goes to the front of the other buffer
                 spare[0] = 0x5B  # "["
                 decoding = _Decoding(pool, module, buf, _array_end(buf, cut))
                 buf, spare = spare, None
                 if before is not None:  # framed while the thread decodes this chunk
-                    part = _part_of(before, n_events)
+                    part = _part_of(before, path, n_events)
                     parts.append(part)
                     n_events += part.counts["n"]
             offset += cut - 1
@@ -693,7 +685,7 @@ def _parse_blocks(path: Path, stream: inflate.Stream, blocks) -> tuple[pl.DataFr
             searched = 0
         if decoding is not None:
             pending, decoding = decoding, None
-            part = _part_of(pending.decoded(path), n_events)
+            part = _part_of(pending.decoded(path, n_events), path, n_events)
             parts.append(part)
             n_events += part.counts["n"]
     finally:
