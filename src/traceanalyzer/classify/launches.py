@@ -103,6 +103,12 @@ def step_table(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, s
     host time spent in launch calls of the step's work), the launched work's p50 duration, and
     the step's ``duration_ns``, ``idle_ns``, ``idle_host_bound_ns`` (from the partition).
     Integer ns throughout."""
+    return with_steps(launch_parts(events, gpu, windows), steps)
+
+
+def launch_parts(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """What :func:`step_table` reads of the events, the GPU work and the step windows (not of
+    the partition): per (rank, step) the counts, the launch statistics and :func:`host_time`."""
     from traceanalyzer.classify.kernels import in_windows
 
     g = in_windows(gpu.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("rank", "kind", "start_ns", "correlation"), windows)
@@ -132,9 +138,15 @@ def step_table(events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, s
         _q("gpu_ns", 0.5, "gpu_work_p50_ns"),
         graph.any().alias("cuda_graphs"),
     ).join(lat, on=["rank", "step"], how="left")
+    return counts, stats, host_time(events, windows)
+
+
+def with_steps(parts: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], steps: pl.DataFrame) -> pl.DataFrame:
+    """:func:`step_table` of its :func:`launch_parts` and the partition's ``steps``."""
+    counts, stats, host = parts
     prof = [c for c in PROFILER_COLUMNS if c in steps.columns]
     base = steps.select("rank", "step", "duration_ns", "idle_ns", "idle_host_bound_ns", *prof).join(
-        host_time(events, windows), on=["rank", "step"], how="left").with_columns(pl.col("host_ns").fill_null(0))
+        host, on=["rank", "step"], how="left").with_columns(pl.col("host_ns").fill_null(0))
     return (
         base.join(counts, on=["rank", "step"], how="left")
         .join(stats, on=["rank", "step"], how="left")

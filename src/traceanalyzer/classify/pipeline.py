@@ -11,8 +11,12 @@ order of the checks, so the first bad input found is the one reported.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 import polars as pl
 
@@ -54,16 +58,69 @@ class RankTables:
     recompute_ops: pl.DataFrame
     outside_steps: pl.DataFrame  # rank, outside_ns, before_ns, after_ns (classify.steps.outside_steps)
     gpu: pl.DataFrame  # the labelled GPU work
+    #: the optional tables of :data:`BESIDE` asked for, started beside the classification: name
+    #: -> a function that gives the table (or raises its error) when called
+    beside: dict[str, Callable[[], pl.DataFrame]] = field(default_factory=dict)
+
+
+T = TypeVar("T")
+
+#: whether a rank's classification runs the work that needs only the events and the step windows
+#: (the profiler's cost, :data:`BESIDE`) in a second thread (the tests compare both ways)
+CONCURRENT = True
+
+
+class Beside:
+    """Work started beside a rank's classification: in a second thread where the process has a
+    core to spare (polars runs more than one thread: a file analysed in the command's own
+    process, not a pool worker), else run where its result is asked for. Either way a result (or
+    its error) is seen only where it is asked for, so the order of the checks is kept; polars
+    releases the interpreter while a query runs, so the two threads' queries overlap. The block
+    that made it (:func:`beside`) waits for whatever is still running when it ends."""
+
+    def __init__(self, concurrent: bool) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="traceanalyzer-beside") if concurrent else None
+
+    def submit(self, fn: Callable[..., T], *args: object) -> Callable[[], T]:
+        """``fn(*args)``, started now (with this thread's query engine: :mod:`traceanalyzer.queries`);
+        call what this returns for its result."""
+        if self._pool is None:
+            return lambda: fn(*args)
+        return self._pool.submit(contextvars.copy_context().run, fn, *args).result
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def beside() -> Iterator[Beside]:
+    """A :class:`Beside` for one classification; concurrent where polars has more than one thread."""
+    side = Beside(CONCURRENT and pl.thread_pool_size() > 1)
+    try:
+        yield side
+    finally:
+        side.close()
 
 
 def breakdown(events: pl.DataFrame, meta: pl.DataFrame, *, step_name: str | None, recompute_pattern: str | None,
               comm_kernels: tuple[str, ...], source: str, window_warnings: list[str],
-              profiler_options: dict[int, list[str]]) -> RankTables:
+              profiler_options: dict[int, list[str]], side: Beside | None = None,
+              tables: frozenset[str] = frozenset()) -> RankTables:
     """Classify ``events`` (of the ranks in ``meta``): the partition of every step and its causes.
     ``window_warnings`` gets each "rank R: n of m steps ... skipped" as it is found (kept when a
     later check fails); ``profiler_options``: per rank, the options its file's header lists (the
     profiler's cost per step reads them with those its events show). Raises a
-    :class:`~traceanalyzer.errors.TraceAnalyzerError` for a bad input."""
+    :class:`~traceanalyzer.errors.TraceAnalyzerError` for a bad input.
+
+    ``side`` (:func:`beside`): where the work that needs only the events and the step windows
+    runs (the profiler's cost, and the tables of :data:`BESIDE` that ``tables`` names, in
+    :attr:`RankTables.beside`); without one it runs in turn."""
+    if side is None:
+        with beside() as own:
+            return breakdown(events, meta, step_name=step_name, recompute_pattern=recompute_pattern, comm_kernels=comm_kernels,
+                             source=source, window_warnings=window_warnings, profiler_options=profiler_options, side=own,
+                             tables=tables)
     check_event_span(events, source)
     # every GPU item with when (and on which host thread) its launch began: read by the step
     # windows and by the idle split
@@ -75,11 +132,13 @@ def breakdown(events: pl.DataFrame, meta: pl.DataFrame, *, step_name: str | None
     window_warnings.extend(w for w in win_warnings if " step markers: " not in w)  # the reducer words the other
     refuse_duplicate_steps(windows, meta, step_name)
     check_windows(windows, events, source)
+    cost = side.submit(_profiler_cost, events, windows, profiler_options)
     ev = events.lazy()
     threads = pl.concat([recompute.recompute_threads(ev, recompute_pattern), comm.linking_threads(ev)]).unique()
     tree = recompute.host_tree(events, threads).collect(engine=query_engine())
     rc_ops = recompute.recompute_ops(events, recompute_pattern, tree=tree)
     gpu = label_gpu(events, rc_ops, comm_kernels=list(comm_kernels) or None)
+    early = {name: side.submit(BESIDE[name][0], events, gpu, windows) for name in sorted(tables & BESIDE.keys())}
     steps = partition(gpu, windows, source)
     outside = outside_steps(gpu, windows)
     inst = comm.collective_instances(events, gpu, windows, meta, tree=tree)
@@ -90,8 +149,13 @@ def breakdown(events: pl.DataFrame, meta: pl.DataFrame, *, step_name: str | None
     del launched
     steps = _with_causes(steps, idle_parts, expo)
     check_causes(steps, IDLE_FIELDS, COMM_DIM_FIELDS, source, HOST_FIELDS)
-    steps = _with_profiler_cost(steps, events, windows, profiler_options)
-    return RankTables(steps, windows, inst, expo, points, rc_ops, outside, gpu)
+    steps = _with_profiler_cost(steps, cost())
+    done = {name: _finish(BESIDE[name][1], part, steps) for name, part in early.items()}
+    return RankTables(steps, windows, inst, expo, points, rc_ops, outside, gpu, done)
+
+
+def _finish(finish: Callable[[T, pl.DataFrame], pl.DataFrame], part: Callable[[], T], steps: pl.DataFrame) -> Callable[[], pl.DataFrame]:
+    return lambda: finish(part(), steps)
 
 
 def frames(r: RankTables, events: pl.DataFrame, tables: frozenset[str]) -> dict[str, pl.DataFrame]:
@@ -129,6 +193,17 @@ EXTRAS: dict[str, Callable[[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFra
 }
 
 
+#: the optional tables of :data:`EXTRAS` whose work needs only the events, the labelled GPU work
+#: and the step windows (not the partition): name -> (that work, what makes the table of its
+#: result and the partition's steps). A classification with a second thread (:class:`Beside`)
+#: does that work there while it partitions the steps and splits their causes.
+BESIDE: dict[str, tuple[Callable[[pl.DataFrame, pl.DataFrame, pl.DataFrame], object],
+                        Callable[[object, pl.DataFrame], pl.DataFrame]]] = {
+    "trace_facts": (lambda events, gpu, windows: tracefacts.trace_facts(events, windows), lambda facts, steps: facts),
+    "launches": (launches.launch_parts, launches.with_steps),
+}
+
+
 def extra_table(name: str, events: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, steps: pl.DataFrame,
                 source: str) -> pl.DataFrame:
     """The optional table ``name`` (:data:`EXTRAS`) of the ranks in ``events``."""
@@ -156,14 +231,17 @@ def _with_causes(steps: pl.DataFrame, idle_parts: pl.DataFrame, expo: pl.DataFra
     return steps.select(STEP_COLUMNS)
 
 
-def _with_profiler_cost(steps: pl.DataFrame, events: pl.DataFrame, windows: pl.DataFrame,
-                        header_options: dict[int, list[str]]) -> pl.DataFrame:
-    """The steps with the profiler's cost, the unprofiled estimate and the host-bound gains
+def _profiler_cost(events: pl.DataFrame, windows: pl.DataFrame, header_options: dict[int, list[str]]) -> pl.DataFrame:
+    """The profiler's cost, the unprofiled estimate and the host-bound gains per step
     (:mod:`traceanalyzer.classify.profiler_cost`): the options each file's header lists and
     those its events show."""
     seen = {rank: sorted(set(header_options.get(rank) or []) | set(shown))
             for rank, shown in profiler_cost.infer_options_by_rank(events).items()}
-    cost = profiler_cost.profiler_cost(events, windows, seen)
+    return profiler_cost.profiler_cost(events, windows, seen)
+
+
+def _with_profiler_cost(steps: pl.DataFrame, cost: pl.DataFrame) -> pl.DataFrame:
+    """The steps joined with :func:`_profiler_cost`."""
     out = steps.join(cost, on=["rank", "step"], how="left").with_columns(
         *[(pl.col(c) / 1000).alias(c.replace("_ns", "_us")) for c in ("profiler_host_ns", "profiler_overhead_ns", "unprofiled_estimate_ns")])
     return out.select(*STEP_COLUMNS, *PROFILER_COLUMNS)

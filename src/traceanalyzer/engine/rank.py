@@ -187,6 +187,19 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
     if opts.parse_only or not any(r.has_gpu for r in into):
         return
     window_warnings: list[str] = []
+    with pipeline.beside() as side:
+        if not _tables(events, meta, opts, source, into, side, window_warnings):
+            return
+    for r in into:
+        r.stepless = r.windows is not None and r.windows.height > 0 and r.windows.get_column("cpu_start_ns").is_null().all()
+
+
+def _tables(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: str, into: list[RankResult],
+            side: pipeline.Beside, window_warnings: list[str]) -> bool:
+    """The classification's tables of the ranks in ``events`` into ``into``; False for an
+    input's error (in the first result's ``deferred``)."""
+    ranks = [r.rank for r in into]
+    by_rank = {r.rank: r for r in into}
     try:
         from traceanalyzer.parsers.kineto_header import profiler_options
 
@@ -197,10 +210,10 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
             res.profiler_options = headers[res.rank]
         r = pipeline.breakdown(events, meta, step_name=opts.step_name, recompute_pattern=opts.recompute_pattern,
                                comm_kernels=opts.comm_kernels, source=source, window_warnings=window_warnings,
-                               profiler_options=headers)
+                               profiler_options=headers, side=side, tables=opts.tables)
     except TraceAnalyzerError as exc:
         into[0].deferred = exc
-        return
+        return False
     finally:
         for w in window_warnings:  # "rank R: n of m steps ... skipped"
             by_rank[int(w.split(":", 1)[0].split()[1])].window_warnings.append(w)
@@ -209,15 +222,15 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
         for rank, part in _split(df, ranks).items():
             setattr(by_rank[rank], name, part)
     try:
-        extras = {name: extra_table(name, events, r.gpu, r.windows, r.steps, source) for name in opts.tables if name in EXTRAS}
+        extras = {name: r.beside[name]() if name in r.beside else extra_table(name, events, r.gpu, r.windows, r.steps, source)
+                  for name in opts.tables if name in EXTRAS}
     except TraceAnalyzerError as exc:
         into[0].deferred = exc
-        return
+        return False
     for name, df in extras.items():
         for rank, part in _split(df, ranks).items():
             by_rank[rank].extras[name] = part
-    for r in into:
-        r.stepless = r.windows is not None and r.windows.height > 0 and r.windows.get_column("cpu_start_ns").is_null().all()
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
