@@ -142,3 +142,18 @@ def test_several_ranks_in_one_frame_give_the_same_tables_both_ways(two_threads, 
     assert_frame_equal(out[0].steps, out[1].steps, check_exact=True)
     for name in ("launches", "trace_facts"):
         assert_frame_equal(out[0].extras[name], out[1].extras[name], check_exact=True)
+
+
+def test_a_large_rank_runs_the_work_in_turn(two_threads, monkeypatch):
+    """From queries.LARGE_EVENTS on (the streaming engine's frames), the second thread would only
+    raise the peak memory: the work runs in turn, in this thread."""
+    from traceanalyzer import queries
+
+    where: list[str] = []
+    cost = profiler_cost.profiler_cost
+    monkeypatch.setattr(profiler_cost, "profiler_cost", lambda *a, **k: where.append(threading.current_thread().name) or cost(*a, **k))
+    small = _result(DEMO, True, monkeypatch)
+    monkeypatch.setattr(queries, "LARGE_EVENTS", 1000)  # the demo rank holds some 49,000 events
+    large = _result(DEMO, True, monkeypatch)
+    assert where == ["traceanalyzer-beside_0", threading.current_thread().name]
+    assert_frame_equal(small.steps, large.steps, check_exact=True)

@@ -187,7 +187,7 @@ def _classify(events: pl.DataFrame, meta: pl.DataFrame, opts: Options, source: s
     if opts.parse_only or not any(r.has_gpu for r in into):
         return
     window_warnings: list[str] = []
-    with pipeline.beside() as side:
+    with pipeline.beside(events.height) as side:
         if not _tables(events, meta, opts, source, into, side, window_warnings):
             return
     for r in into:
