@@ -66,8 +66,8 @@ class RankTables:
 
 T = TypeVar("T")
 
-#: whether a rank's classification runs the work that needs only the events and the step windows
-#: (the profiler's cost, :data:`BESIDE`) in a second thread (the tests compare both ways)
+#: whether a rank's classification runs the work that needs only the events, the GPU work and the
+#: step windows (the profiler's cost, :data:`BESIDE`) in a second thread (the tests compare both ways)
 CONCURRENT = True
 
 
@@ -120,9 +120,9 @@ def breakdown(events: pl.DataFrame, meta: pl.DataFrame, *, step_name: str | None
     profiler's cost per step reads them with those its events show). Raises a
     :class:`~traceanalyzer.errors.TraceAnalyzerError` for a bad input.
 
-    ``side`` (:func:`beside`): where the work that needs only the events and the step windows
-    runs (the profiler's cost, and the tables of :data:`BESIDE` that ``tables`` names, in
-    :attr:`RankTables.beside`); without one it runs in turn."""
+    ``side`` (:func:`beside`): where the work that needs only the events, the GPU work and the
+    step windows runs (the profiler's cost, and the tables of :data:`BESIDE` that ``tables``
+    names, in :attr:`RankTables.beside`); without one, :func:`beside` of ``events``."""
     if side is None:
         with beside(events.height) as own:
             return breakdown(events, meta, step_name=step_name, recompute_pattern=recompute_pattern, comm_kernels=comm_kernels,
@@ -162,6 +162,7 @@ def breakdown(events: pl.DataFrame, meta: pl.DataFrame, *, step_name: str | None
 
 
 def _finish(finish: Callable[[T, pl.DataFrame], pl.DataFrame], part: Callable[[], T], steps: pl.DataFrame) -> Callable[[], pl.DataFrame]:
+    """The table of a :data:`BESIDE` entry, made of its work's result and the ``steps`` when asked for."""
     return lambda: finish(part(), steps)
 
 
